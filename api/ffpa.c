@@ -1,0 +1,392 @@
+/*
+ * The thin C front: argument validation (common/validate.c), backend
+ * selection (registry.c), error strings and workspace ownership. No math.
+ */
+#include "ffpa.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "env.h"
+#include "registry.h"
+#include "validate.h"
+
+#define ERR_LEN 1024
+
+struct ffpa_context {
+    const ffpa_registry_entry *backend;
+    void *state;
+    char err[ERR_LEN];
+    void *owned_ws;        /* context-owned workspace, grown on demand */
+    size_t owned_ws_bytes;
+    void *user_ws;         /* caller-provided workspace, when set */
+    size_t user_ws_bytes;
+};
+
+/* Message of the last failed ffpa_create (or call with a NULL context). */
+static _Thread_local char thread_err[ERR_LEN];
+
+static ffpa_status set_error(char *buf, ffpa_status st, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, ERR_LEN, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+#define NULL_CTX_ERROR() \
+    set_error(thread_err, FFPA_ERR_INVALID_ARGUMENT, "ctx: is NULL; expected a context from ffpa_create")
+
+const char *ffpa_status_string(ffpa_status status)
+{
+    switch (status) {
+    case FFPA_OK:
+        return "ok";
+    case FFPA_ERR_INVALID_ARGUMENT:
+        return "invalid argument";
+    case FFPA_ERR_UNSUPPORTED:
+        return "unsupported by this backend";
+    case FFPA_ERR_NO_BACKEND:
+        return "backend unavailable";
+    case FFPA_ERR_OUT_OF_MEMORY:
+        return "out of memory";
+    case FFPA_ERR_DEVICE:
+        return "device error";
+    case FFPA_ERR_INTERNAL:
+        return "internal error";
+    }
+    return "unknown status";
+}
+
+ffpa_options ffpa_options_default(void)
+{
+    ffpa_options opt;
+    memset(&opt, 0, sizeof opt);
+    opt.grad_accum = FFPA_GRAD_ACCUM_F32;
+    return opt;
+}
+
+/* ------------------------------------------------------------------ backends */
+
+int ffpa_backend_count(void)
+{
+    return ffpa_registry_count();
+}
+
+ffpa_status ffpa_backend_get_info(int index, ffpa_backend_info *info)
+{
+    if (!info)
+        return set_error(thread_err, FFPA_ERR_INVALID_ARGUMENT, "info: is NULL; expected a struct");
+    const ffpa_registry_entry *e = ffpa_registry_get(index);
+    if (!e)
+        return set_error(thread_err, FFPA_ERR_INVALID_ARGUMENT,
+                         "index: %d is out of range; expected 0..%d", index, ffpa_registry_count() - 1);
+    info->name = e->name;
+    info->available = e->status == FFPA_OK;
+    snprintf(info->detail, sizeof info->detail, "%s", info->available ? e->caps.device_name : e->why);
+    return FFPA_OK;
+}
+
+/* ------------------------------------------------------------------ context */
+
+static const ffpa_registry_entry *pick_auto(void)
+{
+    for (int i = 0; i < ffpa_registry_count(); ++i) {
+        const ffpa_registry_entry *e = ffpa_registry_get(i);
+        if (e->is_gpu && e->status == FFPA_OK)
+            return e;
+    }
+    return ffpa_registry_find("cpu");
+}
+
+ffpa_status ffpa_create(ffpa_context **out, const char *backend)
+{
+    char list[1400];
+    if (!out)
+        return set_error(thread_err, FFPA_ERR_INVALID_ARGUMENT, "ctx: output pointer is NULL");
+    *out = NULL;
+    const char *source = "backend";
+    if (!backend) {
+        backend = ffpa_env_string("FFPA_BACKEND");
+        source = "FFPA_BACKEND";
+    }
+    if (!backend)
+        backend = "auto";
+
+    const ffpa_registry_entry *e;
+    if (strcmp(backend, "auto") == 0) {
+        e = pick_auto();
+    } else {
+        e = ffpa_registry_find(backend);
+        if (!e) {
+            ffpa_registry_describe(list, sizeof list);
+            return set_error(thread_err, FFPA_ERR_NO_BACKEND,
+                             "%s: unknown backend '%s'; expected auto or one of: %s", source, backend,
+                             list);
+        }
+        if (e->status != FFPA_OK) {
+            ffpa_registry_describe(list, sizeof list);
+            return set_error(thread_err, FFPA_ERR_NO_BACKEND,
+                             "%s: backend '%s' cannot start: %s; backends: %s", source, backend, e->why,
+                             list);
+        }
+    }
+
+    ffpa_context *ctx = calloc(1, sizeof *ctx);
+    if (!ctx)
+        return set_error(thread_err, FFPA_ERR_OUT_OF_MEMORY, "ctx: out of host memory");
+    ctx->backend = e;
+    ffpa_status st = e->iface->init(&ctx->state, ctx->err, sizeof ctx->err);
+    if (st != FFPA_OK) {
+        set_error(thread_err, st == FFPA_ERR_DEVICE ? FFPA_ERR_NO_BACKEND : st,
+                  "%s: backend '%s' failed to start: %s", source, e->name, ctx->err);
+        free(ctx);
+        return st == FFPA_ERR_DEVICE ? FFPA_ERR_NO_BACKEND : st;
+    }
+    thread_err[0] = '\0';
+    *out = ctx;
+    return FFPA_OK;
+}
+
+void ffpa_destroy(ffpa_context *ctx)
+{
+    if (!ctx)
+        return;
+    if (ctx->owned_ws)
+        ctx->backend->iface->mem_free(ctx->state, ctx->owned_ws);
+    ctx->backend->iface->destroy(ctx->state);
+    free(ctx);
+}
+
+const char *ffpa_backend_name(const ffpa_context *ctx)
+{
+    return ctx ? ctx->backend->name : "";
+}
+
+const char *ffpa_device_name(const ffpa_context *ctx)
+{
+    return ctx ? ctx->backend->caps.device_name : "";
+}
+
+const char *ffpa_last_error(const ffpa_context *ctx)
+{
+    return ctx ? ctx->err : thread_err;
+}
+
+ffpa_status ffpa_set_stream(ffpa_context *ctx, void *stream)
+{
+    if (!ctx)
+        return NULL_CTX_ERROR();
+    if (!ctx->backend->iface->set_stream)
+        return FFPA_OK; /* streams do not apply (cpu) */
+    return ctx->backend->iface->set_stream(ctx->state, stream, ctx->err, sizeof ctx->err);
+}
+
+ffpa_status ffpa_synchronize(ffpa_context *ctx)
+{
+    if (!ctx)
+        return NULL_CTX_ERROR();
+    if (!ctx->backend->iface->synchronize)
+        return FFPA_OK;
+    return ctx->backend->iface->synchronize(ctx->state, ctx->err, sizeof ctx->err);
+}
+
+/* ------------------------------------------------------------------ memory */
+
+ffpa_status ffpa_malloc(ffpa_context *ctx, void **ptr, size_t bytes)
+{
+    if (!ctx)
+        return NULL_CTX_ERROR();
+    if (!ptr)
+        return set_error(ctx->err, FFPA_ERR_INVALID_ARGUMENT, "ptr: is NULL; expected an output pointer");
+    *ptr = NULL;
+    if (bytes == 0)
+        return FFPA_OK;
+    return ctx->backend->iface->mem_alloc(ctx->state, ptr, bytes, ctx->err, sizeof ctx->err);
+}
+
+ffpa_status ffpa_free(ffpa_context *ctx, void *ptr)
+{
+    if (!ctx)
+        return NULL_CTX_ERROR();
+    if (ptr)
+        ctx->backend->iface->mem_free(ctx->state, ptr);
+    return FFPA_OK;
+}
+
+ffpa_status ffpa_memcpy(ffpa_context *ctx, void *dst, const void *src, size_t bytes,
+                        ffpa_copy_kind kind)
+{
+    if (!ctx)
+        return NULL_CTX_ERROR();
+    if (bytes == 0)
+        return FFPA_OK;
+    if (!dst || !src)
+        return set_error(ctx->err, FFPA_ERR_INVALID_ARGUMENT, "%s: is NULL; expected memory",
+                         dst ? "src" : "dst");
+    if (kind != FFPA_COPY_HOST_TO_DEVICE && kind != FFPA_COPY_DEVICE_TO_HOST &&
+        kind != FFPA_COPY_DEVICE_TO_DEVICE)
+        return set_error(ctx->err, FFPA_ERR_INVALID_ARGUMENT, "kind: %d; expected an ffpa_copy_kind",
+                         (int)kind);
+    return ctx->backend->iface->mem_copy(ctx->state, dst, src, bytes, kind, ctx->err, sizeof ctx->err);
+}
+
+/* ------------------------------------------------------------------ workspace */
+
+ffpa_status ffpa_set_workspace(ffpa_context *ctx, void *ptr, size_t bytes)
+{
+    if (!ctx)
+        return NULL_CTX_ERROR();
+    if (!ptr && bytes)
+        return set_error(ctx->err, FFPA_ERR_INVALID_ARGUMENT,
+                         "ptr: is NULL with %zu bytes; expected memory, or NULL and 0", bytes);
+    if (ptr && (uintptr_t)ptr % 16)
+        return set_error(ctx->err, FFPA_ERR_INVALID_ARGUMENT,
+                         "ptr: %p is misaligned; expected 16-byte alignment", ptr);
+    ctx->user_ws = ptr;
+    ctx->user_ws_bytes = bytes;
+    return FFPA_OK;
+}
+
+static size_t workspace_bytes(const ffpa_context *ctx, const ffpa_problem *pb, int backward)
+{
+    const ffpa_backend_i *b = ctx->backend->iface;
+    return b->workspace_size ? b->workspace_size(ctx->state, pb, backward) : 0;
+}
+
+/* Workspace of at least `need` bytes: the caller's, or the context's own
+ * (grown to the largest need seen, then reused). */
+static ffpa_status acquire_workspace(ffpa_context *ctx, size_t need, void **ws, size_t *ws_bytes)
+{
+    if (ctx->user_ws || ctx->user_ws_bytes) {
+        if (ctx->user_ws_bytes < need)
+            return set_error(ctx->err, FFPA_ERR_INVALID_ARGUMENT,
+                             "workspace: %zu bytes set with ffpa_set_workspace; expected >= %zu",
+                             ctx->user_ws_bytes, need);
+        *ws = ctx->user_ws;
+        *ws_bytes = ctx->user_ws_bytes;
+        return FFPA_OK;
+    }
+    if (need > ctx->owned_ws_bytes) {
+        const ffpa_backend_i *b = ctx->backend->iface;
+        if (ctx->owned_ws) {
+            /* The old buffer may still be in use by queued work. */
+            ffpa_status st = ffpa_synchronize(ctx);
+            if (st != FFPA_OK)
+                return st;
+            b->mem_free(ctx->state, ctx->owned_ws);
+            ctx->owned_ws = NULL;
+            ctx->owned_ws_bytes = 0;
+        }
+        ffpa_status st = b->mem_alloc(ctx->state, &ctx->owned_ws, need, ctx->err, sizeof ctx->err);
+        if (st != FFPA_OK)
+            return st;
+        ctx->owned_ws_bytes = need;
+    }
+    *ws = ctx->owned_ws;
+    *ws_bytes = ctx->owned_ws_bytes;
+    return FFPA_OK;
+}
+
+/* What the backend's capabilities rule out, checked before any work. */
+static ffpa_status check_caps(ffpa_context *ctx, const ffpa_problem *pb)
+{
+    const ffpa_backend_caps *caps = &ctx->backend->caps;
+    if (!(caps->dtype_mask & (1u << pb->dtype)))
+        return set_error(ctx->err, FFPA_ERR_UNSUPPORTED, "q: dtype %s is not supported by the %s backend",
+                         ffpa_dtype_name(pb->dtype), ctx->backend->name);
+    if (pb->dqk > caps->max_head_dim || pb->dv > caps->max_head_dim)
+        return set_error(ctx->err, FFPA_ERR_UNSUPPORTED,
+                         "q: head dim %lld/%lld exceeds the %s backend's limit %d", (long long)pb->dqk,
+                         (long long)pb->dv, ctx->backend->name, caps->max_head_dim);
+    return FFPA_OK;
+}
+
+ffpa_status ffpa_forward_workspace_size(ffpa_context *ctx, const ffpa_tensor *q,
+                                        const ffpa_tensor *k, const ffpa_tensor *v,
+                                        const ffpa_options *opt, size_t *bytes)
+{
+    if (!ctx)
+        return NULL_CTX_ERROR();
+    if (!bytes)
+        return set_error(ctx->err, FFPA_ERR_INVALID_ARGUMENT, "bytes: is NULL; expected an output");
+    ffpa_problem pb;
+    ffpa_status st = ffpa_validate_inputs(q, k, v, opt, &pb, ctx->err, sizeof ctx->err);
+    if (st != FFPA_OK)
+        return st;
+    *bytes = workspace_bytes(ctx, &pb, 0);
+    return FFPA_OK;
+}
+
+ffpa_status ffpa_backward_workspace_size(ffpa_context *ctx, const ffpa_tensor *q,
+                                         const ffpa_tensor *k, const ffpa_tensor *v,
+                                         const ffpa_options *opt, size_t *bytes)
+{
+    if (!ctx)
+        return NULL_CTX_ERROR();
+    if (!bytes)
+        return set_error(ctx->err, FFPA_ERR_INVALID_ARGUMENT, "bytes: is NULL; expected an output");
+    ffpa_problem pb;
+    ffpa_status st = ffpa_validate_inputs(q, k, v, opt, &pb, ctx->err, sizeof ctx->err);
+    if (st != FFPA_OK)
+        return st;
+    pb.has_dbias = opt && opt->dbias;
+    *bytes = workspace_bytes(ctx, &pb, 1);
+    return FFPA_OK;
+}
+
+/* ------------------------------------------------------------------ attention */
+
+static int problem_is_empty(const ffpa_problem *pb)
+{
+    return pb->total_q == 0;
+}
+
+ffpa_status ffpa_forward(ffpa_context *ctx, const ffpa_tensor *q, const ffpa_tensor *k,
+                         const ffpa_tensor *v, const ffpa_tensor *o, const ffpa_tensor *lse,
+                         const ffpa_options *opt)
+{
+    if (!ctx)
+        return NULL_CTX_ERROR();
+    ffpa_problem pb;
+    ffpa_status st = ffpa_validate_forward(q, k, v, o, lse, opt, &pb, ctx->err, sizeof ctx->err);
+    if (st == FFPA_OK)
+        st = check_caps(ctx, &pb);
+    if (st != FFPA_OK || problem_is_empty(&pb))
+        return st;
+    void *ws = NULL;
+    size_t ws_bytes = 0;
+    st = acquire_workspace(ctx, workspace_bytes(ctx, &pb, 0), &ws, &ws_bytes);
+    if (st != FFPA_OK)
+        return st;
+    return ctx->backend->iface->forward(ctx->state, &pb, ws, ws_bytes, ctx->err, sizeof ctx->err);
+}
+
+ffpa_status ffpa_backward(ffpa_context *ctx, const ffpa_tensor *dout, const ffpa_tensor *q,
+                          const ffpa_tensor *k, const ffpa_tensor *v, const ffpa_tensor *out,
+                          const ffpa_tensor *lse, const ffpa_tensor *dq, const ffpa_tensor *dk,
+                          const ffpa_tensor *dv, const ffpa_options *opt)
+{
+    if (!ctx)
+        return NULL_CTX_ERROR();
+    ffpa_problem pb;
+    ffpa_status st = ffpa_validate_backward(dout, q, k, v, out, lse, dq, dk, dv, opt, &pb, ctx->err,
+                                            sizeof ctx->err);
+    if (st == FFPA_OK)
+        st = check_caps(ctx, &pb);
+    if (st != FFPA_OK)
+        return st;
+    if (!ctx->backend->iface->backward || !ctx->backend->caps.has_backward)
+        return set_error(ctx->err, FFPA_ERR_UNSUPPORTED, "ctx: the %s backend has no backward pass",
+                         ctx->backend->name);
+    void *ws = NULL;
+    size_t ws_bytes = 0;
+    st = acquire_workspace(ctx, workspace_bytes(ctx, &pb, 1), &ws, &ws_bytes);
+    if (st != FFPA_OK)
+        return st;
+    return ctx->backend->iface->backward(ctx->state, &pb, ws, ws_bytes, ctx->err, sizeof ctx->err);
+}

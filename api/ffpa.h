@@ -1,0 +1,251 @@
+/*
+ * libffpa: fused attention for large head dimensions (Split-D tiling).
+ *
+ * One C API over several backends (cpu, cuda, hip). A context is bound to a
+ * backend; every tensor it is given lives in that backend's memory space
+ * (host memory for cpu, device memory for cuda/hip; use ffpa_malloc and
+ * ffpa_memcpy to stay backend-neutral).
+ *
+ * Shapes are logical [B, H, N, D] with 64-bit strides counted in elements,
+ * so BHND, BNHD (packed QKV) and any other layout work without copies.
+ *
+ *   Q  [B, Hq,  Nq,  Dqk]     K  [B, Hkv, Nkv, Dqk]     V [B, Hkv, Nkv, Dv]
+ *   O  [B, Hq,  Nq,  Dv ]     LSE [B, Hq, Nq, 1] float32 (natural log)
+ *
+ * Hq must be a multiple of Hkv (GQA/MQA); Nq may differ from Nkv
+ * (cross-attention, decode with Nq = 1). Dqk and Dv may differ (absorbed MLA:
+ * 576/512); each is 1..FFPA_MAX_HEAD_DIM.
+ *
+ * Calls on GPU backends are asynchronous on the context's stream, like every
+ * CUDA library; ffpa_synchronize() waits. On error nothing is written to any
+ * output and ffpa_last_error() says which argument was wrong and why.
+ *
+ * Thread safety: a context is used by one thread at a time; separate contexts
+ * are independent.
+ */
+#ifndef FFPA_H
+#define FFPA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(_WIN32)
+#define FFPA_API __declspec(dllexport)
+#else
+#define FFPA_API __attribute__((visibility("default")))
+#endif
+
+#define FFPA_VERSION_MAJOR 0
+#define FFPA_VERSION_MINOR 1
+#define FFPA_VERSION_PATCH 0
+
+/* Largest head dimension (Dqk and Dv) any backend accepts. */
+#define FFPA_MAX_HEAD_DIM 1024
+
+/* ------------------------------------------------------------------ status */
+
+typedef enum ffpa_status {
+    FFPA_OK = 0,
+    FFPA_ERR_INVALID_ARGUMENT = 1, /* bad pointer, shape, stride, dtype or option */
+    FFPA_ERR_UNSUPPORTED = 2,      /* valid, but this backend cannot do it (says why) */
+    FFPA_ERR_NO_BACKEND = 3,       /* unknown backend name, or it cannot start here */
+    FFPA_ERR_OUT_OF_MEMORY = 4,    /* host or device allocation failed */
+    FFPA_ERR_DEVICE = 5,           /* the device runtime reported an error */
+    FFPA_ERR_INTERNAL = 6          /* a bug in libffpa: please report it */
+} ffpa_status;
+
+/* Static English name of a status ("invalid argument", ...). Never NULL. */
+FFPA_API const char *ffpa_status_string(ffpa_status status);
+
+/* ------------------------------------------------------------------ tensors */
+
+typedef enum ffpa_dtype {
+    FFPA_F16 = 0,  /* IEEE binary16 */
+    FFPA_BF16 = 1, /* bfloat16 */
+    FFPA_F32 = 2   /* IEEE binary32 */
+} ffpa_dtype;
+
+/* Size in bytes of one element (0 for an unknown dtype). */
+FFPA_API size_t ffpa_dtype_size(ffpa_dtype dtype);
+FFPA_API const char *ffpa_dtype_name(ffpa_dtype dtype);
+
+/*
+ * A strided view. shape = {B, H, N, D}; stride[i] is the distance in elements
+ * between consecutive indices of dimension i. Strides must be >= 0; a stride of
+ * 0 is allowed only where shape is 1 or for broadcast dimensions of a bias.
+ * The data pointer must be aligned to the element size.
+ */
+typedef struct ffpa_tensor {
+    void *data;
+    ffpa_dtype dtype;
+    int64_t shape[4];
+    int64_t stride[4];
+} ffpa_tensor;
+
+/* Fills a contiguous [B, H, N, D] (BHND) descriptor. */
+FFPA_API ffpa_tensor ffpa_tensor_bhnd(void *data, ffpa_dtype dtype, int64_t b, int64_t h,
+                                      int64_t n, int64_t d);
+/* Fills a [B, H, N, D] descriptor over memory laid out as [B, N, H, D] (BNHD). */
+FFPA_API ffpa_tensor ffpa_tensor_bnhd(void *data, ffpa_dtype dtype, int64_t b, int64_t h,
+                                      int64_t n, int64_t d);
+
+/* ------------------------------------------------------------------ options */
+
+typedef enum ffpa_grad_accum {
+    FFPA_GRAD_ACCUM_F32 = 0,    /* dQ/dK/dV accumulate in an fp32 buffer, rounded once (default) */
+    FFPA_GRAD_ACCUM_OUTPUT = 1  /* accumulate in the output dtype (less memory, less precise) */
+} ffpa_grad_accum;
+
+/*
+ * Options shared by forward and backward; backward must be given the same
+ * values the forward used (scale, causal, bias, dropout, varlen).
+ * Initialise with ffpa_options_default() and change what you need.
+ */
+typedef struct ffpa_options {
+    /* Softmax scale applied to QK^T; 0 means 1/sqrt(Dqk). Must be finite. */
+    float scale;
+
+    /* Causal masking, aligned to the bottom-right corner when Nq != Nkv:
+     * query row i sees key columns j <= i + (Nkv - Nq). Rows that see no key
+     * give O = 0 and LSE = -inf. */
+    int causal;
+
+    /* Optional additive bias/mask added to the scaled scores, float of any
+     * supported dtype, logical shape [B|1, Hq|1, Nq|1, Nkv|1] (dimensions of
+     * size 1, or with stride 0, broadcast). Use -INFINITY to mask. With varlen
+     * the bias is indexed by the position inside each sequence and its N
+     * dimensions must cover the longest sequence. NULL: none. */
+    const ffpa_tensor *bias;
+
+    /* Dropout on the attention probabilities, p in [0, 1). The keep mask is a
+     * pure function of (seed, offset, batch, head, row, column), identical on
+     * every backend; kept entries are scaled by 1/(1-p). Advance offset by
+     * B*Hq between calls for fresh masks. */
+    float dropout_p;
+    uint64_t dropout_seed;
+    uint64_t dropout_offset;
+
+    /* Variable-length batches: host arrays of varlen_batch+1 int32 cumulative
+     * offsets (0 = first, non-decreasing, last = total rows). Tensors are then
+     * packed as [1, H, total, D] and sequence b owns rows cu[b] .. cu[b+1]-1.
+     * NULL: dense batch taken from shape[0]. Both or neither must be given. */
+    const int32_t *cu_seqlens_q;
+    const int32_t *cu_seqlens_k;
+    int32_t varlen_batch;
+
+    /* Backward only. */
+    ffpa_grad_accum grad_accum; /* see ffpa_grad_accum */
+    int deterministic;          /* 1: two runs give bit-identical gradients */
+    /* Optional d(bias) output, same shape/broadcast as bias (summed over the
+     * broadcast dimensions), float32 or the bias dtype. NULL: not computed. */
+    const ffpa_tensor *dbias;
+} ffpa_options;
+
+FFPA_API ffpa_options ffpa_options_default(void);
+
+/* ------------------------------------------------------------------ backends */
+
+typedef struct ffpa_backend_info {
+    const char *name;        /* "cpu", "cuda", "hip" */
+    int available;           /* 1 when a context can be created for it now */
+    char detail[512];        /* device name when available, else why not */
+} ffpa_backend_info;
+
+/* Number of backends this build knows (built-in and plugin). */
+FFPA_API int ffpa_backend_count(void);
+/* Describes backend i (0 <= i < ffpa_backend_count()); probes it on first use. */
+FFPA_API ffpa_status ffpa_backend_get_info(int index, ffpa_backend_info *info);
+
+/* ------------------------------------------------------------------ context */
+
+typedef struct ffpa_context ffpa_context;
+
+/*
+ * Creates a context. backend: "cpu", "cuda", "hip", "auto", or NULL to read
+ * FFPA_BACKEND (unset means "auto": the first GPU backend whose probe
+ * succeeds, else cpu). A named backend that is unknown or cannot start fails
+ * with FFPA_ERR_NO_BACKEND; ffpa_last_error(NULL) then lists the backends and
+ * why each unavailable one is unavailable. Never silently falls back.
+ */
+FFPA_API ffpa_status ffpa_create(ffpa_context **ctx, const char *backend);
+FFPA_API void ffpa_destroy(ffpa_context *ctx);
+
+/* Name of the backend the context runs on. */
+FFPA_API const char *ffpa_backend_name(const ffpa_context *ctx);
+/* Device description ("NVIDIA H100 80GB HBM3 (sm_90, 132 SMs)", "cpu (2 threads)"). */
+FFPA_API const char *ffpa_device_name(const ffpa_context *ctx);
+
+/* Message of the last failed call on ctx (or, with NULL, of the last failed
+ * ffpa_create on this thread). Empty string when none. */
+FFPA_API const char *ffpa_last_error(const ffpa_context *ctx);
+
+/* Stream for GPU backends (cudaStream_t / hipStream_t); NULL is the default
+ * stream. Ignored by the cpu backend. */
+FFPA_API ffpa_status ffpa_set_stream(ffpa_context *ctx, void *stream);
+FFPA_API ffpa_status ffpa_synchronize(ffpa_context *ctx);
+
+/* ------------------------------------------------------------------ memory */
+
+typedef enum ffpa_copy_kind {
+    FFPA_COPY_HOST_TO_DEVICE = 0,
+    FFPA_COPY_DEVICE_TO_HOST = 1,
+    FFPA_COPY_DEVICE_TO_DEVICE = 2
+} ffpa_copy_kind;
+
+/* Memory in the backend's space ("device" is host memory for cpu). */
+FFPA_API ffpa_status ffpa_malloc(ffpa_context *ctx, void **ptr, size_t bytes);
+FFPA_API ffpa_status ffpa_free(ffpa_context *ctx, void *ptr);
+/* Synchronous with respect to the host for copies that touch host memory. */
+FFPA_API ffpa_status ffpa_memcpy(ffpa_context *ctx, void *dst, const void *src, size_t bytes,
+                                 ffpa_copy_kind kind);
+
+/*
+ * Workspace. By default the context owns a workspace that grows to the
+ * largest size a call needed and is reused (no allocation per call once
+ * warm). A caller may instead hand in its own memory; calls then fail with
+ * FFPA_ERR_INVALID_ARGUMENT if it is too small. Pass NULL, 0 to go back to
+ * context-owned memory.
+ */
+FFPA_API ffpa_status ffpa_set_workspace(ffpa_context *ctx, void *ptr, size_t bytes);
+
+/* Workspace bytes the call with these arguments needs (0 is a valid answer). */
+FFPA_API ffpa_status ffpa_forward_workspace_size(ffpa_context *ctx, const ffpa_tensor *q,
+                                                 const ffpa_tensor *k, const ffpa_tensor *v,
+                                                 const ffpa_options *opt, size_t *bytes);
+FFPA_API ffpa_status ffpa_backward_workspace_size(ffpa_context *ctx, const ffpa_tensor *q,
+                                                  const ffpa_tensor *k, const ffpa_tensor *v,
+                                                  const ffpa_options *opt, size_t *bytes);
+
+/* ------------------------------------------------------------------ attention */
+
+/*
+ * O = softmax(scale * Q K^T + bias [masked]) [dropout] V, and optionally
+ * LSE = logsumexp of the scaled, biased, masked scores per row.
+ * q, k, v, o share one dtype; lse may be NULL (else float32 [B, Hq, Nq, 1]).
+ * opt may be NULL for the defaults.
+ */
+FFPA_API ffpa_status ffpa_forward(ffpa_context *ctx, const ffpa_tensor *q, const ffpa_tensor *k,
+                                  const ffpa_tensor *v, const ffpa_tensor *o,
+                                  const ffpa_tensor *lse, const ffpa_options *opt);
+
+/*
+ * Gradients of the forward above. dout, q, k, v, out share one dtype; lse is
+ * the forward's float32 LSE (required). dq, dk, dv have the shapes of q, k, v
+ * and the same dtype. opt->dbias, when set, receives d(bias).
+ */
+FFPA_API ffpa_status ffpa_backward(ffpa_context *ctx, const ffpa_tensor *dout,
+                                   const ffpa_tensor *q, const ffpa_tensor *k,
+                                   const ffpa_tensor *v, const ffpa_tensor *out,
+                                   const ffpa_tensor *lse, const ffpa_tensor *dq,
+                                   const ffpa_tensor *dk, const ffpa_tensor *dv,
+                                   const ffpa_options *opt);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* FFPA_H */

@@ -1,0 +1,27 @@
+/*
+ * Environment variables libffpa reads, parsed in one place:
+ *   FFPA_BACKEND        cpu | cuda | hip | auto (default auto)
+ *   FFPA_BACKEND_PATH   colon-separated folders searched for backend plugins first
+ *   FFPA_CUDA_KERNEL    CUDA kernel path override (generic | sm90), read by the CUDA plugin
+ *   FFPA_TUNING         0 disables tuning tables; FFPA_TUNING_FILE names one
+ */
+#ifndef FFPA_COMMON_ENV_H
+#define FFPA_COMMON_ENV_H
+
+#include <stddef.h>
+
+/* The variable's value, or NULL when unset or empty. */
+const char *ffpa_env_string(const char *name);
+
+/* Boolean: 1/0, true/false, yes/no, on/off (case-insensitive). Unset: fallback.
+ * Anything else: fallback, and *bad (if not NULL) is set to 1. */
+int ffpa_env_bool(const char *name, int fallback, int *bad);
+
+/* Integer in [lo, hi]; unset, malformed or out of range: fallback (*bad = 1 for the last two). */
+long ffpa_env_long(const char *name, long fallback, long lo, long hi, int *bad);
+
+/* Splits a colon-separated list: copies entry `index` into buf (NUL-terminated)
+ * and returns 1, or returns 0 past the last entry. Empty entries are skipped. */
+int ffpa_path_list_entry(const char *list, int index, char *buf, size_t buf_len);
+
+#endif

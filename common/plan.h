@@ -1,0 +1,84 @@
+/*
+ * The Split-D planner: a pure function from (problem shape, dtype, options,
+ * device limits) to tile sizes, head-dimension chunks, pipeline depth,
+ * warps, grid and work order. Shared by every backend so that the tiling
+ * the CPU reference runs is the tiling the GPU kernels run.
+ */
+#ifndef FFPA_COMMON_PLAN_H
+#define FFPA_COMMON_PLAN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ffpa.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* What the planner needs to know about the device. */
+typedef struct ffpa_device_limits {
+    int is_gpu;                  /* 0 for the cpu backend */
+    int arch;                    /* sm version (80, 86, 89, 90, 100, 120), gfx id, or 0 */
+    int sm_count;                /* multiprocessors / compute units / cpu threads */
+    int warp_size;               /* 32, 64; 1 on cpu */
+    size_t smem_per_block;       /* opt-in shared memory per block, bytes */
+    size_t smem_per_sm;          /* shared memory per multiprocessor, bytes */
+    int regs_per_sm;             /* 32-bit registers per multiprocessor */
+    int max_threads_per_block;
+} ffpa_device_limits;
+
+/* The shape facts the planner reads (a subset of ffpa_problem). */
+typedef struct ffpa_plan_input {
+    ffpa_dtype dtype;
+    int64_t batch, hq, hkv, nq, nkv, dqk, dv;
+    int causal;
+    int has_bias, has_dropout, varlen;
+    int backward;
+} ffpa_plan_input;
+
+typedef enum ffpa_kernel_path {
+    FFPA_PATH_SMALL_D = 0,  /* D <= 256: coarse FA-2 tiling, whole D per tile */
+    FFPA_PATH_SPLIT_D = 1,  /* D > 256: fine-grained Split-D tiling over D chunks */
+    FFPA_PATH_DECODE = 2    /* few query rows: KV split across blocks, LSE merge */
+} ffpa_kernel_path;
+
+typedef enum ffpa_work_order {
+    FFPA_ORDER_LINEAR = 0,        /* query blocks in index order */
+    FFPA_ORDER_LONGEST_FIRST = 1  /* causal: blocks with the most key columns first */
+} ffpa_work_order;
+
+typedef struct ffpa_plan {
+    ffpa_kernel_path path;
+    int br, bc;              /* query rows / key rows per tile */
+    int dqk_chunk, dv_chunk; /* head-dimension chunk of QK^T and of PV */
+    int n_qk_chunks, n_v_chunks;
+    int dqk_padded, dv_padded; /* chunk multiples covering dqk / dv */
+    int stages;              /* shared-memory pipeline depth */
+    int warps;               /* warps per block (threads on cpu) */
+    int kv_splits;           /* > 1: split-KV (flash-decoding) */
+    size_t smem_bytes;       /* shared memory per block the kernel needs */
+    int64_t q_blocks;        /* ceil(nq / br) */
+    int64_t grid[3];         /* x: q blocks (x kv splits), y: hq, z: batch */
+    ffpa_work_order order;
+} ffpa_plan;
+
+/* Fills *plan; FFPA_ERR_UNSUPPORTED when no legal configuration fits. */
+ffpa_status ffpa_plan_make(const ffpa_plan_input *in, const ffpa_device_limits *lim,
+                           ffpa_plan *plan);
+
+/* Shared memory bytes a plan needs (the model the kernels follow). */
+size_t ffpa_plan_smem_bytes(const ffpa_plan *plan, ffpa_dtype dtype, int backward);
+
+/* Query block that work item w of a causal-aware schedule runs: with
+ * FFPA_ORDER_LONGEST_FIRST, item 0 is the last (longest) query block. */
+static inline int64_t ffpa_plan_q_block(const ffpa_plan *plan, int64_t w)
+{
+    return plan->order == FFPA_ORDER_LONGEST_FIRST ? plan->q_blocks - 1 - w : w;
+}
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,95 @@
+/*
+ * The normalised attention problem every backend receives.
+ *
+ * The front end (api/) validates the user's tensors and options once and
+ * turns them into this plain C struct, so backends never re-check arguments
+ * and never see the public descriptors. Usable from C and CUDA/HIP C++.
+ */
+#ifndef FFPA_COMMON_PROBLEM_H
+#define FFPA_COMMON_PROBLEM_H
+
+#include <stdint.h>
+
+#include "ffpa.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/*
+ * A strided 4-D view [b, h, n, d] (element strides). For varlen problems sb
+ * is 0 and row n of sequence b is row (cu[b] + n) of the packed tensor: use
+ * ffpa_row_offset(). For LSE, sd is unused; for bias and dbias broadcast
+ * dimensions have stride 0.
+ */
+typedef struct ffpa_view {
+    void *data;
+    int64_t sb, sh, sn, sd;
+} ffpa_view;
+
+typedef struct ffpa_problem {
+    ffpa_dtype dtype;        /* of q, k, v, o (and dout, dq, dk, dv) */
+    int64_t batch;           /* B, or varlen_batch */
+    int64_t hq, hkv;         /* hq % hkv == 0 */
+    int64_t nq, nkv;         /* dense: sequence lengths; varlen: longest sequences */
+    int64_t dqk, dv;         /* head dims of q/k and of v/o */
+    float scale;             /* resolved softmax scale */
+    int causal;              /* bottom-right aligned */
+
+    /* Dropout: keep iff philox word >= dropout_threshold; kept values are
+     * multiplied by dropout_scale = 1/(1-p). p == 0 means no dropout. */
+    float dropout_p;
+    uint32_t dropout_threshold;
+    float dropout_scale;
+    uint64_t dropout_seed, dropout_offset;
+
+    /* Varlen: host arrays of batch+1 offsets, or NULL for dense batches. */
+    const int32_t *cu_q;
+    const int32_t *cu_k;
+    int64_t total_q, total_k; /* rows in the packed tensors (dense: batch*n) */
+
+    ffpa_view q, k, v, o;
+    ffpa_view lse;           /* float32; data may be NULL in forward */
+
+    int has_bias;
+    ffpa_dtype bias_dtype;
+    ffpa_view bias;          /* [b, h, i, j]; sd is the key-column stride */
+
+    /* Backward only. */
+    ffpa_view dout;                 /* dO, shaped like o */
+    ffpa_view grad_q, grad_k, grad_v; /* dQ, dK, dV outputs, shaped like q, k, v */
+    int has_dbias;
+    ffpa_dtype dbias_dtype;
+    ffpa_view dbias;         /* same broadcast as bias; zero strides are summed */
+    ffpa_grad_accum grad_accum;
+    int deterministic;
+} ffpa_problem;
+
+/* Query / key rows of sequence b. */
+static inline int64_t ffpa_seqlen_q(const ffpa_problem *p, int64_t b)
+{
+    return p->cu_q ? (int64_t)p->cu_q[b + 1] - p->cu_q[b] : p->nq;
+}
+static inline int64_t ffpa_seqlen_k(const ffpa_problem *p, int64_t b)
+{
+    return p->cu_k ? (int64_t)p->cu_k[b + 1] - p->cu_k[b] : p->nkv;
+}
+
+/* Element offset of (b, h, row 0) in a q-side (cu = cu_q) or k-side view. */
+static inline int64_t ffpa_row_offset(const ffpa_view *v, const int32_t *cu, int64_t b, int64_t h)
+{
+    return h * v->sh + (cu ? (int64_t)cu[b] * v->sn : b * v->sb);
+}
+
+/* Last key column query row i may see under bottom-right causal masking
+ * (may be negative: the row sees nothing). */
+static inline int64_t ffpa_causal_last_col(int64_t i, int64_t seqlen_q, int64_t seqlen_k)
+{
+    return i + (seqlen_k - seqlen_q);
+}
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

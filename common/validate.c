@@ -1,0 +1,368 @@
+/* Argument validation shared by every backend. See validate.h. */
+#include "validate.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "philox.h"
+
+static const char *const DIM_NAME[4] = {"B", "H", "N", "D"};
+
+static ffpa_status fail(char *err, size_t err_len, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, err_len, fmt, ap);
+    va_end(ap);
+    return FFPA_ERR_INVALID_ARGUMENT;
+}
+
+static int dtype_valid(ffpa_dtype dt)
+{
+    return dt == FFPA_F16 || dt == FFPA_BF16 || dt == FFPA_F32;
+}
+
+/* Pointer, dtype, shape >= lo, strides >= 0, alignment. */
+static ffpa_status check_tensor(const char *name, const ffpa_tensor *t, int64_t min_n, char *err,
+                                size_t err_len)
+{
+    if (!t)
+        return fail(err, err_len, "%s: descriptor is NULL; expected a tensor", name);
+    if (!dtype_valid(t->dtype))
+        return fail(err, err_len, "%s: dtype %d is unknown; expected FFPA_F16, FFPA_BF16 or FFPA_F32",
+                    name, (int)t->dtype);
+    for (int i = 0; i < 4; ++i) {
+        int64_t lo = i == 2 ? min_n : 1;
+        if (t->shape[i] < lo)
+            return fail(err, err_len, "%s: shape[%d] (%s) = %lld; expected >= %lld", name, i,
+                        DIM_NAME[i], (long long)t->shape[i], (long long)lo);
+        if (t->stride[i] < 0)
+            return fail(err, err_len, "%s: stride[%d] (%s) = %lld is negative; expected >= 0", name,
+                        i, DIM_NAME[i], (long long)t->stride[i]);
+    }
+    int64_t elements = t->shape[0] * t->shape[1] * t->shape[2] * t->shape[3];
+    if (!t->data && elements > 0)
+        return fail(err, err_len, "%s: data pointer is NULL; expected device/host memory", name);
+    size_t elt = ffpa_dtype_size(t->dtype);
+    if ((uintptr_t)t->data % elt != 0)
+        return fail(err, err_len, "%s: data pointer %p is misaligned; expected a multiple of %zu bytes",
+                    name, t->data, elt);
+    return FFPA_OK;
+}
+
+/* An output must not have two indices mapping to one element. Sort the
+ * dimensions by stride; each stride must step over the previous extent. */
+static ffpa_status check_no_overlap(const char *name, const ffpa_tensor *t, int ndim, char *err,
+                                    size_t err_len)
+{
+    int order[4] = {0, 1, 2, 3};
+    for (int a = 1; a < ndim; ++a)
+        for (int b = a; b > 0 && t->stride[order[b]] < t->stride[order[b - 1]]; --b) {
+            int tmp = order[b];
+            order[b] = order[b - 1];
+            order[b - 1] = tmp;
+        }
+    int64_t extent = 1; /* elements spanned by the faster dimensions */
+    for (int a = 0; a < ndim; ++a) {
+        int d = order[a];
+        if (t->shape[d] == 1)
+            continue;
+        if (t->stride[d] < extent)
+            return fail(err, err_len,
+                        "%s: strides make elements overlap (stride[%d] = %lld < %lld); expected "
+                        "a non-overlapping output layout",
+                        name, d, (long long)t->stride[d], (long long)extent);
+        extent = t->stride[d] * (t->shape[d] - 1) + extent;
+    }
+    return FFPA_OK;
+}
+
+static ffpa_status check_dim(const char *name, const ffpa_tensor *t, int dim, int64_t want,
+                             const char *why, char *err, size_t err_len)
+{
+    if (t->shape[dim] != want)
+        return fail(err, err_len, "%s: shape[%d] (%s) = %lld; expected %lld (%s)", name, dim,
+                    DIM_NAME[dim], (long long)t->shape[dim], (long long)want, why);
+    return FFPA_OK;
+}
+
+#define TRY(expr)                  \
+    do {                           \
+        ffpa_status st_ = (expr);  \
+        if (st_ != FFPA_OK)        \
+            return st_;            \
+    } while (0)
+
+static ffpa_view view_of(const ffpa_tensor *t)
+{
+    ffpa_view v = {t->data, t->stride[0], t->stride[1], t->stride[2], t->stride[3]};
+    return v;
+}
+
+/* A view for broadcast operands: size-1 dimensions get stride 0. */
+static ffpa_view broadcast_view_of(const ffpa_tensor *t)
+{
+    ffpa_view v = view_of(t);
+    if (t->shape[0] == 1)
+        v.sb = 0;
+    if (t->shape[1] == 1)
+        v.sh = 0;
+    if (t->shape[2] == 1)
+        v.sn = 0;
+    if (t->shape[3] == 1)
+        v.sd = 0;
+    return v;
+}
+
+static ffpa_status check_cu_seqlens(const char *name, const int32_t *cu, int32_t batch,
+                                    int64_t total, int64_t *max_len, char *err, size_t err_len)
+{
+    if (cu[0] != 0)
+        return fail(err, err_len, "%s: [0] = %d; expected 0", name, cu[0]);
+    int64_t longest = 0;
+    for (int32_t b = 0; b < batch; ++b) {
+        if (cu[b + 1] < cu[b])
+            return fail(err, err_len, "%s: [%d] = %d < [%d] = %d; expected non-decreasing offsets",
+                        name, b + 1, cu[b + 1], b, cu[b]);
+        if (cu[b + 1] - cu[b] > longest)
+            longest = cu[b + 1] - cu[b];
+    }
+    if (cu[batch] != total)
+        return fail(err, err_len, "%s: [%d] = %d; expected %lld (rows of the packed tensor)", name,
+                    batch, cu[batch], (long long)total);
+    *max_len = longest;
+    return FFPA_OK;
+}
+
+static ffpa_status check_bias_shape(const char *name, const ffpa_tensor *t, const ffpa_problem *pb,
+                                    char *err, size_t err_len)
+{
+    const int64_t want[4] = {pb->batch, pb->hq, pb->nq, pb->nkv};
+    for (int i = 0; i < 4; ++i) {
+        int ok = t->shape[i] == 1 || t->shape[i] == want[i] ||
+                 (pb->cu_q && i >= 2 && t->shape[i] >= want[i]);
+        if (!ok)
+            return fail(err, err_len,
+                        "%s: shape[%d] = %lld does not broadcast; expected 1 or %lld (%s)", name, i,
+                        (long long)t->shape[i], (long long)want[i],
+                        i == 0 ? "batch" : i == 1 ? "query heads" : i == 2 ? "query rows" : "key rows");
+    }
+    return FFPA_OK;
+}
+
+ffpa_status ffpa_validate_inputs(const ffpa_tensor *q, const ffpa_tensor *k, const ffpa_tensor *v,
+                                 const ffpa_options *opt, ffpa_problem *pb, char *err,
+                                 size_t err_len)
+{
+    static const ffpa_options defaults = {0};
+    const int varlen = opt && (opt->cu_seqlens_q || opt->cu_seqlens_k);
+    const int64_t min_n = varlen ? 0 : 1;
+    if (!opt)
+        opt = &defaults;
+    memset(pb, 0, sizeof *pb);
+    TRY(check_tensor("q", q, min_n, err, err_len));
+    TRY(check_tensor("k", k, min_n, err, err_len));
+    TRY(check_tensor("v", v, min_n, err, err_len));
+    if (k->dtype != q->dtype)
+        return fail(err, err_len, "k: dtype %s differs from q's; expected %s", ffpa_dtype_name(k->dtype),
+                    ffpa_dtype_name(q->dtype));
+    if (v->dtype != q->dtype)
+        return fail(err, err_len, "v: dtype %s differs from q's; expected %s", ffpa_dtype_name(v->dtype),
+                    ffpa_dtype_name(q->dtype));
+    TRY(check_dim("k", k, 0, q->shape[0], "batch of q", err, err_len));
+    TRY(check_dim("v", v, 0, q->shape[0], "batch of q", err, err_len));
+    TRY(check_dim("v", v, 1, k->shape[1], "heads of k", err, err_len));
+    TRY(check_dim("v", v, 2, k->shape[2], "rows of k", err, err_len));
+    TRY(check_dim("k", k, 3, q->shape[3], "head dim of q", err, err_len));
+    if (q->shape[1] % k->shape[1] != 0)
+        return fail(err, err_len,
+                    "k: %lld kv heads do not divide %lld query heads; expected Hq %% Hkv == 0",
+                    (long long)k->shape[1], (long long)q->shape[1]);
+    if (q->shape[3] > FFPA_MAX_HEAD_DIM)
+        return fail(err, err_len, "q: head dim %lld is out of range; expected 1..%d",
+                    (long long)q->shape[3], FFPA_MAX_HEAD_DIM);
+    if (v->shape[3] > FFPA_MAX_HEAD_DIM)
+        return fail(err, err_len, "v: head dim %lld is out of range; expected 1..%d",
+                    (long long)v->shape[3], FFPA_MAX_HEAD_DIM);
+
+    pb->dtype = q->dtype;
+    pb->batch = q->shape[0];
+    pb->hq = q->shape[1];
+    pb->hkv = k->shape[1];
+    pb->nq = q->shape[2];
+    pb->nkv = k->shape[2];
+    pb->dqk = q->shape[3];
+    pb->dv = v->shape[3];
+    pb->total_q = pb->batch * pb->nq;
+    pb->total_k = pb->batch * pb->nkv;
+
+    if (varlen) {
+        if (!opt->cu_seqlens_q || !opt->cu_seqlens_k)
+            return fail(err, err_len, "%s: is NULL while %s is set; expected both or neither",
+                        opt->cu_seqlens_q ? "opt.cu_seqlens_k" : "opt.cu_seqlens_q",
+                        opt->cu_seqlens_q ? "opt.cu_seqlens_q" : "opt.cu_seqlens_k");
+        if (opt->varlen_batch < 1)
+            return fail(err, err_len, "opt.varlen_batch: %d; expected >= 1 with cu_seqlens",
+                        opt->varlen_batch);
+        if (q->shape[0] != 1)
+            return fail(err, err_len, "q: shape[0] (B) = %lld with varlen; expected 1 (packed rows)",
+                        (long long)q->shape[0]);
+        TRY(check_cu_seqlens("opt.cu_seqlens_q", opt->cu_seqlens_q, opt->varlen_batch, q->shape[2],
+                             &pb->nq, err, err_len));
+        TRY(check_cu_seqlens("opt.cu_seqlens_k", opt->cu_seqlens_k, opt->varlen_batch, k->shape[2],
+                             &pb->nkv, err, err_len));
+        pb->batch = opt->varlen_batch;
+        pb->cu_q = opt->cu_seqlens_q;
+        pb->cu_k = opt->cu_seqlens_k;
+        pb->total_q = q->shape[2];
+        pb->total_k = k->shape[2];
+    }
+
+    if (!isfinite(opt->scale))
+        return fail(err, err_len, "opt.scale: %g is not finite; expected a finite number (0: 1/sqrt(D))",
+                    (double)opt->scale);
+    pb->scale = opt->scale != 0.0f ? opt->scale : (float)(1.0 / sqrt((double)pb->dqk));
+    if (opt->causal != 0 && opt->causal != 1)
+        return fail(err, err_len, "opt.causal: %d; expected 0 or 1", opt->causal);
+    pb->causal = opt->causal;
+
+    if (!(opt->dropout_p >= 0.0f && opt->dropout_p < 1.0f))
+        return fail(err, err_len, "opt.dropout_p: %g is out of range; expected 0 <= p < 1",
+                    (double)opt->dropout_p);
+    pb->dropout_p = opt->dropout_p;
+    pb->dropout_threshold = ffpa_dropout_threshold((double)opt->dropout_p);
+    pb->dropout_scale = (float)(1.0 / (1.0 - (double)opt->dropout_p));
+    pb->dropout_seed = opt->dropout_seed;
+    pb->dropout_offset = opt->dropout_offset;
+
+    if (opt->bias) {
+        TRY(check_tensor("bias", opt->bias, 1, err, err_len));
+        TRY(check_bias_shape("bias", opt->bias, pb, err, err_len));
+        pb->has_bias = 1;
+        pb->bias_dtype = opt->bias->dtype;
+        pb->bias = broadcast_view_of(opt->bias);
+    }
+    if (opt->grad_accum != FFPA_GRAD_ACCUM_F32 && opt->grad_accum != FFPA_GRAD_ACCUM_OUTPUT)
+        return fail(err, err_len, "opt.grad_accum: %d; expected FFPA_GRAD_ACCUM_F32 or _OUTPUT",
+                    (int)opt->grad_accum);
+    pb->grad_accum = opt->grad_accum;
+    pb->deterministic = opt->deterministic != 0;
+
+    pb->q = view_of(q);
+    pb->k = view_of(k);
+    pb->v = view_of(v);
+    if (varlen)
+        pb->q.sb = pb->k.sb = pb->v.sb = 0;
+    return FFPA_OK;
+}
+
+/* An output shaped like `like` (same dims and dtype) that does not overlap. */
+static ffpa_status check_output_like(const char *name, const ffpa_tensor *t, const ffpa_tensor *like,
+                                     const char *like_name, int64_t min_n, char *err,
+                                     size_t err_len)
+{
+    TRY(check_tensor(name, t, min_n, err, err_len));
+    if (t->dtype != like->dtype)
+        return fail(err, err_len, "%s: dtype %s; expected %s (the dtype of %s)", name,
+                    ffpa_dtype_name(t->dtype), ffpa_dtype_name(like->dtype), like_name);
+    for (int i = 0; i < 4; ++i)
+        TRY(check_dim(name, t, i, like->shape[i], like_name, err, err_len));
+    return check_no_overlap(name, t, 4, err, err_len);
+}
+
+/* O's shape: [B, Hq, Nq, Dv]. */
+static ffpa_status check_o_shape(const char *name, const ffpa_tensor *t, const ffpa_tensor *q,
+                                 const ffpa_tensor *v, int64_t min_n, char *err, size_t err_len)
+{
+    TRY(check_tensor(name, t, min_n, err, err_len));
+    if (t->dtype != q->dtype)
+        return fail(err, err_len, "%s: dtype %s; expected %s (the dtype of q)", name,
+                    ffpa_dtype_name(t->dtype), ffpa_dtype_name(q->dtype));
+    TRY(check_dim(name, t, 0, q->shape[0], "batch of q", err, err_len));
+    TRY(check_dim(name, t, 1, q->shape[1], "heads of q", err, err_len));
+    TRY(check_dim(name, t, 2, q->shape[2], "rows of q", err, err_len));
+    TRY(check_dim(name, t, 3, v->shape[3], "head dim of v", err, err_len));
+    return FFPA_OK;
+}
+
+static ffpa_status check_lse(const char *name, const ffpa_tensor *lse, const ffpa_tensor *q,
+                             int64_t min_n, char *err, size_t err_len)
+{
+    TRY(check_tensor(name, lse, min_n, err, err_len));
+    if (lse->dtype != FFPA_F32)
+        return fail(err, err_len, "%s: dtype %s; expected f32", name, ffpa_dtype_name(lse->dtype));
+    TRY(check_dim(name, lse, 0, q->shape[0], "batch of q", err, err_len));
+    TRY(check_dim(name, lse, 1, q->shape[1], "heads of q", err, err_len));
+    TRY(check_dim(name, lse, 2, q->shape[2], "rows of q", err, err_len));
+    TRY(check_dim(name, lse, 3, 1, "one value per row", err, err_len));
+    return FFPA_OK;
+}
+
+ffpa_status ffpa_validate_forward(const ffpa_tensor *q, const ffpa_tensor *k, const ffpa_tensor *v,
+                                  const ffpa_tensor *o, const ffpa_tensor *lse,
+                                  const ffpa_options *opt, ffpa_problem *pb, char *err,
+                                  size_t err_len)
+{
+    TRY(ffpa_validate_inputs(q, k, v, opt, pb, err, err_len));
+    const int64_t min_n = pb->cu_q ? 0 : 1;
+    TRY(check_o_shape("o", o, q, v, min_n, err, err_len));
+    TRY(check_no_overlap("o", o, 4, err, err_len));
+    pb->o = view_of(o);
+    if (lse) {
+        TRY(check_lse("lse", lse, q, min_n, err, err_len));
+        TRY(check_no_overlap("lse", lse, 3, err, err_len));
+        pb->lse = view_of(lse);
+    }
+    if (pb->cu_q)
+        pb->o.sb = pb->lse.sb = 0;
+    return FFPA_OK;
+}
+
+ffpa_status ffpa_validate_backward(const ffpa_tensor *dout, const ffpa_tensor *q,
+                                   const ffpa_tensor *k, const ffpa_tensor *v,
+                                   const ffpa_tensor *out, const ffpa_tensor *lse,
+                                   const ffpa_tensor *dq, const ffpa_tensor *dk,
+                                   const ffpa_tensor *dv, const ffpa_options *opt,
+                                   ffpa_problem *pb, char *err, size_t err_len)
+{
+    TRY(ffpa_validate_inputs(q, k, v, opt, pb, err, err_len));
+    const int64_t min_n = pb->cu_q ? 0 : 1;
+    TRY(check_o_shape("out", out, q, v, min_n, err, err_len));
+    TRY(check_o_shape("dout", dout, q, v, min_n, err, err_len));
+    if (!lse)
+        return fail(err, err_len, "lse: is NULL; expected the forward's f32 LSE [B, Hq, Nq, 1]");
+    TRY(check_lse("lse", lse, q, min_n, err, err_len));
+    TRY(check_output_like("dq", dq, q, "q", min_n, err, err_len));
+    TRY(check_output_like("dk", dk, k, "k", min_n, err, err_len));
+    TRY(check_output_like("dv", dv, v, "v", min_n, err, err_len));
+    pb->o = view_of(out);
+    pb->dout = view_of(dout);
+    pb->lse = view_of(lse);
+    pb->grad_q = view_of(dq);
+    pb->grad_k = view_of(dk);
+    pb->grad_v = view_of(dv);
+    if (pb->cu_q)
+        pb->o.sb = pb->dout.sb = pb->lse.sb = pb->grad_q.sb = pb->grad_k.sb = pb->grad_v.sb = 0;
+
+    const ffpa_tensor *dbias = opt ? opt->dbias : NULL;
+    if (dbias) {
+        if (!pb->has_bias)
+            return fail(err, err_len, "opt.dbias: is set without opt.bias; expected a bias to "
+                                      "differentiate");
+        TRY(check_tensor("opt.dbias", dbias, 1, err, err_len));
+        if (dbias->dtype != FFPA_F32 && dbias->dtype != opt->bias->dtype)
+            return fail(err, err_len, "opt.dbias: dtype %s; expected f32 or %s (the bias dtype)",
+                        ffpa_dtype_name(dbias->dtype), ffpa_dtype_name(opt->bias->dtype));
+        for (int i = 0; i < 4; ++i)
+            if (dbias->shape[i] != opt->bias->shape[i])
+                return fail(err, err_len, "opt.dbias: shape[%d] = %lld; expected %lld (as bias)", i,
+                            (long long)dbias->shape[i], (long long)opt->bias->shape[i]);
+        TRY(check_no_overlap("opt.dbias", dbias, 4, err, err_len));
+        pb->has_dbias = 1;
+        pb->dbias_dtype = dbias->dtype;
+        pb->dbias = broadcast_view_of(dbias);
+    }
+    return FFPA_OK;
+}

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs what libffpa needs from Debian's packages. Usage:
+#   tools/install-deps.sh          build + run (compiler, meson, ninja)
+#   tools/install-deps.sh --test   also what the test suite needs
+set -euo pipefail
+packages=(gcc pkg-config meson ninja-build libcjson-dev)
+if [ "${1:-}" = "--test" ]; then
+  packages+=(libcmocka-dev python3 python3-pytest python3-torch python3-numpy)
+fi
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi

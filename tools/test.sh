@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# README command 2: installs what is needed, builds libffpa with its tests
+# and runs them (C suite, then the same suite under AddressSanitizer and
+# UBSan, then the Python package's tests). Ends with "N passed, N failed, N skipped".
+set -uo pipefail
+cd "$(dirname "$0")/.."
+bash tools/install-deps.sh --test || exit 1
+. tools/env.sh
+jobs=$(nproc)
+export CMOCKA_MESSAGE_OUTPUT=TAP
+
+passed=0 failed=0 skipped=0
+# Adds meson's counts from a build's testlog.json (each cmocka case counts once).
+count_meson() {
+  local log="$1/meson-logs/testlog.json"
+  [ -f "$log" ] || { failed=$((failed + 1)); return; }
+  read -r p f s < <(python3 tools/count_tests.py "$log")
+  passed=$((passed + p)); failed=$((failed + f)); skipped=$((skipped + s))
+}
+
+echo "== build (release, with every backend this machine can build)"
+if [ ! -f build-test/build.ninja ]; then meson setup build-test || exit 1; fi
+ninja -C build-test -j "$jobs" || exit 1
+echo "== tests"
+meson test -C build-test --print-errorlogs --num-processes "$jobs"
+count_meson build-test
+
+echo "== tests under -Db_sanitize=address,undefined (cpu backend)"
+if [ ! -f build-asan/build.ninja ]; then
+  meson setup build-asan -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debugoptimized \
+    -Dcuda=disabled -Dhip=disabled || exit 1
+fi
+ninja -C build-asan -j "$jobs" || exit 1
+ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+  meson test -C build-asan --print-errorlogs --num-processes "$jobs" --suite unit --suite validation --suite oracle
+count_meson build-asan
+
+if [ -d python/tests ]; then
+  echo "== python package tests (cpu backend)"
+  out=$(FFPA_LIBRARY="$PWD/build-test/libffpa.so" PYTHONPATH="$PWD/python" \
+        /usr/bin/python3 -m pytest -q -p no:cacheprovider python/tests 2>&1)
+  rc=$?
+  echo "$out"
+  line=$(echo "$out" | tail -n 1)
+  p=$(echo "$line" | grep -oE '[0-9]+ passed' | grep -oE '[0-9]+' || echo 0)
+  f=$(echo "$line" | grep -oE '[0-9]+ (failed|error|errors)' | grep -oE '[0-9]+' | paste -sd+ | bc 2>/dev/null || echo 0)
+  s=$(echo "$line" | grep -oE '[0-9]+ skipped' | grep -oE '[0-9]+' || echo 0)
+  [ -z "$f" ] && f=0
+  if [ $rc -ne 0 ] && [ "$f" -eq 0 ] && [ $rc -ne 5 ]; then f=1; fi
+  passed=$((passed + p)); failed=$((failed + f)); skipped=$((skipped + s))
+fi
+
+echo "$passed passed, $failed failed, $skipped skipped"
+[ "$failed" -eq 0 ]
