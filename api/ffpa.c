@@ -123,13 +123,13 @@ ffpa_status ffpa_create(ffpa_context **out, const char *backend)
     } else {
         e = ffpa_registry_find(backend);
         if (!e) {
-            ffpa_registry_describe(list, sizeof list);
+            ffpa_registry_describe(list, sizeof list, 1);
             return set_error(thread_err, FFPA_ERR_NO_BACKEND,
                              "%s: unknown backend '%s'; expected auto or one of: %s", source, backend,
                              list);
         }
         if (e->status != FFPA_OK) {
-            ffpa_registry_describe(list, sizeof list);
+            ffpa_registry_describe(list, sizeof list, 0);
             return set_error(thread_err, FFPA_ERR_NO_BACKEND,
                              "%s: backend '%s' cannot start: %s; backends: %s", source, backend, e->why,
                              list);

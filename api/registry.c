@@ -3,8 +3,10 @@
 #include "registry.h"
 
 #include <dlfcn.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -29,15 +31,17 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static int core_dir(char *buf, size_t len)
 {
     Dl_info info;
+    char resolved[PATH_MAX];
     if (!dladdr((void *)&ffpa_registry_count, &info) || !info.dli_fname)
         return 0;
-    const char *slash = strrchr(info.dli_fname, '/');
+    const char *file = realpath(info.dli_fname, resolved) ? resolved : info.dli_fname;
+    const char *slash = strrchr(file, '/');
     if (!slash)
         return snprintf(buf, len, ".") > 0;
-    size_t n = (size_t)(slash - info.dli_fname);
+    size_t n = (size_t)(slash - file);
     if (n >= len)
         return 0;
-    memcpy(buf, info.dli_fname, n);
+    memcpy(buf, file, n);
     buf[n] = '\0';
     return 1;
 }
@@ -61,7 +65,7 @@ static int find_plugin(const ffpa_registry_entry *e, char *path, size_t path_len
     size_t used = 0;
     tried[0] = '\0';
     for (int i = 0; i < n; ++i) {
-        snprintf(path, path_len, "%s/%s", dirs[i], e->plugin_file);
+        snprintf(path, path_len, "%.500s/%.100s", dirs[i], e->plugin_file);
         if (access(path, F_OK) == 0)
             return 1;
         if (used < tried_len)
@@ -143,17 +147,19 @@ const ffpa_registry_entry *ffpa_registry_find(const char *name)
     return NULL;
 }
 
-void ffpa_registry_describe(char *buf, size_t buf_len)
+void ffpa_registry_describe(char *buf, size_t buf_len, int with_reasons)
 {
     size_t used = 0;
     buf[0] = '\0';
     for (int i = 0; i < N_ENTRIES && used < buf_len; ++i) {
         const ffpa_registry_entry *e = ffpa_registry_get(i);
+        const char *sep = used ? ", " : "";
         if (e->status == FFPA_OK)
-            used += (size_t)snprintf(buf + used, buf_len - used, "%s%s (available: %s)", i ? ", " : "",
-                                     e->name, e->caps.device_name);
+            used += (size_t)snprintf(buf + used, buf_len - used, "%s%s (available)", sep, e->name);
+        else if (with_reasons)
+            used += (size_t)snprintf(buf + used, buf_len - used, "%s%s (unavailable: %s)", sep,
+                                     e->name, e->why);
         else
-            used += (size_t)snprintf(buf + used, buf_len - used, "%s%s (unavailable: %s)",
-                                     i ? ", " : "", e->name, e->why);
+            used += (size_t)snprintf(buf + used, buf_len - used, "%s%s (unavailable)", sep, e->name);
     }
 }

@@ -28,7 +28,8 @@ const ffpa_registry_entry *ffpa_registry_get(int index);
 /* Entry by name, probed; NULL when no backend has that name. */
 const ffpa_registry_entry *ffpa_registry_find(const char *name);
 
-/* "cpu (available: ...), cuda (unavailable: ...), ..." for error messages. */
-void ffpa_registry_describe(char *buf, size_t buf_len);
+/* "cuda (unavailable: why), hip (unavailable: why), cpu (available)" for
+ * error messages; the reasons only when with_reasons. */
+void ffpa_registry_describe(char *buf, size_t buf_len, int with_reasons);
 
 #endif
