@@ -25,6 +25,9 @@ echo "== tests"
 meson test -C build-test --print-errorlogs --num-processes "$jobs"
 count_meson build-test
 
+echo "== install check: a program outside the project, built with pkg-config against the installed library"
+if bash tests/install/run.sh build-test; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
+
 echo "== tests under -Db_sanitize=address,undefined (cpu backend)"
 if [ ! -f build-asan/build.ninja ]; then
   meson setup build-asan -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debugoptimized \
