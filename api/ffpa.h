@@ -75,9 +75,10 @@ FFPA_API const char *ffpa_dtype_name(ffpa_dtype dtype);
 
 /*
  * A strided view. shape = {B, H, N, D}; stride[i] is the distance in elements
- * between consecutive indices of dimension i. Strides must be >= 0; a stride of
- * 0 is allowed only where shape is 1 or for broadcast dimensions of a bias.
- * The data pointer must be aligned to the element size.
+ * between consecutive indices of dimension i. Strides must be >= 0. Inputs may
+ * use stride 0 to broadcast (an expanded view, as torch.expand makes); outputs
+ * must not overlap (no two indices may map to one element). The data pointer
+ * must be aligned to the element size.
  */
 typedef struct ffpa_tensor {
     void *data;
