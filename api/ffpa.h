@@ -119,7 +119,7 @@ typedef struct ffpa_options {
      * supported dtype, logical shape [B|1, Hq|1, Nq|1, Nkv|1] (dimensions of
      * size 1, or with stride 0, broadcast). Use -INFINITY to mask. With varlen
      * the bias is indexed by the position inside each sequence and its N
-     * dimensions must cover the longest sequence. NULL: none. */
+     * dimensions are the longest query / key sequence (or 1). NULL: none. */
     const ffpa_tensor *bias;
 
     /* Dropout on the attention probabilities, p in [0, 1). The keep mask is a
@@ -141,8 +141,9 @@ typedef struct ffpa_options {
     /* Backward only. */
     ffpa_grad_accum grad_accum; /* see ffpa_grad_accum */
     int deterministic;          /* 1: two runs give bit-identical gradients */
-    /* Optional d(bias) output, same shape/broadcast as bias (summed over the
-     * broadcast dimensions), float32 or the bias dtype. NULL: not computed. */
+    /* Optional d(bias) output with the bias's shape, float32 or the bias
+     * dtype; gradients are summed over its size-1 and stride-0 dimensions.
+     * NULL: not computed. */
     const ffpa_tensor *dbias;
 } ffpa_options;
 

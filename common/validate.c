@@ -53,9 +53,10 @@ static ffpa_status check_tensor(const char *name, const ffpa_tensor *t, int64_t 
 }
 
 /* An output must not have two indices mapping to one element. Sort the
- * dimensions by stride; each stride must step over the previous extent. */
-static ffpa_status check_no_overlap(const char *name, const ffpa_tensor *t, int ndim, char *err,
-                                    size_t err_len)
+ * dimensions by stride; each stride must step over the previous extent.
+ * With sum_zero_strides, stride-0 dimensions are reductions (dbias) and skipped. */
+static ffpa_status check_layout(const char *name, const ffpa_tensor *t, int ndim,
+                                int sum_zero_strides, char *err, size_t err_len)
 {
     int order[4] = {0, 1, 2, 3};
     for (int a = 1; a < ndim; ++a)
@@ -67,7 +68,7 @@ static ffpa_status check_no_overlap(const char *name, const ffpa_tensor *t, int 
     int64_t extent = 1; /* elements spanned by the faster dimensions */
     for (int a = 0; a < ndim; ++a) {
         int d = order[a];
-        if (t->shape[d] == 1)
+        if (t->shape[d] == 1 || (sum_zero_strides && t->stride[d] == 0))
             continue;
         if (t->stride[d] < extent)
             return fail(err, err_len,
@@ -141,8 +142,7 @@ static ffpa_status check_bias_shape(const char *name, const ffpa_tensor *t, cons
 {
     const int64_t want[4] = {pb->batch, pb->hq, pb->nq, pb->nkv};
     for (int i = 0; i < 4; ++i) {
-        int ok = t->shape[i] == 1 || t->shape[i] == want[i] ||
-                 (pb->cu_q && i >= 2 && t->shape[i] >= want[i]);
+        int ok = t->shape[i] == 1 || t->shape[i] == want[i];
         if (!ok)
             return fail(err, err_len,
                         "%s: shape[%d] = %lld does not broadcast; expected 1 or %lld (%s)", name, i,
@@ -269,7 +269,7 @@ static ffpa_status check_output_like(const char *name, const ffpa_tensor *t, con
                     ffpa_dtype_name(t->dtype), ffpa_dtype_name(like->dtype), like_name);
     for (int i = 0; i < 4; ++i)
         TRY(check_dim(name, t, i, like->shape[i], like_name, err, err_len));
-    return check_no_overlap(name, t, 4, err, err_len);
+    return check_layout(name, t, 4, 0, err, err_len);
 }
 
 /* O's shape: [B, Hq, Nq, Dv]. */
@@ -308,11 +308,11 @@ ffpa_status ffpa_validate_forward(const ffpa_tensor *q, const ffpa_tensor *k, co
     TRY(ffpa_validate_inputs(q, k, v, opt, pb, err, err_len));
     const int64_t min_n = pb->cu_q ? 0 : 1;
     TRY(check_o_shape("o", o, q, v, min_n, err, err_len));
-    TRY(check_no_overlap("o", o, 4, err, err_len));
+    TRY(check_layout("o", o, 4, 0, err, err_len));
     pb->o = view_of(o);
     if (lse) {
         TRY(check_lse("lse", lse, q, min_n, err, err_len));
-        TRY(check_no_overlap("lse", lse, 3, err, err_len));
+        TRY(check_layout("lse", lse, 3, 0, err, err_len));
         pb->lse = view_of(lse);
     }
     if (pb->cu_q)
@@ -359,7 +359,7 @@ ffpa_status ffpa_validate_backward(const ffpa_tensor *dout, const ffpa_tensor *q
             if (dbias->shape[i] != opt->bias->shape[i])
                 return fail(err, err_len, "opt.dbias: shape[%d] = %lld; expected %lld (as bias)", i,
                             (long long)dbias->shape[i], (long long)opt->bias->shape[i]);
-        TRY(check_no_overlap("opt.dbias", dbias, 4, err, err_len));
+        TRY(check_layout("opt.dbias", dbias, 4, 1, err, err_len));
         pb->has_dbias = 1;
         pb->dbias_dtype = dbias->dtype;
         pb->dbias = broadcast_view_of(dbias);
