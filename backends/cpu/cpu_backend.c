@@ -1,0 +1,203 @@
+/*
+ * The cpu backend table: probe, context state, workspace and host memory.
+ * The math lives in cpu_forward.c and cpu_backward.c.
+ */
+#include "cpu_backend.h"
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "backend.h"
+#include "cpu_tiles.h"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+int cpu_thread_index(void)
+{
+#ifdef _OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
+}
+
+void cpu_device_limits(ffpa_device_limits *lim)
+{
+    memset(lim, 0, sizeof *lim);
+    lim->is_gpu = 0;
+    lim->arch = 0;
+    lim->sm_count = cpu_max_threads(); /* one "multiprocessor" per thread */
+    lim->warp_size = 1;
+    lim->max_threads_per_block = 1;
+}
+
+ffpa_status cpu_plan(const ffpa_problem *pb, int backward, ffpa_plan *plan, char *err,
+                     size_t err_len)
+{
+    ffpa_device_limits lim;
+    cpu_device_limits(&lim);
+    ffpa_plan_input in;
+    memset(&in, 0, sizeof in);
+    in.dtype = pb->dtype;
+    in.batch = pb->batch;
+    in.hq = pb->hq;
+    in.hkv = pb->hkv;
+    /* Varlen batches may hold only empty sequences; plan for one row so the
+     * passes still run (and write O = 0, LSE = -inf, zero gradients). */
+    in.nq = pb->nq > 0 ? pb->nq : 1;
+    in.nkv = pb->nkv > 0 ? pb->nkv : 1;
+    in.dqk = pb->dqk;
+    in.dv = pb->dv;
+    in.causal = pb->causal;
+    in.has_bias = pb->has_bias;
+    in.has_dropout = pb->dropout_p > 0.0f;
+    in.varlen = pb->cu_q != NULL;
+    in.backward = backward;
+    ffpa_status st = ffpa_plan_make(&in, &lim, plan);
+    if (st != FFPA_OK)
+        snprintf(err, err_len,
+                 "q: head dims Dqk = %lld, Dv = %lld have no cpu Split-D plan; expected 1..%d",
+                 (long long)pb->dqk, (long long)pb->dv, FFPA_MAX_HEAD_DIM);
+    return st;
+}
+
+size_t cpu_workspace_bytes(size_t shared_bytes, size_t slot_bytes)
+{
+    return 64 + cpu_align64(shared_bytes) + (size_t)cpu_max_threads() * cpu_align64(slot_bytes);
+}
+
+ffpa_status cpu_workspace_carve(cpu_workspace *ws, void *mem, size_t bytes, size_t shared_bytes,
+                                size_t slot_bytes, char *err, size_t err_len)
+{
+    const size_t skip = mem ? (64 - (uintptr_t)mem % 64) % 64 : 0;
+    const size_t shared = cpu_align64(shared_bytes), slot = cpu_align64(slot_bytes);
+    const size_t need_one = skip + shared + slot;
+    if (!mem || bytes < need_one) {
+        snprintf(err, err_len, "workspace: %zu bytes; expected at least %zu (%zu per thread)",
+                 mem ? bytes : (size_t)0, 64 + shared + slot, slot);
+        return FFPA_ERR_INVALID_ARGUMENT;
+    }
+    /* The thread count of the call is what both OpenMP and the memory allow. */
+    size_t fit = (bytes - skip - shared) / slot;
+    int threads = cpu_max_threads();
+    if (fit < (size_t)threads)
+        threads = (int)fit;
+    ws->shared = (char *)mem + skip;
+    ws->slots = ws->shared + shared;
+    ws->slot_bytes = slot;
+    ws->threads = threads;
+    return FFPA_OK;
+}
+
+/* ---------------------------------------------------------------- table members */
+
+static ffpa_status cpu_probe(ffpa_backend_caps *caps, char *err, size_t err_len)
+{
+    (void)err;
+    (void)err_len;
+    memset(caps, 0, sizeof *caps);
+    cpu_device_limits(&caps->limits);
+    int threads = caps->limits.sm_count;
+    snprintf(caps->device_name, sizeof caps->device_name, "cpu (%d thread%s)", threads,
+             threads == 1 ? "" : "s");
+    caps->dtype_mask = (1u << FFPA_F16) | (1u << FFPA_BF16) | (1u << FFPA_F32);
+    caps->max_head_dim = FFPA_MAX_HEAD_DIM;
+    caps->has_backward = 1;
+    return FFPA_OK;
+}
+
+/* The cpu backend keeps no per-context state; a static token stands in so
+ * that the core never sees a NULL state from a successful init. */
+static int cpu_state_token;
+
+static ffpa_status cpu_init(void **state, char *err, size_t err_len)
+{
+    (void)err;
+    (void)err_len;
+    *state = &cpu_state_token;
+    return FFPA_OK;
+}
+
+static void cpu_destroy(void *state)
+{
+    (void)state;
+}
+
+static size_t cpu_workspace_size(void *state, const ffpa_problem *pb, int backward)
+{
+    (void)state;
+    return backward ? cpu_backward_workspace_size(pb) : cpu_forward_workspace_size(pb);
+}
+
+static ffpa_status cpu_forward_entry(void *state, const ffpa_problem *pb, void *workspace,
+                                     size_t workspace_bytes, char *err, size_t err_len)
+{
+    (void)state;
+    return cpu_forward(pb, workspace, workspace_bytes, err, err_len);
+}
+
+static ffpa_status cpu_backward_entry(void *state, const ffpa_problem *pb, void *workspace,
+                                      size_t workspace_bytes, char *err, size_t err_len)
+{
+    (void)state;
+    return cpu_backward(pb, workspace, workspace_bytes, err, err_len);
+}
+
+static ffpa_status cpu_mem_alloc(void *state, void **ptr, size_t bytes, char *err, size_t err_len)
+{
+    (void)state;
+    void *mem = NULL;
+    /* 64-byte alignment suits every dtype and vector width; size 0 still
+     * returns a distinct pointer. */
+    size_t rounded = cpu_align64(bytes ? bytes : 1);
+    if (rounded < bytes || posix_memalign(&mem, 64, rounded) != 0) {
+        snprintf(err, err_len, "bytes: cannot allocate %zu bytes of host memory", bytes);
+        *ptr = NULL;
+        return FFPA_ERR_OUT_OF_MEMORY;
+    }
+    *ptr = mem;
+    return FFPA_OK;
+}
+
+static void cpu_mem_free(void *state, void *ptr)
+{
+    (void)state;
+    free(ptr);
+}
+
+static ffpa_status cpu_mem_copy(void *state, void *dst, const void *src, size_t bytes,
+                                ffpa_copy_kind kind, char *err, size_t err_len)
+{
+    (void)state;
+    (void)kind; /* host and "device" are the same memory */
+    (void)err;
+    (void)err_len;
+    if (bytes)
+        memmove(dst, src, bytes);
+    return FFPA_OK;
+}
+
+static const ffpa_backend_i cpu_backend_table = {
+    .abi_version = FFPA_BACKEND_ABI_VERSION,
+    .name = "cpu",
+    .probe = cpu_probe,
+    .init = cpu_init,
+    .destroy = cpu_destroy,
+    .workspace_size = cpu_workspace_size,
+    .forward = cpu_forward_entry,
+    .backward = cpu_backward_entry,
+    .set_stream = NULL,  /* no streams: the stream handle is ignored */
+    .synchronize = NULL, /* calls return when the work is done */
+    .mem_alloc = cpu_mem_alloc,
+    .mem_free = cpu_mem_free,
+    .mem_copy = cpu_mem_copy,
+};
+
+const ffpa_backend_i *ffpa_cpu_backend(void)
+{
+    return &cpu_backend_table;
+}
