@@ -11,16 +11,39 @@ static int round_up(int64_t a, int64_t m)
     return (int)(ceil_div(a, m) * m);
 }
 
+/* Forward GPU model: the layout of the CUDA forward kernels
+ * (backends/gpu/fwd_kernel.cuh, fwd_smem_layout). Q is resident (loaded
+ * once, Br x Dqk) on the small-D path and streamed with each K chunk on the
+ * Split-D path; a ring of `stages` slots of Bc (+ Br) x chunk; the partial S
+ * tiles when warps split D (warps > Br / 16); O is staged through the same
+ * memory at the end. */
+static size_t plan_smem_forward_gpu(const ffpa_plan *plan, size_t elt)
+{
+    int row_warps = plan->br / 16 > 0 ? plan->br / 16 : 1;
+    int d_warps = plan->warps > row_warps ? plan->warps / row_warps : 1;
+    int resident = plan->path == FFPA_PATH_SMALL_D ||
+                   (plan->path == FFPA_PATH_DECODE && plan->dqk_padded <= 256 &&
+                    plan->dv_padded <= 256);
+    size_t q = resident ? (size_t)plan->br * (size_t)plan->dqk_padded * elt : 0;
+    size_t slot = (size_t)(plan->bc + (resident ? 0 : plan->br)) * (size_t)plan->dqk_chunk * elt;
+    size_t main_loop = q + (size_t)plan->stages * slot;
+    size_t epilogue = (size_t)plan->br * (size_t)plan->dv_padded * elt;
+    size_t spart = d_warps > 1 ? (size_t)d_warps * plan->br * plan->bc * sizeof(float) : 0;
+    return (main_loop > epilogue ? main_loop : epilogue) + spart;
+}
+
 size_t ffpa_plan_smem_bytes(const ffpa_plan *plan, ffpa_dtype dtype, int backward)
 {
     size_t elt = ffpa_dtype_size(dtype);
+    if (!backward)
+        return plan_smem_forward_gpu(plan, elt);
     if (plan->path == FFPA_PATH_SPLIT_D || plan->path == FFPA_PATH_DECODE) {
         /* Q, K and V chunks stream through one ring of `stages` slots: a
          * slot holds a Br x Dchunk Q chunk and a Bc x Dchunk K (or V) chunk. */
         int chunk = plan->dqk_chunk > plan->dv_chunk ? plan->dqk_chunk : plan->dv_chunk;
         size_t ring = (size_t)plan->stages * (size_t)(plan->br + plan->bc) * (size_t)chunk * elt;
-        if (backward) /* S/dP tile in fp32 for the recompute */
-            ring += (size_t)plan->br * (size_t)plan->bc * sizeof(float);
+        /* S/dP tile in fp32 for the recompute */
+        ring += (size_t)plan->br * (size_t)plan->bc * sizeof(float);
         return ring;
     }
     /* Small D: whole-D tiles of Q (once) and K, V (staged). */
@@ -28,7 +51,7 @@ size_t ffpa_plan_smem_bytes(const ffpa_plan *plan, ffpa_dtype dtype, int backwar
     size_t kv = (size_t)plan->stages * (size_t)plan->bc *
                 (size_t)(plan->dqk_padded > plan->dv_padded ? plan->dqk_padded : plan->dv_padded) *
                 elt;
-    size_t extra = backward ? (size_t)plan->br * (size_t)plan->bc * sizeof(float) : 0;
+    size_t extra = (size_t)plan->br * (size_t)plan->bc * sizeof(float);
     return q + kv + extra;
 }
 
@@ -46,7 +69,7 @@ static void plan_cpu(const ffpa_plan_input *in, const ffpa_device_limits *lim, f
     p->kv_splits = 1;
 }
 
-static void plan_gpu(const ffpa_plan_input *in, const ffpa_device_limits *lim, ffpa_plan *p)
+static void plan_gpu_backward(const ffpa_plan_input *in, const ffpa_device_limits *lim, ffpa_plan *p)
 {
     int64_t dmax = in->dqk > in->dv ? in->dqk : in->dv;
     p->kv_splits = 1;
@@ -89,6 +112,72 @@ static void plan_gpu(const ffpa_plan_input *in, const ffpa_device_limits *lim, f
         --p->stages;
     while (p->bc > 16 && ffpa_plan_smem_bytes(p, in->dtype, in->backward) > lim->smem_per_block)
         p->bc /= 2;
+}
+
+/*
+ * Forward shapes of the CUDA kernels, one per instantiated Dv (the kernels
+ * keep O for the whole Dv in registers, so Dv is compile-time; Dqk is a loop
+ * count). Must match backends/cuda/fwd_kernels.cuh: the launcher checks.
+ *   dv: largest Dv covered; wm x wn warps (wm x 16 query rows; wn warps split
+ *   every D chunk); bc key rows per tile; chunk: D columns per smem slab.
+ */
+typedef struct gpu_fwd_shape {
+    int dv, wm, wn, bc, chunk, stages;
+} gpu_fwd_shape;
+
+static const gpu_fwd_shape gpu_fwd_shapes[] = {
+    {64, 4, 1, 64, 64, 2},    {128, 8, 1, 64, 128, 2}, {256, 4, 1, 64, 256, 2},
+    {320, 4, 1, 64, 64, 3},   {512, 4, 2, 64, 128, 3}, {1024, 2, 4, 64, 256, 2},
+};
+
+static void plan_gpu_forward(const ffpa_plan_input *in, const ffpa_device_limits *lim, ffpa_plan *p)
+{
+    size_t n_shapes = sizeof gpu_fwd_shapes / sizeof gpu_fwd_shapes[0];
+    const gpu_fwd_shape *s = &gpu_fwd_shapes[n_shapes - 1];
+    for (size_t i = 0; i < n_shapes; ++i)
+        if (in->dv <= gpu_fwd_shapes[i].dv) {
+            s = &gpu_fwd_shapes[i];
+            break;
+        }
+    int64_t dmax = in->dqk > in->dv ? in->dqk : in->dv;
+    /* D <= 256: coarse FA-2 tiling (Q resident, whole-D slabs);
+     * D > 256: fine-grained Split-D (Q and K/V chunks streamed). */
+    p->path = dmax <= 256 ? FFPA_PATH_SMALL_D : FFPA_PATH_SPLIT_D;
+    p->br = 16 * s->wm;
+    p->bc = s->bc;
+    p->dqk_chunk = s->chunk;
+    p->dv_chunk = s->chunk;
+    p->stages = s->stages;
+    p->warps = s->wm * s->wn;
+    p->kv_splits = 1;
+    p->dqk_padded = round_up(in->dqk, p->dqk_chunk);
+    p->dv_padded = round_up(in->dv, p->dv_chunk);
+    /* Few query rows cannot fill the machine: split the KV sequence too
+     * (flash-decoding), about two blocks per multiprocessor. */
+    int64_t q_blocks = ceil_div(in->nq, p->br);
+    int64_t blocks = q_blocks * in->hq * in->batch;
+    if (in->nq <= 16 && !in->varlen && blocks < lim->sm_count) {
+        int64_t kv_blocks = ceil_div(in->nkv, p->bc);
+        int64_t want = ceil_div(2 * (int64_t)lim->sm_count, blocks);
+        int64_t splits = want < kv_blocks ? want : kv_blocks;
+        if (splits > 1) {
+            /* No empty split: every split owns ceil(kv_blocks / splits) tiles. */
+            int64_t per = ceil_div(kv_blocks, splits);
+            p->kv_splits = (int)ceil_div(kv_blocks, per);
+            p->path = FFPA_PATH_DECODE;
+        }
+    }
+    /* Shallower ring if the block's shared memory is too small (consumer parts). */
+    while (p->stages > 2 && ffpa_plan_smem_bytes(p, in->dtype, 0) > lim->smem_per_block)
+        --p->stages;
+}
+
+static void plan_gpu(const ffpa_plan_input *in, const ffpa_device_limits *lim, ffpa_plan *p)
+{
+    if (in->backward)
+        plan_gpu_backward(in, lim, p);
+    else
+        plan_gpu_forward(in, lim, p);
 }
 
 ffpa_status ffpa_plan_make(const ffpa_plan_input *in, const ffpa_device_limits *lim,

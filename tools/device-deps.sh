@@ -9,7 +9,9 @@ rm -rf .deps && mkdir -p .deps/debs .deps/root
 for deb in .deps/debs/*.deb; do dpkg -x "$deb" .deps/root; done
 # Make the .pc files relocatable.
 for pc in .deps/root/usr/lib/x86_64-linux-gnu/pkgconfig/*.pc; do
-  sed -i 's|^prefix=.*|prefix=${pcfiledir}/../../..|' "$pc"
+  sed -i -e 's|^prefix=.*|prefix=${pcfiledir}/../../..|' \
+         -e 's|^libdir=/usr/|libdir=${pcfiledir}/../../../|' \
+         -e 's|^includedir=/usr/|includedir=${pcfiledir}/../../../|' "$pc"
 done
 rm -rf .deps/debs
 du -sh .deps
