@@ -1,0 +1,88 @@
+/*
+ * Pieces both backward kernels share: block shape, sequence geometry, the
+ * per-row LSE/Delta fetch, P = exp2(S - LSE) recompute and dS.
+ * Reuses the arch layer and backends/gpu/{smem_tile,masking}.cuh.
+ */
+#ifndef FFPA_CUDA_BWD_COMMON_CUH
+#define FFPA_CUDA_BWD_COMMON_CUH
+
+#include "arch_sm80.cuh"
+#include "masking.cuh"
+#include "smem_tile.cuh"
+
+#include "bwd_mma.cuh"
+
+namespace ffpa {
+namespace bwd {
+
+constexpr int kWarps = 8;
+constexpr int kThreads = kWarps * arch::kWarpSize;
+constexpr int kBr = 16 * kWarps;  /* query rows of a tile: 16 per warp */
+constexpr int kChunk = 2 * kSlab; /* columns streamed per pipeline item */
+
+/* Rows of sequence b and where they start in the packed tensors. */
+struct SeqGeom {
+    int64_t q_start, k_start; /* packed row of position 0 (varlen), else 0 */
+    int seqlen_q, seqlen_k;
+};
+
+__device__ __forceinline__ SeqGeom seq_geom(const ffpa_bwd_params &p, int b)
+{
+    SeqGeom g;
+    g.q_start = g.k_start = 0;
+    g.seqlen_q = p.nq;
+    g.seqlen_k = p.nkv;
+    if (p.cu_q) {
+        g.q_start = p.cu_q[b];
+        g.seqlen_q = p.cu_q[b + 1] - p.cu_q[b];
+        g.k_start = p.cu_k[b];
+        g.seqlen_k = p.cu_k[b + 1] - p.cu_k[b];
+    }
+    return g;
+}
+
+/* Element offset of row 0 of (b, h) in a q/k/v/o/dO-side tensor. */
+__device__ __forceinline__ int64_t row0_offset(int64_t sb, int64_t sh, int64_t sn, int64_t start, bool varlen,
+                                               int b, int h)
+{
+    return (int64_t)h * sh + (varlen ? start * sn : (int64_t)b * sb);
+}
+
+/* LSE (as log2, +inf for rows that saw no key or lie past the sequence, so
+ * that P = exp2(s - lse2) = 0) and Delta of this lane's two rows. */
+__device__ __forceinline__ void row_stats(const ffpa_bwd_params &p, const SeqGeom &g, int b, int h, int row0,
+                                          int lane, float (&lse2)[2], float (&delta)[2])
+{
+    const float *lse = p.lse + row0_offset(p.lse_sb, p.lse_sh, p.lse_sn, g.q_start, p.cu_q != nullptr, b, h);
+    const float *dl = p.delta + (int64_t)h * p.total_q + (p.cu_q ? g.q_start : (int64_t)b * p.nq);
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+        int r = row0 + arch::frag_c_row(lane, 2 * half);
+        float l = r < g.seqlen_q ? lse[(int64_t)r * p.lse_sn] : -INFINITY;
+        lse2[half] = l == -INFINITY ? INFINITY : l * kLog2e;
+        delta[half] = r < g.seqlen_q ? dl[r] : 0.0f;
+    }
+}
+
+/* Masked scores (log2 domain) -> probabilities P from the saved LSE. */
+template <int kNT>
+__device__ __forceinline__ void recompute_p(arch::FragC (&s)[kNT], const float (&lse2)[2])
+{
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+            s[nt].r[e] = arch::exp2_fast(s[nt].r[e] - lse2[e >> 1]);
+}
+
+/* Causal: first query row that sees key column j (may exceed the sequence). */
+__device__ __forceinline__ int first_row_seeing(int j, const SeqGeom &g)
+{
+    int r = j - (g.seqlen_k - g.seqlen_q);
+    return r < 0 ? 0 : r;
+}
+
+} /* namespace bwd */
+} /* namespace ffpa */
+
+#endif

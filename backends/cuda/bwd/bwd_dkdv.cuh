@@ -1,0 +1,267 @@
+/*
+ * dK/dV kernel (paper Algorithm 2, dKdV half). A block owns kBc key rows of
+ * one kv head: K_j and V_j (all of Dqk / Dv, as 64-column slabs) stay in
+ * shared memory while the query blocks of every query head of the group
+ * stream through a cp.async ring in 128-column chunks:
+ *   Q chunks   S = Q K^T (Split-D over Dqk)           -> P from the saved LSE
+ *   dO chunks  dP = dO V^T (Split-D over Dv), and dV_c += P_dropped^T dO_c
+ *   Q chunks   dK_c += scale * dS^T Q_c
+ * dK/dV partial sums live in the gradient accumulator (fp32 workspace or the
+ * output), read-modify-written once per query tile by this block only: no
+ * atomics, a fixed order, the same bits on every run. Warp w owns query rows
+ * [16 w, 16 w + 16) of S/dP; for dV/dK the warps tile the kBc x 128 chunk.
+ */
+#ifndef FFPA_CUDA_BWD_DKDV_CUH
+#define FFPA_CUDA_BWD_DKDV_CUH
+
+#include "bwd_common.cuh"
+
+namespace ffpa {
+namespace bwd {
+
+template <int kBc_> struct DkdvCfg {
+    static constexpr int kBc = kBc_;
+    static constexpr int kNT = kBc / 8;               /* S n-tiles per warp */
+    static constexpr int kPElems = ptile_elems<kBc>(kBr); /* P or dS tile (swizzled or padded) */
+    static constexpr int kGridRows = kBc / 32;        /* dV/dK warp grid: 32 key rows per warp */
+    static constexpr int kGridCols = kWarps / kGridRows;
+    static constexpr int kGCols = kChunk / kGridCols; /* chunk columns per warp */
+    static constexpr int kGNT = kGCols / 8;
+    static_assert(kBc == 32 || kBc == 64, "key tile");
+};
+
+/* Shared memory of the dK/dV kernel: [K slabs][V slabs][P][dS][ring]. */
+inline size_t dkdv_smem_bytes(int bc, int dqk, int dv, int stages, size_t elt)
+{
+    size_t kslabs = (size_t)(dqk + kSlab - 1) / kSlab, vslabs = (size_t)(dv + kSlab - 1) / kSlab;
+    const size_t ptile = bc % 64 == 0 ? (size_t)kBr * bc : (size_t)kBr * (bc + 8);
+    return ((kslabs + vslabs) * bc * kSlab + 2 * ptile + (size_t)stages * kBr * kChunk) * elt;
+}
+
+template <typename T, int kBc> __device__ __forceinline__ void dkdv_body(const ffpa_bwd_params &p)
+{
+    using Cfg = DkdvCfg<kBc>;
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int kb = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
+    const SeqGeom g = seq_geom(p, b);
+    const int kv0 = kb * kBc;
+    if (kv0 >= g.seqlen_k)
+        return;
+    const int kv_valid = min(kBc, g.seqlen_k - kv0);
+    const bool varlen = p.cu_q != nullptr;
+    const int kslabs = (p.dqk + kSlab - 1) / kSlab, vslabs = (p.dv + kSlab - 1) / kSlab;
+    const int nq2 = (p.dqk + kChunk - 1) / kChunk, nv2 = (p.dv + kChunk - 1) / kChunk;
+
+    const int64_t dk_base = acc_row0(p.dk, p.cu_k, b, hk) + (int64_t)kv0 * p.dk.sn;
+    const int64_t dv_base = acc_row0(p.dv_acc, p.cu_k, b, hk) + (int64_t)kv0 * p.dv_acc.sn;
+
+    /* Query blocks that see this key block (causal: from the diagonal on). */
+    const int first_qb = p.causal ? first_row_seeing(kv0, g) / kBr : 0;
+    const int n_qb = max(0, (g.seqlen_q + kBr - 1) / kBr - first_qb);
+    const int n_tiles = n_qb * p.group;
+    if (n_tiles == 0) { /* no query row sees these keys: zero gradients */
+        for (int i = tid; i < kv_valid * (p.dqk / 2); i += kThreads)
+            AccPair<T>::store(p.dk, dk_base + (int64_t)(i / (p.dqk / 2)) * p.dk.sn + 2 * (i % (p.dqk / 2)), 0.f, 0.f);
+        for (int i = tid; i < kv_valid * (p.dv / 2); i += kThreads)
+            AccPair<T>::store(p.dv_acc, dv_base + (int64_t)(i / (p.dv / 2)) * p.dv_acc.sn + 2 * (i % (p.dv / 2)), 0.f,
+                              0.f);
+        return;
+    }
+
+    T *ks = reinterpret_cast<T *>(smem_raw);
+    T *vs = ks + kslabs * kBc * kSlab;
+    T *ps = vs + vslabs * kBc * kSlab;
+    T *dss = ps + Cfg::kPElems;
+    T *ring = dss + Cfg::kPElems;
+    constexpr int kSlotElems = kBr * kChunk;
+
+    const T *kg = static_cast<const T *>(p.k) + row0_offset(p.k_sb, p.k_sh, p.k_sn, g.k_start, varlen, b, hk) +
+                  (int64_t)kv0 * p.k_sn;
+    const T *vg = static_cast<const T *>(p.v) + row0_offset(p.v_sb, p.v_sh, p.v_sn, g.k_start, varlen, b, hk) +
+                  (int64_t)kv0 * p.v_sn;
+
+    const int items_per_tile = 2 * nq2 + nv2;
+    const int total_items = n_tiles * items_per_tile;
+
+    /* Item t: chunk of Q (S phase), dO (dP/dV phase) or Q again (dK phase). */
+    auto load_item = [&](int t) {
+        const int tile = t / items_per_tile, it = t % items_per_tile;
+        const int h = hk * p.group + tile / n_qb;
+        const int q0 = (first_qb + tile % n_qb) * kBr;
+        const bool is_do = it >= nq2 && it < nq2 + nv2;
+        const int chunk = it < nq2 ? it : is_do ? it - nq2 : it - nq2 - nv2;
+        const T *base;
+        int64_t stride;
+        int dim;
+        if (is_do) {
+            stride = p.do_sn;
+            dim = p.dv;
+            base = static_cast<const T *>(p.dout) + row0_offset(p.do_sb, p.do_sh, p.do_sn, g.q_start, varlen, b, h);
+        } else {
+            stride = p.q_sn;
+            dim = p.dqk;
+            base = static_cast<const T *>(p.q) + row0_offset(p.q_sb, p.q_sh, p.q_sn, g.q_start, varlen, b, h);
+        }
+        base += (int64_t)q0 * stride;
+        T *slot = ring + (t % p.stages) * kSlotElems;
+#pragma unroll
+        for (int sl = 0; sl < 2; ++sl) {
+            const int col0 = chunk * kChunk + sl * kSlab;
+            if (col0 < dim)
+                load_tile_async<T, kBr, kSlab, kThreads>(slot + sl * kBr * kSlab, base, stride, g.seqlen_q - q0, col0,
+                                                         dim, tid);
+        }
+    };
+
+    /* Prologue: K_j and V_j join the first group. */
+    for (int s = 0; s < kslabs; ++s)
+        load_tile_async<T, kBc, kSlab, kThreads>(ks + s * kBc * kSlab, kg, p.k_sn, kv_valid, s * kSlab, p.dqk, tid);
+    for (int s = 0; s < vslabs; ++s)
+        load_tile_async<T, kBc, kSlab, kThreads>(vs + s * kBc * kSlab, vg, p.v_sn, kv_valid, s * kSlab, p.dv, tid);
+    for (int i = 0; i < p.stages - 1; ++i) {
+        if (i < total_items)
+            load_item(i);
+        arch::cp_async_commit();
+    }
+    /* Item t has landed; the slot of item t-1 is free for item t+stages-1. */
+    auto item_begin = [&](int t) {
+        arch::cp_async_wait_dyn(p.stages - 2);
+        __syncthreads();
+        if (t + p.stages - 1 < total_items)
+            load_item(t + p.stages - 1);
+        arch::cp_async_commit();
+    };
+
+    /* dV/dK chunk c: gradient rows = key rows, A^T from the P or dS tile. */
+    const int wm2 = warp / Cfg::kGridCols, wn2 = warp % Cfg::kGridCols;
+    const int gcol = wn2 * Cfg::kGCols;
+    auto grad_chunk = [&](const ffpa_bwd_acc &acc, int64_t base, const T *slot, const T *atile, int c, int dim,
+                          bool first) {
+        const int col0 = c * kChunk + gcol;
+        if (col0 >= dim)
+            return;
+        AccTile<T, 2, Cfg::kGNT> at;
+        at.prefetch(acc, base, wm2 * 32, kv_valid, col0, dim, first, lane);
+        arch::FragC cc[2][Cfg::kGNT];
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+            for (int nt = 0; nt < Cfg::kGNT; ++nt)
+                cc[mt][nt] = arch::FragC{{0.f, 0.f, 0.f, 0.f}};
+        warp_atb<T, Cfg::kGNT, kBr, kBc>(cc, atile, wm2 * 32, slot + (gcol / kSlab) * kBr * kSlab, gcol % kSlab,
+                                         lane);
+        at.commit(cc, acc, base, wm2 * 32, kv_valid, col0, dim, lane);
+    };
+
+    const int diag = g.seqlen_k - g.seqlen_q;
+    int t = 0;
+    for (int tile = 0; tile < n_tiles; ++tile) {
+        const int h = hk * p.group + tile / n_qb;
+        const int q0 = (first_qb + tile % n_qb) * kBr;
+        const bool first = tile == 0;
+
+        /* S = Q K^T over Dqk chunks. */
+        arch::FragC s[Cfg::kNT];
+#pragma unroll
+        for (int nt = 0; nt < Cfg::kNT; ++nt)
+            s[nt] = arch::FragC{{0.f, 0.f, 0.f, 0.f}};
+        for (int c = 0; c < nq2; ++c, ++t) {
+            item_begin(t);
+            const T *slot = ring + (t % p.stages) * kSlotElems;
+#pragma unroll
+            for (int sl = 0; sl < 2; ++sl) {
+                const int slab = 2 * c + sl;
+                if (slab * kSlab >= p.dqk)
+                    break;
+                warp_abt<T, Cfg::kNT>(s, slot + sl * kBr * kSlab, warp * 16, ks + slab * kBc * kSlab,
+                                      p.dqk - slab * kSlab, lane);
+            }
+        }
+
+        /* P = exp(scale S + bias - LSE), masked; P_dropped to shared memory. */
+        MaskCtx mc;
+        mc.row0 = q0 + warp * 16;
+        mc.col0 = kv0;
+        mc.seqlen_q = g.seqlen_q;
+        mc.seqlen_k = g.seqlen_k;
+        mc.b = b;
+        mc.h = h;
+        mc.need_bounds = kv0 + kBc > g.seqlen_k;
+        mc.need_causal = p.causal && kv0 + kBc - 1 > mc.row0 + diag;
+        mask_scores<Cfg::kNT>(s, p.mask, mc, lane);
+        float lse2[2], delta[2];
+        row_stats(p, g, b, h, mc.row0, lane, lse2, delta);
+        recompute_p<Cfg::kNT>(s, lse2);
+        {
+            arch::FragC pd[Cfg::kNT];
+#pragma unroll
+            for (int nt = 0; nt < Cfg::kNT; ++nt)
+                pd[nt] = s[nt];
+            if (p.has_dropout)
+                apply_dropout<Cfg::kNT>(pd, p.mask, mc, lane);
+#pragma unroll
+            for (int nt = 0; nt < Cfg::kNT; ++nt)
+#pragma unroll
+                for (int half = 0; half < 2; ++half) {
+                    const int r = warp * 16 + arch::frag_c_row(lane, 2 * half);
+                    const int c = nt * 8 + arch::frag_c_col(lane, 0);
+                    *reinterpret_cast<uint32_t *>(ps + ptile_off<kBc>(r, c)) =
+                        arch::pack_f32x2<T>(pd[nt].r[2 * half], pd[nt].r[2 * half + 1]);
+                }
+        }
+
+        /* dP = dO V^T over Dv chunks; dV += P_dropped^T dO chunk by chunk. */
+        arch::FragC dp[Cfg::kNT];
+#pragma unroll
+        for (int nt = 0; nt < Cfg::kNT; ++nt)
+            dp[nt] = arch::FragC{{0.f, 0.f, 0.f, 0.f}};
+        for (int c = 0; c < nv2; ++c, ++t) {
+            item_begin(t);
+            const T *slot = ring + (t % p.stages) * kSlotElems;
+#pragma unroll
+            for (int sl = 0; sl < 2; ++sl) {
+                const int slab = 2 * c + sl;
+                if (slab * kSlab >= p.dv)
+                    break;
+                warp_abt<T, Cfg::kNT>(dp, slot + sl * kBr * kSlab, warp * 16, vs + slab * kBc * kSlab,
+                                      p.dv - slab * kSlab, lane);
+            }
+            grad_chunk(p.dv_acc, dv_base, slot, ps, c, p.dv, first);
+        }
+
+        /* dS = P (dP Z - Delta), Z = keep * dropout_scale (the kept P entries
+         * are the nonzero ones this lane wrote); scale * dS to shared memory. */
+#pragma unroll
+        for (int nt = 0; nt < Cfg::kNT; ++nt)
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+                const int r = warp * 16 + arch::frag_c_row(lane, 2 * half);
+                const int c = nt * 8 + arch::frag_c_col(lane, 0);
+                float z0 = 1.f, z1 = 1.f;
+                if (p.has_dropout) {
+                    uint32_t u = *reinterpret_cast<const uint32_t *>(ps + ptile_off<kBc>(r, c));
+                    const T *pv = reinterpret_cast<const T *>(&u);
+                    z0 = arch::to_f32<T>(pv[0]) != 0.f ? p.mask.dropout_scale : 0.f;
+                    z1 = arch::to_f32<T>(pv[1]) != 0.f ? p.mask.dropout_scale : 0.f;
+                }
+                const float ds0 = s[nt].r[2 * half] * (dp[nt].r[2 * half] * z0 - delta[half]);
+                const float ds1 = s[nt].r[2 * half + 1] * (dp[nt].r[2 * half + 1] * z1 - delta[half]);
+                *reinterpret_cast<uint32_t *>(dss + ptile_off<kBc>(r, c)) =
+                    arch::pack_f32x2<T>(ds0 * p.scale, ds1 * p.scale);
+            }
+
+        /* dK += scale dS^T Q chunk by chunk (Q streamed again). */
+        for (int c = 0; c < nq2; ++c, ++t) {
+            item_begin(t);
+            const T *slot = ring + (t % p.stages) * kSlotElems;
+            grad_chunk(p.dk, dk_base, slot, dss, c, p.dqk, first);
+        }
+    }
+    arch::cp_async_wait<0>();
+}
+
+} /* namespace bwd */
+} /* namespace ffpa */
+
+#endif

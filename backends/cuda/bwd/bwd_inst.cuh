@@ -1,0 +1,67 @@
+/*
+ * Kernel entry points of one element type; bwd_inst_f16.cu and
+ * bwd_inst_bf16.cu include this with FFPA_BWD_T set, so the two dtypes
+ * compile in parallel. Instantiated per dtype: dK/dV with 64-row key tiles
+ * (Dqk + Dv up to 1152 on a 227 KB device), with 32-row key tiles (the
+ * rest, up to 2 x 1024), and one dQ kernel: every head dimension routes to
+ * these three (D is a run-time loop bound, not a template argument).
+ */
+#include <cuda_runtime.h>
+
+#include "arch_sm80.cuh"
+#include "masking.cuh"
+#include "smem_tile.cuh"
+
+#include "bwd_dkdv.cuh"
+#include "bwd_dq.cuh"
+#include "bwd_kernels.h"
+
+namespace ffpa {
+namespace bwd {
+
+template <typename T, int kBc>
+__global__ void __launch_bounds__(kThreads, 1) dkdv_kernel(const __grid_constant__ ffpa_bwd_params p)
+{
+    dkdv_body<T, kBc>(p);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads, 1) dq_kernel(const __grid_constant__ ffpa_bwd_params p)
+{
+    dq_body<T>(p);
+}
+
+template <typename K> static cudaError_t launch_with_smem(K kernel, dim3 grid, size_t smem, cudaStream_t stream,
+                                                          const ffpa_bwd_params &p)
+{
+    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (e != cudaSuccess)
+        return e;
+    kernel<<<grid, kThreads, smem, stream>>>(p);
+    return cudaGetLastError();
+}
+
+cudaError_t FFPA_BWD_LAUNCH_DKDV(int bc, const ffpa_bwd_params &p, size_t smem, cudaStream_t stream)
+{
+    dim3 grid((unsigned)p.kv_blocks, (unsigned)p.hkv, (unsigned)p.batch);
+    if (bc == 64)
+        return launch_with_smem(dkdv_kernel<FFPA_BWD_T, 64>, grid, smem, stream, p);
+    return launch_with_smem(dkdv_kernel<FFPA_BWD_T, 32>, grid, smem, stream, p);
+}
+
+cudaError_t FFPA_BWD_LAUNCH_DQ(const ffpa_bwd_params &p, int64_t blocks, size_t smem, cudaStream_t stream)
+{
+    return launch_with_smem(dq_kernel<FFPA_BWD_T>, dim3((unsigned)blocks), smem, stream, p);
+}
+
+cudaError_t FFPA_BWD_ATTR(int which, cudaFuncAttributes *attr)
+{
+    if (which == 0)
+        return cudaFuncGetAttributes(attr, dkdv_kernel<FFPA_BWD_T, 64>);
+    if (which == 1)
+        return cudaFuncGetAttributes(attr, dkdv_kernel<FFPA_BWD_T, 32>);
+    return cudaFuncGetAttributes(attr, dq_kernel<FFPA_BWD_T>);
+}
+
+} /* namespace bwd */
+} /* namespace ffpa */

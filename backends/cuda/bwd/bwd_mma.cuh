@@ -1,0 +1,199 @@
+/*
+ * Warp-level tensor-core pieces of the backward (mma.sync m16n8k16 through
+ * the arch layer). Three operand shapes occur:
+ *   C  = A B^T    S = Q K^T, dP = dO V^T       (A, B: swizzled 64-column slabs)
+ *   C += A^T B    dV = P^T dO, dK = dS^T Q     (A: padded [k][m] tile, B: slab)
+ *   C += A B      dQ = dS K                    (A: registers, B: slab)
+ * and the accumulator update of a gradient ("acc view": fp32 buffer or the
+ * output tensor), loaded before the MMAs so its latency hides behind them.
+ * Requires backends/cuda/arch_sm80.cuh and backends/gpu/smem_tile.cuh.
+ */
+#ifndef FFPA_CUDA_BWD_MMA_CUH
+#define FFPA_CUDA_BWD_MMA_CUH
+
+#include "bwd_params.h"
+
+namespace ffpa {
+namespace bwd {
+
+constexpr int kSlab = 64; /* columns of a shared-memory slab (one D chunk) */
+
+/*
+ * c[nt] (16 x 8 kNT) += A[row0 .. row0+16)[0..64) * B[0 .. 8 kNT)[0..64)^T
+ * over the slab columns < cols_valid. A and B are swizzled [rows][64] slabs.
+ */
+template <typename T, int kNT>
+__device__ __forceinline__ void warp_abt(arch::FragC (&c)[kNT], const T *a, int row0, const T *b,
+                                         int cols_valid, int lane)
+{
+    static_assert(kNT % 2 == 0, "n-tiles come in pairs");
+#pragma unroll
+    for (int kk = 0; kk < kSlab / 16; ++kk) {
+        if (kk * 16 >= cols_valid)
+            break;
+        arch::FragA fa;
+        arch::ldmatrix_x4(fa.r, arch::smem_u32(a + swz<kSlab>(row0 + (lane & 15), kk * 16 + ((lane >> 4) << 3))));
+#pragma unroll
+        for (int np = 0; np < kNT / 2; ++np) {
+            uint32_t r[4];
+            int br = np * 16 + (lane & 7) + ((lane >> 4) << 3);
+            int bc = kk * 16 + (((lane >> 3) & 1) << 3);
+            arch::ldmatrix_x4(r, arch::smem_u32(b + swz<kSlab>(br, bc)));
+            arch::FragB b0 = {{r[0], r[1]}}, b1 = {{r[2], r[3]}};
+            arch::mma_m16n8k16<T>(c[2 * np], fa, b0);
+            arch::mma_m16n8k16<T>(c[2 * np + 1], fa, b1);
+        }
+    }
+}
+
+/* Element offset of (row, col) in a [rows][kCols] tile of P or dS: swizzled
+ * when rows hold whole 128-byte groups, else padded by 16 bytes (both give
+ * conflict-free ldmatrix and 4-byte fragment stores). */
+template <int kCols> __device__ __forceinline__ int ptile_off(int row, int col)
+{
+    if constexpr (kCols % 64 == 0)
+        return swz<kCols>(row, col);
+    else
+        return row * (kCols + 8) + col;
+}
+template <int kCols> constexpr int ptile_elems(int rows)
+{
+    return kCols % 64 == 0 ? rows * kCols : rows * (kCols + 8);
+}
+
+/*
+ * c[mt][nt] (32 x 8 kNT) += A^T B where A is a [k][kACols] P/dS tile
+ * (ptile_off layout) and B is a swizzled [k][64] slab; m from m0, n from the
+ * slab column n0, k over [0, kK).
+ */
+template <typename T, int kNT, int kK, int kACols>
+__device__ __forceinline__ void warp_atb(arch::FragC (&c)[2][kNT], const T *a, int m0, const T *b, int n0, int lane)
+{
+    static_assert(kNT % 2 == 0, "n-tiles come in pairs");
+    const int q = lane >> 3, rr = lane & 7;
+#pragma unroll
+    for (int kk = 0; kk < kK / 16; ++kk) {
+        arch::FragA fa[2];
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt)
+            arch::ldmatrix_x4_trans(fa[mt].r, arch::smem_u32(a + ptile_off<kACols>(kk * 16 + ((q >> 1) << 3) + rr,
+                                                                                    m0 + mt * 16 + ((q & 1) << 3))));
+#pragma unroll
+        for (int np = 0; np < kNT / 2; ++np) {
+            uint32_t r[4];
+            int br = kk * 16 + rr + ((q & 1) << 3);
+            int bc = n0 + np * 16 + ((lane >> 4) << 3);
+            arch::ldmatrix_x4_trans(r, arch::smem_u32(b + swz<kSlab>(br, bc)));
+            arch::FragB b0 = {{r[0], r[1]}}, b1 = {{r[2], r[3]}};
+#pragma unroll
+            for (int mt = 0; mt < 2; ++mt) {
+                arch::mma_m16n8k16<T>(c[mt][2 * np], fa[mt], b0);
+                arch::mma_m16n8k16<T>(c[mt][2 * np + 1], fa[mt], b1);
+            }
+        }
+    }
+}
+
+/* c[nt] (16 x 64) += A B with A (16 x kK) in registers as packed fragments
+ * (af[kk] = FragA of k-step kk) and B a swizzled [k][64] slab. */
+template <typename T, int kK>
+__device__ __forceinline__ void warp_ab_reg(arch::FragC (&c)[kSlab / 8], const uint32_t (&af)[kK / 16][4],
+                                            const T *b, int lane)
+{
+#pragma unroll
+    for (int kk = 0; kk < kK / 16; ++kk) {
+        arch::FragA fa = {{af[kk][0], af[kk][1], af[kk][2], af[kk][3]}};
+#pragma unroll
+        for (int np = 0; np < kSlab / 16; ++np) {
+            uint32_t r[4];
+            int br = kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3);
+            int bc = np * 16 + ((lane >> 4) << 3);
+            arch::ldmatrix_x4_trans(r, arch::smem_u32(b + swz<kSlab>(br, bc)));
+            arch::FragB b0 = {{r[0], r[1]}}, b1 = {{r[2], r[3]}};
+            arch::mma_m16n8k16<T>(c[2 * np], fa, b0);
+            arch::mma_m16n8k16<T>(c[2 * np + 1], fa, b1);
+        }
+    }
+}
+
+/* ------------------------------------------------------ gradient accumulators */
+
+/* Element offset of row 0 of (b, h) in an acc view. */
+__device__ __forceinline__ int64_t acc_row0(const ffpa_bwd_acc &a, const int32_t *cu, int b, int h)
+{
+    return (int64_t)h * a.sh + (cu ? (int64_t)cu[b] * a.sn : (int64_t)b * a.sb);
+}
+
+/*
+ * One C fragment pair (two adjacent columns) of a gradient tile: the previous
+ * partial sum is read first (prefetch), added after the MMAs, and written back.
+ * Rows/columns outside the valid range are neither read nor written.
+ */
+template <typename T> struct AccPair {
+    __device__ __forceinline__ static float2 load(const ffpa_bwd_acc &a, int64_t off)
+    {
+        if (a.is_f32)
+            return *reinterpret_cast<const float2 *>(static_cast<const float *>(a.data) + off);
+        uint32_t u = *reinterpret_cast<const uint32_t *>(static_cast<const T *>(a.data) + off);
+        const T *h = reinterpret_cast<const T *>(&u);
+        return make_float2(arch::to_f32<T>(h[0]), arch::to_f32<T>(h[1]));
+    }
+    __device__ __forceinline__ static void store(const ffpa_bwd_acc &a, int64_t off, float x, float y)
+    {
+        if (a.is_f32) {
+            *reinterpret_cast<float2 *>(static_cast<float *>(a.data) + off) = make_float2(x, y);
+        } else {
+            *reinterpret_cast<uint32_t *>(static_cast<T *>(a.data) + off) = arch::pack_f32x2<T>(x, y);
+        }
+    }
+};
+
+/*
+ * Gradient tile of kMT m-tiles x kNT n-tiles held by a warp: rows
+ * row0 + 16 mt + frag row (valid below rows_valid), columns col0 + 8 nt +
+ * frag col (valid below cols_valid). prefetch() reads the old values (zeros
+ * when first), commit() adds the fragments and stores.
+ */
+template <typename T, int kMT, int kNT> struct AccTile {
+    float2 old[kMT][kNT][2];
+
+    __device__ __forceinline__ void prefetch(const ffpa_bwd_acc &a, int64_t base, int row0, int rows_valid,
+                                             int col0, int cols_valid, bool first, int lane)
+    {
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+            for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+                for (int half = 0; half < 2; ++half) {
+                    int r = row0 + mt * 16 + arch::frag_c_row(lane, 2 * half);
+                    int c = col0 + nt * 8 + arch::frag_c_col(lane, 0);
+                    old[mt][nt][half] = (!first && r < rows_valid && c < cols_valid)
+                                            ? AccPair<T>::load(a, base + (int64_t)r * a.sn + c)
+                                            : make_float2(0.f, 0.f);
+                }
+    }
+
+    __device__ __forceinline__ void commit(const arch::FragC (&c)[kMT][kNT], const ffpa_bwd_acc &a, int64_t base,
+                                           int row0, int rows_valid, int col0, int cols_valid, int lane) const
+    {
+#pragma unroll
+        for (int mt = 0; mt < kMT; ++mt)
+#pragma unroll
+            for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+                for (int half = 0; half < 2; ++half) {
+                    int r = row0 + mt * 16 + arch::frag_c_row(lane, 2 * half);
+                    int col = col0 + nt * 8 + arch::frag_c_col(lane, 0);
+                    if (r < rows_valid && col < cols_valid)
+                        AccPair<T>::store(a, base + (int64_t)r * a.sn + col,
+                                          old[mt][nt][half].x + c[mt][nt].r[2 * half],
+                                          old[mt][nt][half].y + c[mt][nt].r[2 * half + 1]);
+                }
+    }
+};
+
+} /* namespace bwd */
+} /* namespace ffpa */
+
+#endif

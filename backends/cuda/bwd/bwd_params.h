@@ -1,0 +1,73 @@
+/*
+ * Parameters of the backward kernels (plain C, filled by bwd_launch.cu).
+ *
+ * Gradient accumulators are "acc views": either the fp32 workspace buffers
+ * (FFPA_GRAD_ACCUM_F32; converted into dq/dk/dv once at the end) or the
+ * output tensors themselves (FFPA_GRAD_ACCUM_OUTPUT; every partial update is
+ * rounded to the output dtype, as the cpu backend does). Element (b, h, n, d)
+ * of an acc view is at h*sh + (cu ? cu[b]*sn : b*sb) + n*sn + d.
+ */
+#ifndef FFPA_CUDA_BWD_PARAMS_H
+#define FFPA_CUDA_BWD_PARAMS_H
+
+#include <stdint.h>
+
+#include "fwd_params.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ffpa_bwd_acc {
+    void *data;
+    int64_t sb, sh, sn;
+    int is_f32; /* 1: float buffer; 0: the output dtype of q */
+} ffpa_bwd_acc;
+
+typedef struct ffpa_bwd_params {
+    /* Masking, bias and dropout fields (scale_log2, bias*, dropout*, hq) in
+     * the forward's layout, so backends/gpu/masking.cuh applies the very same
+     * score epilogue and dropout mask. Only those fields are read. */
+    ffpa_gpu_fwd_params mask;
+
+    const void *q, *k, *v, *o, *dout;
+    int64_t q_sb, q_sh, q_sn;
+    int64_t k_sb, k_sh, k_sn;
+    int64_t v_sb, v_sh, v_sn;
+    int64_t o_sb, o_sh, o_sn;
+    int64_t do_sb, do_sh, do_sn;
+    const float *lse;
+    int64_t lse_sb, lse_sh, lse_sn;
+    float *delta; /* [hq][total_q] fp32 rowsum(dO * O) */
+    int64_t total_q;
+
+    int batch, hq, hkv, group;
+    int nq, nkv;       /* dense lengths or longest sequences (varlen) */
+    int dqk, dv;       /* multiples of 8 */
+    const int32_t *cu_q, *cu_k; /* device copies, or NULL */
+    float scale;       /* softmax scale (dK, dQ factor) */
+    int causal;
+    int has_dropout;
+
+    ffpa_bwd_acc dq, dk, dv_acc;
+
+    /* d(bias): fp32 buffer [gb][gh][gn][gk] (1 where dbias broadcasts). */
+    float *dbias;
+    int64_t dbias_gb, dbias_gh, dbias_gn, dbias_gk;
+    int dbias_atomic;  /* 1: atomicAdd (fast, order varies); 0: owned, ordered */
+
+    /* Schedule. */
+    int stages;        /* cp.async ring depth, 2..4 */
+    int q_blocks;      /* ceil(nq / br) */
+    int kv_blocks;     /* ceil(nkv / bc) */
+    /* dQ grid: work item = (q block, h, b); the dims flagged in member_* run
+     * inside one block in a fixed order (deterministic dbias), the others
+     * across blocks. Order of dims: h (fastest), b, q block (slowest). */
+    int member_h, member_b, member_qb;
+} ffpa_bwd_params;
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
