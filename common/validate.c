@@ -102,8 +102,7 @@ static ffpa_view view_of(const ffpa_tensor *t)
     return v;
 }
 
-/* A view for broadcast operands: size-1 dimensions get stride 0. */
-static ffpa_view broadcast_view_of(const ffpa_tensor *t)
+ffpa_view ffpa_broadcast_view(const ffpa_tensor *t)
 {
     ffpa_view v = view_of(t);
     if (t->shape[0] == 1)
@@ -242,7 +241,7 @@ ffpa_status ffpa_validate_inputs(const ffpa_tensor *q, const ffpa_tensor *k, con
         TRY(check_bias_shape("bias", opt->bias, pb, err, err_len));
         pb->has_bias = 1;
         pb->bias_dtype = opt->bias->dtype;
-        pb->bias = broadcast_view_of(opt->bias);
+        pb->bias = ffpa_broadcast_view(opt->bias);
     }
     if (opt->grad_accum != FFPA_GRAD_ACCUM_F32 && opt->grad_accum != FFPA_GRAD_ACCUM_OUTPUT)
         return fail(err, err_len, "opt.grad_accum: %d; expected FFPA_GRAD_ACCUM_F32 or _OUTPUT",
@@ -362,7 +361,7 @@ ffpa_status ffpa_validate_backward(const ffpa_tensor *dout, const ffpa_tensor *q
         TRY(check_layout("opt.dbias", dbias, 4, 1, err, err_len));
         pb->has_dbias = 1;
         pb->dbias_dtype = dbias->dtype;
-        pb->dbias = broadcast_view_of(dbias);
+        pb->dbias = ffpa_broadcast_view(dbias);
     }
     return FFPA_OK;
 }

@@ -28,4 +28,7 @@ ffpa_status ffpa_validate_backward(const ffpa_tensor *dout, const ffpa_tensor *q
                                    const ffpa_tensor *dv, const ffpa_options *opt,
                                    ffpa_problem *pb, char *err, size_t err_len);
 
+/* A view of a broadcast operand (bias, dbias): size-1 dimensions get stride 0. */
+ffpa_view ffpa_broadcast_view(const ffpa_tensor *t);
+
 #endif

@@ -1,0 +1,251 @@
+"""Contexts, tensor descriptors and the calls into libffpa.
+
+Everything here works on real tensors (no autograd): _ops.py builds the
+differentiable functions on top.
+"""
+
+import contextlib
+import ctypes
+import threading
+
+import torch
+
+from . import _clib
+
+
+class FFPAError(RuntimeError):
+    """libffpa refused or failed a call; str() is the library's message."""
+
+    def __init__(self, message, status=None):
+        super().__init__(message)
+        self.status = status
+
+
+class FFPAValueError(FFPAError, ValueError):
+    """Bad argument (FFPA_ERR_INVALID_ARGUMENT, or rejected before the call)."""
+
+
+class FFPAUnsupportedError(FFPAError, NotImplementedError):
+    """Valid arguments this backend cannot handle (FFPA_ERR_UNSUPPORTED)."""
+
+
+def _error(message, status):
+    if status == _clib.ERR_INVALID_ARGUMENT:
+        return FFPAValueError(message, status)
+    if status == _clib.ERR_UNSUPPORTED:
+        return FFPAUnsupportedError(message, status)
+    return FFPAError(message, status)
+
+
+_DTYPES = {
+    torch.float16: _clib.F16,
+    torch.bfloat16: _clib.BF16,
+    torch.float32: _clib.F32,
+}
+
+
+def ffpa_dtype(dtype, argument):
+    try:
+        return _DTYPES[dtype]
+    except KeyError:
+        raise FFPAValueError(
+            "%s: dtype %s is not supported; expected torch.float16, torch.bfloat16 or torch.float32"
+            % (argument, dtype)) from None
+
+
+# ------------------------------------------------------------------ contexts
+
+class Context:
+    """One libffpa context (backend, device), used by one thread at a time."""
+
+    def __init__(self, backend, device_index):
+        lib = _clib.library()
+        handle = ctypes.c_void_p()
+        status = lib.ffpa_create(ctypes.byref(handle), backend.encode())
+        if status != _clib.OK:
+            message = lib.ffpa_last_error(None).decode()
+            raise _error("backend %r: %s" % (backend, message or _clib.status_string(status)),
+                         status)
+        self._lib = lib
+        self.handle = handle
+        self.backend = backend
+        self.device_index = device_index
+        self.lock = threading.Lock()
+
+    def __del__(self):
+        handle = getattr(self, "handle", None)
+        if handle:
+            try:
+                self._lib.ffpa_destroy(handle)
+            except Exception:  # interpreter shutdown: the library may be gone
+                pass
+            self.handle = None
+
+    @property
+    def device_name(self):
+        return self._lib.ffpa_device_name(self.handle).decode()
+
+    def check(self, status):
+        if status != _clib.OK:
+            message = self._lib.ffpa_last_error(self.handle).decode()
+            raise _error(message or _clib.status_string(status), status)
+
+
+_contexts = {}
+_contexts_lock = threading.Lock()
+
+
+def context_for(device):
+    """The cached context for a torch device (cpu -> "cpu", cuda:i -> "cuda" on device i)."""
+    if device.type == "cpu":
+        key = ("cpu", None)
+    elif device.type == "cuda":
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        # torch builds for ROCm also call their devices "cuda".
+        backend = "hip" if getattr(torch.version, "hip", None) else "cuda"
+        key = (backend, index)
+    else:
+        raise FFPAValueError("q: device %s is not supported; expected a cpu or cuda tensor"
+                             % device)
+    ctx = _contexts.get(key)
+    if ctx is None:
+        with _contexts_lock:
+            ctx = _contexts.get(key)
+            if ctx is None:
+                with _device_guard(key[1]):
+                    ctx = Context(key[0], key[1])
+                _contexts[key] = ctx
+    return ctx
+
+
+def _device_guard(index):
+    if index is None:
+        return contextlib.nullcontext()
+    return torch.cuda.device(index)
+
+
+@contextlib.contextmanager
+def _call(ctx):
+    """Holds ctx for one call on the current device and PyTorch's current stream."""
+    with ctx.lock, _device_guard(ctx.device_index):
+        if ctx.device_index is not None:
+            stream = torch.cuda.current_stream(ctx.device_index).cuda_stream
+            ctx.check(ctx._lib.ffpa_set_stream(ctx.handle, ctypes.c_void_p(stream)))
+        yield ctx._lib
+
+
+# ------------------------------------------------------------------ descriptors
+
+def describe(t, argument, shape=None, stride=None, dtype=None):
+    """ffpa_tensor over t; shape/stride default to t's own (t must then be 4-D)."""
+    desc = _clib.Tensor()
+    desc.data = t.data_ptr() if t.numel() > 0 else None
+    desc.dtype = ffpa_dtype(dtype or t.dtype, argument)
+    shape = tuple(t.shape) if shape is None else shape
+    stride = tuple(t.stride()) if stride is None else stride
+    for i in range(4):
+        desc.shape[i] = shape[i]
+        desc.stride[i] = stride[i]
+    return desc
+
+
+def describe_qkv(t, argument, packed):
+    """[B, H, N, D] as is, or a packed varlen [total, H, D] as [1, H, total, D] (sb = 0)."""
+    if packed:
+        total, heads, dim = t.shape
+        s_row, s_head, s_dim = t.stride()
+        return describe(t, argument, (1, heads, total, dim), (0, s_head, s_row, s_dim))
+    return describe(t, argument)
+
+
+def describe_lse(lse, packed):
+    """LSE as float32 [B, H, N, 1]: dense lse is [B, H, N], packed lse is [H, total]."""
+    if packed:
+        heads, total = lse.shape
+        return describe(lse, "lse", (1, heads, total, 1), (0, lse.stride(0), lse.stride(1), 1))
+    b, h, n = lse.shape
+    return describe(lse, "lse", (b, h, n, 1), tuple(lse.stride()) + (1,))
+
+
+def describe_bias(bias, argument):
+    """A 4-D bias; dimensions of size 1 broadcast (stride 0)."""
+    stride = tuple(0 if size == 1 else s for size, s in zip(bias.shape, bias.stride()))
+    return describe(bias, argument, stride=stride)
+
+
+def make_options(causal, scale, dropout_p, seed, bias_desc, cu_q, cu_k):
+    lib = _clib.library()
+    opt = lib.ffpa_options_default()
+    opt.scale = scale
+    opt.causal = 1 if causal else 0
+    opt.dropout_p = dropout_p
+    opt.dropout_seed = seed & 0xFFFFFFFFFFFFFFFF
+    opt.dropout_offset = 0
+    if bias_desc is not None:
+        opt.bias = ctypes.pointer(bias_desc)
+    if cu_q is not None:
+        opt.cu_seqlens_q = ctypes.cast(cu_q.data_ptr(), ctypes.POINTER(ctypes.c_int32))
+        opt.cu_seqlens_k = ctypes.cast(cu_k.data_ptr(), ctypes.POINTER(ctypes.c_int32))
+        opt.varlen_batch = cu_q.numel() - 1
+    return opt
+
+
+def _with_workspace(lib, ctx, size_fn, args, opt, device, run):
+    """Queries the workspace size, hands libffpa a PyTorch buffer, runs, lets it go."""
+    size = ctypes.c_size_t(0)
+    ctx.check(size_fn(ctx.handle, *args, ctypes.byref(opt), ctypes.byref(size)))
+    workspace = None
+    if size.value:
+        # The caching allocator reuses this block only in stream order, so freeing
+        # it right after an asynchronous launch on the current stream is safe.
+        workspace = torch.empty(size.value, dtype=torch.uint8, device=device)
+        ctx.check(lib.ffpa_set_workspace(ctx.handle, ctypes.c_void_p(workspace.data_ptr()),
+                                         size.value))
+    try:
+        ctx.check(run())
+    finally:
+        if workspace is not None:
+            lib.ffpa_set_workspace(ctx.handle, None, 0)
+
+
+# ------------------------------------------------------------------ calls
+
+def forward(q, k, v, out, lse, bias, cu_q, cu_k, seed, causal, scale, dropout_p):
+    """Fills out and lse. Tensors are [B, H, N, D] (lse [B, H, N]) or, when cu_q is
+    given, packed [total, H, D] (lse [H, total]); bias is 4-D or None; cu_* are
+    host int32 tensors."""
+    packed = cu_q is not None
+    qd = describe_qkv(q, "q", packed)
+    kd = describe_qkv(k, "k", packed)
+    vd = describe_qkv(v, "v", packed)
+    od = describe_qkv(out, "o", packed)
+    ld = describe_lse(lse, packed)
+    bd = describe_bias(bias, "bias") if bias is not None else None
+    opt = make_options(causal, scale, dropout_p, seed, bd, cu_q, cu_k)
+    ctx = context_for(q.device)
+    refs = (ctypes.byref(qd), ctypes.byref(kd), ctypes.byref(vd))
+    with _call(ctx) as lib:
+        _with_workspace(lib, ctx, lib.ffpa_forward_workspace_size, refs, opt, q.device,
+                        lambda: lib.ffpa_forward(ctx.handle, *refs, ctypes.byref(od),
+                                                 ctypes.byref(ld), ctypes.byref(opt)))
+
+
+def backward(dout, q, k, v, out, lse, dq, dk, dv, bias, dbias, cu_q, cu_k, seed, causal,
+             scale, dropout_p, deterministic=False):
+    """Fills dq, dk, dv (and dbias when given, float32 shaped like bias)."""
+    packed = cu_q is not None
+    bd = describe_bias(bias, "bias") if bias is not None else None
+    dbd = describe_bias(dbias, "dbias") if dbias is not None else None
+    opt = make_options(causal, scale, dropout_p, seed, bd, cu_q, cu_k)
+    if dbd is not None:
+        opt.dbias = ctypes.pointer(dbd)
+    opt.deterministic = 1 if deterministic else 0
+    descs = [describe_qkv(t, name, packed) for t, name in
+             ((dout, "dout"), (q, "q"), (k, "k"), (v, "v"), (out, "out"))]
+    descs.append(describe_lse(lse, packed))
+    descs += [describe_qkv(t, name, packed) for t, name in ((dq, "dq"), (dk, "dk"), (dv, "dv"))]
+    refs = [ctypes.byref(d) for d in descs]
+    ctx = context_for(q.device)
+    with _call(ctx) as lib:
+        _with_workspace(lib, ctx, lib.ffpa_backward_workspace_size, refs[1:4], opt, q.device,
+                        lambda: lib.ffpa_backward(ctx.handle, *refs, ctypes.byref(opt)))

@@ -1,0 +1,8 @@
+"""Makes the in-tree package importable; libffpa comes from FFPA_LIBRARY."""
+
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))  # python/ (the ffpa package)
+sys.path.insert(0, HERE)                   # reference.py
