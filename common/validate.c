@@ -80,6 +80,45 @@ static ffpa_status check_layout(const char *name, const ffpa_tensor *t, int ndim
     return FFPA_OK;
 }
 
+/* Byte range [lo, hi) a tensor's elements span. */
+static void byte_range(const ffpa_tensor *t, uintptr_t *lo, uintptr_t *hi)
+{
+    int64_t last = 0;
+    for (int i = 0; i < 4; ++i)
+        last += t->stride[i] * (t->shape[i] - 1);
+    *lo = (uintptr_t)t->data;
+    *hi = *lo + (uintptr_t)((last + 1) * (int64_t)ffpa_dtype_size(t->dtype));
+}
+
+/* Outputs must not share memory with any input or other output: kernels read
+ * inputs after writing outputs (in another block, or in a later pass). */
+typedef struct named_tensor {
+    const char *name;
+    const ffpa_tensor *t;
+} named_tensor;
+
+static ffpa_status check_separate(const named_tensor *outs, int n_outs, const named_tensor *ins,
+                                  int n_ins, char *err, size_t err_len)
+{
+    for (int a = 0; a < n_outs; ++a) {
+        if (!outs[a].t)
+            continue;
+        uintptr_t lo, hi;
+        byte_range(outs[a].t, &lo, &hi);
+        for (int b = 0; b < n_ins + n_outs; ++b) {
+            const named_tensor *other = b < n_ins ? &ins[b] : &outs[b - n_ins];
+            if (!other->t || other == &outs[a])
+                continue;
+            uintptr_t olo, ohi;
+            byte_range(other->t, &olo, &ohi);
+            if (lo < ohi && olo < hi)
+                return fail(err, err_len, "%s: overlaps the memory of %s; expected a separate buffer",
+                            outs[a].name, other->name);
+        }
+    }
+    return FFPA_OK;
+}
+
 static ffpa_status check_dim(const char *name, const ffpa_tensor *t, int dim, int64_t want,
                              const char *why, char *err, size_t err_len)
 {
@@ -314,6 +353,9 @@ ffpa_status ffpa_validate_forward(const ffpa_tensor *q, const ffpa_tensor *k, co
         TRY(check_layout("lse", lse, 3, 0, err, err_len));
         pb->lse = view_of(lse);
     }
+    const named_tensor outs[] = {{"o", o}, {"lse", lse}};
+    const named_tensor ins[] = {{"q", q}, {"k", k}, {"v", v}, {"bias", opt ? opt->bias : NULL}};
+    TRY(check_separate(outs, 2, ins, 4, err, err_len));
     if (pb->cu_q)
         pb->o.sb = pb->lse.sb = 0;
     return FFPA_OK;
@@ -363,5 +405,10 @@ ffpa_status ffpa_validate_backward(const ffpa_tensor *dout, const ffpa_tensor *q
         pb->dbias_dtype = dbias->dtype;
         pb->dbias = ffpa_broadcast_view(dbias);
     }
+    const named_tensor outs[] = {{"dq", dq}, {"dk", dk}, {"dv", dv}, {"opt.dbias", dbias}};
+    const named_tensor ins[] = {{"dout", dout}, {"q", q},     {"k", k},
+                                {"v", v},       {"out", out}, {"lse", lse},
+                                {"bias", pb->has_bias ? opt->bias : NULL}};
+    TRY(check_separate(outs, 4, ins, 7, err, err_len));
     return FFPA_OK;
 }

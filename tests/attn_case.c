@@ -1,0 +1,467 @@
+/* Attention test cases against the oracle. See attn_case.h. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include "attn_case.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "oracle.h"
+
+attn_case attn_case_default(ffpa_dtype dtype, int64_t n, int64_t d)
+{
+    attn_case c;
+    memset(&c, 0, sizeof c);
+    c.dtype = dtype;
+    c.layout = c.kv_layout = TH_BHND;
+    c.batch = 1;
+    c.hq = c.hkv = 2;
+    c.nq = c.nkv = n;
+    c.dqk = c.dv = d;
+    c.dropout_seed = 0x5EED5EEDull;
+    c.dropout_offset = 3;
+    c.bias_dtype = dtype;
+    c.qk_range = 2.0;
+    c.v_range = 1.0;
+    c.with_lse = 1;
+    c.grad_accum = FFPA_GRAD_ACCUM_F32;
+    c.dbias_dtype = FFPA_F32;
+    c.tol_factor = 1.0;
+    c.seed = 1234;
+    return c;
+}
+
+static uint64_t pick(th_rng *rng, uint64_t n)
+{
+    return th_rng_next(rng) % n;
+}
+
+attn_case attn_case_random(uint64_t seed, int for_backward)
+{
+    th_rng rng = th_rng_seeded(seed * 7919 + 17);
+    const ffpa_dtype dtypes[] = {FFPA_F16, FFPA_BF16, FFPA_F32};
+    const th_layout layouts[] = {TH_BHND, TH_BNHD, TH_PADDED};
+    const int64_t dims[] = {1, 8, 16, 40, 64, 72, 128, 136, 256, 264, 320, 512};
+    const int64_t lengths[] = {1, 2, 7, 16, 17, 63, 64, 65, 100};
+    int n_dims = for_backward ? 11 : 12;
+    attn_case c = attn_case_default(dtypes[pick(&rng, 3)], 1, dims[pick(&rng, (uint64_t)n_dims)]);
+    c.seed = seed;
+    c.layout = layouts[pick(&rng, 3)];
+    c.kv_layout = layouts[pick(&rng, 3)];
+    c.hkv = 1 + (int64_t)pick(&rng, 2);
+    c.hq = c.hkv * (int64_t[]){1, 2, 4}[pick(&rng, 3)];
+    if (pick(&rng, 5) == 0)
+        c.dv = dims[pick(&rng, (uint64_t)n_dims)];
+    if (pick(&rng, 10) < 3) {
+        c.nseq = 1 + (int)pick(&rng, 4);
+        int32_t total_q = 0, total_k = 0;
+        for (int s = 0; s < c.nseq; ++s) {
+            c.lens_q[s] = (int32_t)pick(&rng, 41);
+            c.lens_k[s] = (int32_t)pick(&rng, 41);
+            total_q += c.lens_q[s];
+            total_k += c.lens_k[s];
+        }
+        if (total_q == 0)
+            c.lens_q[0] = 3;
+        if (total_k == 0)
+            c.lens_k[c.nseq - 1] = 5;
+    } else {
+        c.batch = 1 + (int64_t)pick(&rng, 3);
+        c.nq = lengths[pick(&rng, 9)];
+        c.nkv = lengths[pick(&rng, 9)];
+    }
+    c.causal = (int)pick(&rng, 2);
+    if (pick(&rng, 5) < 2) {
+        c.bias = 1;
+        c.bias_dtype = dtypes[pick(&rng, 3)];
+        for (int d = 0; d < 4; ++d) {
+            uint64_t mode = pick(&rng, 4);
+            c.bias_size1[d] = mode == 1;
+            c.bias_stride0[d] = mode == 2;
+        }
+        c.bias_inf_rows = pick(&rng, 5) == 0;
+        if (for_backward && pick(&rng, 2)) {
+            c.dbias = 1;
+            c.dbias_dtype = pick(&rng, 2) ? FFPA_F32 : c.bias_dtype;
+        }
+    }
+    if (pick(&rng, 10) < 3) {
+        c.dropout_p = pick(&rng, 2) ? 0.1f : 0.5f;
+        c.dropout_seed = th_rng_next(&rng);
+        c.dropout_offset = pick(&rng, 1000);
+    }
+    if (pick(&rng, 2))
+        c.scale = (float)th_rng_uniform(&rng, 0.05, 0.5);
+    if (for_backward) {
+        if (pick(&rng, 3) == 0) {
+            c.grad_accum = FFPA_GRAD_ACCUM_OUTPUT;
+            c.tol_factor = 2.5; /* see test_grad_accum in test_backward.c */
+        }
+        c.deterministic = pick(&rng, 3) == 0;
+    }
+    return c;
+}
+
+void attn_case_describe(const attn_case *c, char *buf, size_t len)
+{
+    int n = snprintf(buf, len,
+                     "seed %llu %s q/o %s k/v %s Hq %lld Hkv %lld Dqk %lld Dv %lld causal %d "
+                     "scale %g dropout %g bias %d",
+                     (unsigned long long)c->seed, ffpa_dtype_name(c->dtype),
+                     th_layout_name(c->layout), th_layout_name(c->kv_layout), (long long)c->hq,
+                     (long long)c->hkv, (long long)c->dqk, (long long)c->dv, c->causal,
+                     (double)c->scale, (double)c->dropout_p, c->bias);
+    if (n < 0 || (size_t)n >= len)
+        return;
+    if (c->bias)
+        n += snprintf(buf + n, len - (size_t)n, " (%s size1 %d%d%d%d stride0 %d%d%d%d inf %d)",
+                      ffpa_dtype_name(c->bias_dtype), c->bias_size1[0], c->bias_size1[1],
+                      c->bias_size1[2], c->bias_size1[3], c->bias_stride0[0], c->bias_stride0[1],
+                      c->bias_stride0[2], c->bias_stride0[3], c->bias_inf_rows);
+    if ((size_t)n >= len)
+        return;
+    if (c->nseq > 0) {
+        n += snprintf(buf + n, len - (size_t)n, " varlen q/k:");
+        for (int s = 0; s < c->nseq && (size_t)n < len; ++s)
+            n += snprintf(buf + n, len - (size_t)n, " %d/%d", c->lens_q[s], c->lens_k[s]);
+    } else {
+        n += snprintf(buf + n, len - (size_t)n, " B %lld Nq %lld Nkv %lld", (long long)c->batch,
+                      (long long)c->nq, (long long)c->nkv);
+    }
+    if ((size_t)n < len)
+        snprintf(buf + n, len - (size_t)n, " dbias %d accum %d deterministic %d", c->dbias,
+                 (int)c->grad_accum, c->deterministic);
+}
+
+/* Everything a run builds. */
+typedef struct attn_run {
+    int64_t shape0, rows_q, rows_k, nseq, max_q, max_k;
+    int32_t cu_q[ATTN_MAX_SEQS + 1], cu_k[ATTN_MAX_SEQS + 1];
+    th_tensor q, k, v, o, lse, bias;
+    ffpa_options opt;      /* backend tensors */
+    ffpa_options opt_host; /* same options over host tensors, for the oracle */
+    oracle_problem oracle;
+    th_rng rng;
+} attn_run;
+
+static void build_bias(const attn_case *c, attn_run *r)
+{
+    int64_t full[4] = {r->nseq, c->hq, r->max_q, r->max_k};
+    int64_t stored[4], shape[4], stride[4];
+    for (int d = 0; d < 4; ++d) {
+        stored[d] = c->bias_size1[d] || c->bias_stride0[d] ? 1 : full[d];
+        shape[d] = c->bias_size1[d] ? 1 : full[d];
+    }
+    /* Padded layouts also pad bias rows, to exercise its strides. */
+    stride[3] = 1;
+    stride[2] = stored[3] + (c->layout == TH_PADDED ? 2 : 0);
+    stride[1] = stored[2] * stride[2];
+    stride[0] = stored[1] * stride[1];
+    for (int d = 0; d < 4; ++d)
+        if (c->bias_stride0[d])
+            stride[d] = 0;
+    th_tensor_strided(&r->bias, c->bias_dtype, shape, stride);
+    th_tensor_random(&r->bias, &r->rng, -1.0, 1.0, 0);
+    if (c->bias_inf_rows) {
+        for (int64_t a = 0; a < stored[0]; ++a)
+            for (int64_t b = 0; b < stored[1]; ++b)
+                for (int64_t i = 0; i < stored[2]; ++i)
+                    for (int64_t j = 0; j < stored[3]; ++j)
+                        if (i % 3 == 1 || (i % 3 == 0 && j % 5 == 2))
+                            th_tensor_set(&r->bias, a, b, i, j, -INFINITY);
+        th_tensor_upload(&r->bias);
+    }
+    if (c->bias_inf_cols) {
+        for (int64_t a = 0; a < stored[0]; ++a)
+            for (int64_t b = 0; b < stored[1]; ++b)
+                for (int64_t i = 0; i < stored[2]; ++i)
+                    for (int64_t j = 0; j < stored[3]; ++j)
+                        if (i == 0 || j < (stored[3] * 6) / 10)
+                            th_tensor_set(&r->bias, a, b, i, j, -INFINITY);
+        th_tensor_upload(&r->bias);
+    }
+}
+
+static void build(const attn_case *c, attn_run *r)
+{
+    memset(r, 0, sizeof *r);
+    r->rng = th_rng_seeded(c->seed);
+    if (c->nseq > 0) {
+        assert_true(c->nseq <= ATTN_MAX_SEQS);
+        r->nseq = c->nseq;
+        r->shape0 = 1;
+        for (int s = 0; s < c->nseq; ++s) {
+            r->cu_q[s + 1] = r->cu_q[s] + c->lens_q[s];
+            r->cu_k[s + 1] = r->cu_k[s] + c->lens_k[s];
+            if (c->lens_q[s] > r->max_q)
+                r->max_q = c->lens_q[s];
+            if (c->lens_k[s] > r->max_k)
+                r->max_k = c->lens_k[s];
+        }
+        r->rows_q = r->cu_q[c->nseq];
+        r->rows_k = r->cu_k[c->nseq];
+    } else {
+        r->nseq = r->shape0 = c->batch;
+        r->rows_q = r->max_q = c->nq;
+        r->rows_k = r->max_k = c->nkv;
+    }
+    th_tensor_make(&r->q, c->dtype, c->layout, r->shape0, c->hq, r->rows_q, c->dqk);
+    th_tensor_make(&r->k, c->dtype, c->kv_layout, r->shape0, c->hkv, r->rows_k, c->dqk);
+    th_tensor_make(&r->v, c->dtype, c->kv_layout, r->shape0, c->hkv, r->rows_k, c->dv);
+    th_tensor_make(&r->o, c->dtype, c->layout, r->shape0, c->hq, r->rows_q, c->dv);
+    th_tensor_lse(&r->lse, c->layout, r->shape0, c->hq, r->rows_q);
+    th_tensor_random(&r->q, &r->rng, -c->qk_range, c->qk_range, c->integer_qk);
+    th_tensor_random(&r->k, &r->rng, -c->qk_range, c->qk_range, c->integer_qk);
+    th_tensor_random(&r->v, &r->rng, -c->v_range, c->v_range, 0);
+
+    ffpa_options opt = ffpa_options_default();
+    opt.scale = c->scale;
+    opt.causal = c->causal;
+    opt.dropout_p = c->dropout_p;
+    opt.dropout_seed = c->dropout_seed;
+    opt.dropout_offset = c->dropout_offset;
+    opt.grad_accum = c->grad_accum;
+    opt.deterministic = c->deterministic;
+    if (c->nseq > 0) {
+        opt.cu_seqlens_q = r->cu_q;
+        opt.cu_seqlens_k = r->cu_k;
+        opt.varlen_batch = c->nseq;
+    }
+    r->opt = r->opt_host = opt;
+    if (c->bias) {
+        build_bias(c, r);
+        r->opt.bias = &r->bias.dev;
+        r->opt_host.bias = &r->bias.host;
+    }
+    assert_int_equal(oracle_problem_init(&r->oracle, &r->q.host, &r->k.host, &r->v.host,
+                                         &r->opt_host),
+                     0);
+}
+
+static void release(attn_run *r)
+{
+    oracle_problem_free(&r->oracle);
+    th_tensor_free(&r->q);
+    th_tensor_free(&r->k);
+    th_tensor_free(&r->v);
+    th_tensor_free(&r->o);
+    th_tensor_free(&r->lse);
+    if (r->bias.host_base)
+        th_tensor_free(&r->bias);
+}
+
+static double *alloc_doubles(int64_t n)
+{
+    double *p = calloc((size_t)(n > 0 ? n : 1), sizeof(double));
+    assert_non_null(p);
+    return p;
+}
+
+static unsigned char *host_copy(const th_tensor *t)
+{
+    unsigned char *copy = malloc(t->bytes);
+    assert_non_null(copy);
+    memcpy(copy, t->host_base, t->bytes);
+    return copy;
+}
+
+/* LSE is stored in f32 but computed from the test dtype's inputs. tol_factor
+ * is not applied: it widens O for ill-conditioned softmaxes, not the LSE. */
+static double lse_factor(const attn_case *c)
+{
+    return th_tolerance(c->dtype, TH_LSE) / th_tolerance(FFPA_F32, TH_LSE);
+}
+
+/* Runs the forward on r (outputs poisoned first) and checks O and LSE. */
+static void forward_and_check(const attn_case *c, attn_run *r, int with_lse)
+{
+    ffpa_context *ctx = th_ctx();
+    th_tensor_poison(&r->o);
+    th_tensor_poison(&r->lse);
+    th_expect_ok(ctx,
+                 ffpa_forward(ctx, &r->q.dev, &r->k.dev, &r->v.dev, &r->o.dev,
+                              with_lse ? &r->lse.dev : NULL, &r->opt),
+                 "ffpa_forward");
+    double *o_ref = alloc_doubles(oracle_o_elems(&r->oracle));
+    double *lse_ref = alloc_doubles(oracle_lse_elems(&r->oracle));
+    oracle_forward(&r->oracle, o_ref, lse_ref);
+    th_check("o", &r->o, o_ref, NULL, NULL, TH_OUTPUT, c->tol_factor);
+    if (with_lse) {
+        th_check("lse", &r->lse, lse_ref, NULL, NULL, TH_LSE, lse_factor(c));
+    } else {
+        unsigned char *poison = host_copy(&r->lse);
+        memset(poison, 0xFF, r->lse.bytes);
+        th_expect_unchanged("lse (not passed)", &r->lse, poison);
+        free(poison);
+    }
+    free(o_ref);
+    free(lse_ref);
+}
+
+void attn_run_forward(const attn_case *c)
+{
+    attn_run r;
+    build(c, &r);
+    unsigned char *q0 = host_copy(&r.q), *k0 = host_copy(&r.k), *v0 = host_copy(&r.v);
+    unsigned char *b0 = c->bias ? host_copy(&r.bias) : NULL;
+    forward_and_check(c, &r, c->with_lse);
+    th_expect_unchanged("q (input)", &r.q, q0);
+    th_expect_unchanged("k (input)", &r.k, k0);
+    th_expect_unchanged("v (input)", &r.v, v0);
+    if (b0)
+        th_expect_unchanged("bias (input)", &r.bias, b0);
+    free(q0);
+    free(k0);
+    free(v0);
+    free(b0);
+    release(&r);
+}
+
+/*
+ * Central finite differences of the oracle's loss L = sum(O * g) with respect
+ * to every element of one input (x, the oracle's own float64 copy, perturbed
+ * in place). Checks the oracle's analytic gradient (1e-6) and the library's
+ * (th_check, the dtype's gradient tolerance) against them.
+ */
+static void check_finite_differences(oracle_problem *p, const double *g, const double *analytic,
+                                     const double *mag,
+                                     th_tensor *library, const int64_t *ref_shape, double *x, int64_t n,
+                                     const char *what)
+{
+    const double h = 1e-5;
+    double *fd = alloc_doubles(n);
+    double max_fd = 0.0;
+    for (int64_t e = 0; e < n; ++e) {
+        double saved = x[e];
+        x[e] = saved + h;
+        double plus = oracle_loss(p, g);
+        x[e] = saved - h;
+        double minus = oracle_loss(p, g);
+        x[e] = saved;
+        fd[e] = (plus - minus) / (2.0 * h);
+        if (fabs(fd[e]) > max_fd)
+            max_fd = fabs(fd[e]);
+    }
+    for (int64_t e = 0; e < n; ++e)
+        if (fabs(analytic[e] - fd[e]) > 1e-6 * fmax(max_fd, 1e-3))
+            fail_msg("oracle %s[%lld] = %.12g but finite differences give %.12g", what,
+                     (long long)e, analytic[e], fd[e]);
+    char label[64];
+    snprintf(label, sizeof label, "%s vs finite differences", what);
+    th_check(label, library, fd, mag, ref_shape,
+             TH_GRAD, 1.0);
+    free(fd);
+}
+
+void attn_run_backward(const attn_case *c)
+{
+    ffpa_context *ctx = th_ctx();
+    attn_run r;
+    build(c, &r);
+    forward_and_check(c, &r, 1);
+
+    th_tensor dout, dq, dk, dv, dbias;
+    memset(&dbias, 0, sizeof dbias);
+    th_tensor_make(&dout, c->dtype, c->layout, r.shape0, c->hq, r.rows_q, c->dv);
+    th_tensor_random(&dout, &r.rng, -c->v_range, c->v_range, 0);
+    th_tensor_make(&dq, c->dtype, c->layout, r.shape0, c->hq, r.rows_q, c->dqk);
+    th_tensor_make(&dk, c->dtype, c->kv_layout, r.shape0, c->hkv, r.rows_k, c->dqk);
+    th_tensor_make(&dv, c->dtype, c->kv_layout, r.shape0, c->hkv, r.rows_k, c->dv);
+    ffpa_options opt = r.opt;
+    if (c->dbias) {
+        assert_true(c->bias);
+        th_tensor_strided(&dbias, c->dbias_dtype, r.bias.host.shape, r.bias.host.stride);
+        opt.dbias = &dbias.dev;
+    }
+    th_tensor *inputs[] = {&dout, &r.q, &r.k, &r.v, &r.o, &r.lse};
+    const char *input_names[] = {"dout (input)", "q (input)", "k (input)",
+                                 "v (input)",    "out (input)", "lse (input)"};
+    unsigned char *before[6];
+    for (int i = 0; i < 6; ++i)
+        before[i] = th_tensor_snapshot(inputs[i]);
+
+    th_expect_ok(ctx,
+                 ffpa_backward(ctx, &dout.dev, &r.q.dev, &r.k.dev, &r.v.dev, &r.o.dev,
+                               &r.lse.dev, &dq.dev, &dk.dev, &dv.dev, &opt),
+                 "ffpa_backward");
+
+    oracle_problem *p = &r.oracle;
+    double *g = alloc_doubles(oracle_o_elems(p));
+    oracle_read_tensor(&dout.host, g);
+    double *dq_ref = alloc_doubles(oracle_q_elems(p));
+    double *dk_ref = alloc_doubles(oracle_k_elems(p));
+    double *dv_ref = alloc_doubles(oracle_v_elems(p));
+    double *db_ref = alloc_doubles(oracle_bias_elems(p));
+    double *dq_mag = alloc_doubles(oracle_q_elems(p));
+    double *dk_mag = alloc_doubles(oracle_k_elems(p));
+    double *dv_mag = alloc_doubles(oracle_v_elems(p));
+    double *db_mag = alloc_doubles(oracle_bias_elems(p));
+    oracle_backward(p, g, dq_ref, dk_ref, dv_ref, c->dbias ? db_ref : NULL);
+    oracle_backward_magnitude(p, g, dq_mag, dk_mag, dv_mag, c->dbias ? db_mag : NULL);
+    th_check("dq", &dq, dq_ref, dq_mag, NULL, TH_GRAD, c->tol_factor);
+    th_check("dk", &dk, dk_ref, dk_mag, NULL, TH_GRAD, c->tol_factor);
+    th_check("dv", &dv, dv_ref, dv_mag, NULL, TH_GRAD, c->tol_factor);
+    if (c->dbias) {
+        /* dbias may be f32 while the inputs are 16-bit: the tolerance follows the inputs. */
+        double factor = c->tol_factor * th_tolerance(c->dtype, TH_GRAD) /
+                        th_tolerance(c->dbias_dtype, TH_GRAD);
+        th_check("dbias", &dbias, db_ref, db_mag, p->bias_shape, TH_GRAD, factor);
+    }
+    if (c->finite_differences) {
+        check_finite_differences(p, g, dq_ref, dq_mag, &dq, NULL, p->q, oracle_q_elems(p), "dq");
+        check_finite_differences(p, g, dk_ref, dk_mag, &dk, NULL, p->k, oracle_k_elems(p), "dk");
+        check_finite_differences(p, g, dv_ref, dv_mag, &dv, NULL, p->v, oracle_v_elems(p), "dv");
+        if (c->dbias)
+            check_finite_differences(p, g, db_ref, db_mag, &dbias, p->bias_shape, p->bias, oracle_bias_elems(p),
+                                     "dbias");
+    }
+    for (int i = 0; i < 6; ++i) {
+        th_expect_unchanged(input_names[i], inputs[i], before[i]);
+        free(before[i]);
+    }
+
+    if (c->deterministic) {
+        th_tensor *grads[] = {&dq, &dk, &dv, &dbias};
+        const char *names[] = {"dq (second deterministic run)", "dk (second deterministic run)",
+                               "dv (second deterministic run)",
+                               "dbias (second deterministic run)"};
+        int n_grads = c->dbias ? 4 : 3;
+        unsigned char *first[4];
+        for (int i = 0; i < n_grads; ++i) {
+            first[i] = th_tensor_snapshot(grads[i]);
+            th_tensor_poison(grads[i]);
+        }
+        th_expect_ok(ctx,
+                     ffpa_backward(ctx, &dout.dev, &r.q.dev, &r.k.dev, &r.v.dev, &r.o.dev,
+                                   &r.lse.dev, &dq.dev, &dk.dev, &dv.dev, &opt),
+                     "ffpa_backward (second run)");
+        for (int i = 0; i < n_grads; ++i) {
+            th_expect_unchanged(names[i], grads[i], first[i]);
+            free(first[i]);
+        }
+    }
+
+    free(g);
+    free(dq_ref);
+    free(dk_ref);
+    free(dv_ref);
+    free(db_ref);
+    free(dq_mag);
+    free(dk_mag);
+    free(dv_mag);
+    free(db_mag);
+    th_tensor_free(&dout);
+    th_tensor_free(&dq);
+    th_tensor_free(&dk);
+    th_tensor_free(&dv);
+    if (c->dbias)
+        th_tensor_free(&dbias);
+    release(&r);
+}

@@ -1,0 +1,371 @@
+/* Naive float64 attention reference. See oracle.h. */
+#include "oracle.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "dtype.h"
+#include "philox.h"
+
+static int64_t elems4(const int64_t shape[4])
+{
+    return shape[0] * shape[1] * shape[2] * shape[3];
+}
+
+void oracle_read_tensor(const ffpa_tensor *t, double *out)
+{
+    int64_t n = 0;
+    for (int64_t a = 0; a < t->shape[0]; ++a)
+        for (int64_t b = 0; b < t->shape[1]; ++b)
+            for (int64_t c = 0; c < t->shape[2]; ++c)
+                for (int64_t d = 0; d < t->shape[3]; ++d) {
+                    int64_t off = a * t->stride[0] + b * t->stride[1] + c * t->stride[2] +
+                                  d * t->stride[3];
+                    out[n++] = ffpa_load_f32(t->data, t->dtype, off);
+                }
+}
+
+int oracle_bias_dim_broadcast(const ffpa_tensor *bias, int dim)
+{
+    return bias->shape[dim] == 1 || bias->stride[dim] == 0;
+}
+
+static double *read_dense(const ffpa_tensor *t)
+{
+    double *out = malloc(sizeof(double) * (size_t)(elems4(t->shape) ? elems4(t->shape) : 1));
+    if (out)
+        oracle_read_tensor(t, out);
+    return out;
+}
+
+static int32_t *copy_offsets(const int32_t *cu, int64_t nseq)
+{
+    if (!cu)
+        return NULL;
+    int32_t *out = malloc(sizeof(int32_t) * (size_t)(nseq + 1));
+    if (out)
+        memcpy(out, cu, sizeof(int32_t) * (size_t)(nseq + 1));
+    return out;
+}
+
+static int64_t seqlen_q(const oracle_problem *p, int64_t s)
+{
+    return p->cu_q ? (int64_t)p->cu_q[s + 1] - p->cu_q[s] : p->rows_q;
+}
+
+static int64_t seqlen_k(const oracle_problem *p, int64_t s)
+{
+    return p->cu_k ? (int64_t)p->cu_k[s + 1] - p->cu_k[s] : p->rows_k;
+}
+
+/* Index of row i of sequence s, head h in a dense q-side / k-side array. */
+static int64_t q_row(const oracle_problem *p, int64_t s, int64_t h, int64_t i)
+{
+    int64_t tb = p->cu_q ? 0 : s;
+    int64_t row = p->cu_q ? p->cu_q[s] + i : i;
+    return (tb * p->hq + h) * p->rows_q + row;
+}
+
+static int64_t k_row(const oracle_problem *p, int64_t s, int64_t h, int64_t j)
+{
+    int64_t tb = p->cu_k ? 0 : s;
+    int64_t row = p->cu_k ? p->cu_k[s] + j : j;
+    return (tb * p->hkv + h) * p->rows_k + row;
+}
+
+static int64_t bias_index(const oracle_problem *p, int64_t s, int64_t h, int64_t i, int64_t j)
+{
+    const int64_t *e = p->bias_shape;
+    int64_t a = e[0] == 1 ? 0 : s, b = e[1] == 1 ? 0 : h, c = e[2] == 1 ? 0 : i,
+            d = e[3] == 1 ? 0 : j;
+    return ((a * e[1] + b) * e[2] + c) * e[3] + d;
+}
+
+int oracle_problem_init(oracle_problem *p, const ffpa_tensor *q, const ffpa_tensor *k,
+                        const ffpa_tensor *v, const ffpa_options *opt)
+{
+    ffpa_options defaults;
+    memset(&defaults, 0, sizeof defaults);
+    if (!opt)
+        opt = &defaults;
+    memset(p, 0, sizeof *p);
+    int varlen = opt->cu_seqlens_q != NULL;
+    p->nseq = varlen ? opt->varlen_batch : q->shape[0];
+    p->shape0 = q->shape[0];
+    p->hq = q->shape[1];
+    p->hkv = k->shape[1];
+    p->rows_q = q->shape[2];
+    p->rows_k = k->shape[2];
+    p->dqk = q->shape[3];
+    p->dv = v->shape[3];
+    if (p->hkv < 1 || p->hq % p->hkv != 0 || k->shape[3] != p->dqk || v->shape[2] != p->rows_k)
+        return -1;
+    p->scale = opt->scale != 0.0f ? (double)opt->scale : 1.0 / sqrt((double)p->dqk);
+    p->causal = opt->causal;
+    p->dropout = opt->dropout_p > 0.0f;
+    p->dropout_threshold = ffpa_dropout_threshold((double)opt->dropout_p);
+    p->dropout_scale = 1.0 / (1.0 - (double)opt->dropout_p);
+    p->dropout_seed = opt->dropout_seed;
+    p->dropout_offset = opt->dropout_offset;
+    if (varlen) {
+        if (!opt->cu_seqlens_k || p->shape0 != 1)
+            return -1;
+        p->cu_q = copy_offsets(opt->cu_seqlens_q, p->nseq);
+        p->cu_k = copy_offsets(opt->cu_seqlens_k, p->nseq);
+        if (!p->cu_q || !p->cu_k)
+            return -1;
+        if (p->cu_q[p->nseq] != p->rows_q || p->cu_k[p->nseq] != p->rows_k)
+            return -1;
+    }
+    p->q = read_dense(q);
+    p->k = read_dense(k);
+    p->v = read_dense(v);
+    if (!p->q || !p->k || !p->v)
+        return -1;
+    if (opt->bias) {
+        const ffpa_tensor *bias = opt->bias;
+        for (int d = 0; d < 4; ++d)
+            p->bias_shape[d] = oracle_bias_dim_broadcast(bias, d) ? 1 : bias->shape[d];
+        if ((p->bias_shape[0] != 1 && p->bias_shape[0] != p->nseq) ||
+            (p->bias_shape[1] != 1 && p->bias_shape[1] != p->hq))
+            return -1;
+        for (int64_t s = 0; s < p->nseq; ++s)
+            if ((p->bias_shape[2] != 1 && seqlen_q(p, s) > p->bias_shape[2]) ||
+                (p->bias_shape[3] != 1 && seqlen_k(p, s) > p->bias_shape[3]))
+                return -1;
+        p->bias = malloc(sizeof(double) * (size_t)elems4(p->bias_shape));
+        if (!p->bias)
+            return -1;
+        int64_t n = 0;
+        for (int64_t a = 0; a < p->bias_shape[0]; ++a)
+            for (int64_t b = 0; b < p->bias_shape[1]; ++b)
+                for (int64_t c = 0; c < p->bias_shape[2]; ++c)
+                    for (int64_t d = 0; d < p->bias_shape[3]; ++d)
+                        p->bias[n++] = ffpa_load_f32(
+                            bias->data, bias->dtype,
+                            a * bias->stride[0] + b * bias->stride[1] + c * bias->stride[2] +
+                                d * bias->stride[3]);
+    }
+    return 0;
+}
+
+void oracle_problem_free(oracle_problem *p)
+{
+    free(p->q);
+    free(p->k);
+    free(p->v);
+    free(p->bias);
+    free(p->cu_q);
+    free(p->cu_k);
+    memset(p, 0, sizeof *p);
+}
+
+int64_t oracle_q_elems(const oracle_problem *p)
+{
+    return p->shape0 * p->hq * p->rows_q * p->dqk;
+}
+int64_t oracle_k_elems(const oracle_problem *p)
+{
+    return p->shape0 * p->hkv * p->rows_k * p->dqk;
+}
+int64_t oracle_v_elems(const oracle_problem *p)
+{
+    return p->shape0 * p->hkv * p->rows_k * p->dv;
+}
+int64_t oracle_o_elems(const oracle_problem *p)
+{
+    return p->shape0 * p->hq * p->rows_q * p->dv;
+}
+int64_t oracle_lse_elems(const oracle_problem *p)
+{
+    return p->shape0 * p->hq * p->rows_q;
+}
+int64_t oracle_bias_elems(const oracle_problem *p)
+{
+    return p->bias ? elems4(p->bias_shape) : 0;
+}
+
+/*
+ * Softmax row of (sequence s, head h, row i): prob[j] = P (before dropout),
+ * mult[j] = dropout multiplier (0 or 1/(1-p); 1 without dropout). Returns the
+ * LSE (-inf when the row sees no key).
+ */
+static double softmax_row(const oracle_problem *p, int64_t s, int64_t h, int64_t i, int64_t lq,
+                          int64_t lk, double *prob, double *mult)
+{
+    int64_t group = p->hq / p->hkv;
+    const double *qi = p->q + q_row(p, s, h, i) * p->dqk;
+    double row_max = -INFINITY;
+    for (int64_t j = 0; j < lk; ++j) {
+        double score;
+        if (p->causal && j > i + (lk - lq)) {
+            score = -INFINITY;
+        } else {
+            const double *kj = p->k + k_row(p, s, h / group, j) * p->dqk;
+            double dot = 0.0;
+            for (int64_t d = 0; d < p->dqk; ++d)
+                dot += qi[d] * kj[d];
+            score = p->scale * dot;
+            if (p->bias)
+                score += p->bias[bias_index(p, s, h, i, j)];
+        }
+        prob[j] = score;
+        if (score > row_max)
+            row_max = score;
+    }
+    if (row_max == -INFINITY) {
+        for (int64_t j = 0; j < lk; ++j)
+            prob[j] = mult[j] = 0.0;
+        return -INFINITY;
+    }
+    double sum = 0.0;
+    for (int64_t j = 0; j < lk; ++j) {
+        prob[j] = exp(prob[j] - row_max);
+        sum += prob[j];
+    }
+    for (int64_t j = 0; j < lk; ++j) {
+        prob[j] /= sum;
+        mult[j] = 1.0;
+        if (p->dropout)
+            mult[j] = ffpa_dropout_keep(p->dropout_seed, p->dropout_offset, p->dropout_threshold,
+                                        p->hq, s, h, i, j)
+                          ? p->dropout_scale
+                          : 0.0;
+    }
+    return row_max + log(sum);
+}
+
+static int64_t max_seqlen_k(const oracle_problem *p)
+{
+    int64_t m = 1;
+    for (int64_t s = 0; s < p->nseq; ++s)
+        if (seqlen_k(p, s) > m)
+            m = seqlen_k(p, s);
+    return m;
+}
+
+void oracle_forward(const oracle_problem *p, double *o, double *lse)
+{
+    int64_t group = p->hq / p->hkv;
+    int64_t width = max_seqlen_k(p);
+    double *prob = malloc(sizeof(double) * (size_t)width);
+    double *mult = malloc(sizeof(double) * (size_t)width);
+    if (o)
+        memset(o, 0, sizeof(double) * (size_t)oracle_o_elems(p));
+    for (int64_t s = 0; s < p->nseq; ++s) {
+        int64_t lq = seqlen_q(p, s), lk = seqlen_k(p, s);
+        for (int64_t h = 0; h < p->hq; ++h)
+            for (int64_t i = 0; i < lq; ++i) {
+                int64_t row = q_row(p, s, h, i);
+                double row_lse = softmax_row(p, s, h, i, lq, lk, prob, mult);
+                if (lse)
+                    lse[row] = row_lse;
+                if (!o)
+                    continue;
+                double *oi = o + row * p->dv;
+                for (int64_t j = 0; j < lk; ++j) {
+                    double w = prob[j] * mult[j];
+                    if (w == 0.0)
+                        continue;
+                    const double *vj = p->v + k_row(p, s, h / group, j) * p->dv;
+                    for (int64_t d = 0; d < p->dv; ++d)
+                        oi[d] += w * vj[d];
+                }
+            }
+    }
+    free(prob);
+    free(mult);
+}
+
+/* magnitude = 0: the gradients. magnitude = 1: the same sums over absolute
+ * values of their terms, with dS replaced by P * (|dP * keep| + |Delta|). */
+static void backward_sums(const oracle_problem *p, const double *dout, double *dq, double *dk,
+                          double *dv, double *dbias, int magnitude)
+{
+    int64_t group = p->hq / p->hkv;
+    int64_t width = max_seqlen_k(p);
+    double *prob = malloc(sizeof(double) * (size_t)width);
+    double *mult = malloc(sizeof(double) * (size_t)width);
+    double *orow = malloc(sizeof(double) * (size_t)p->dv);
+    double scale = magnitude ? fabs(p->scale) : p->scale;
+    if (dq)
+        memset(dq, 0, sizeof(double) * (size_t)oracle_q_elems(p));
+    if (dk)
+        memset(dk, 0, sizeof(double) * (size_t)oracle_k_elems(p));
+    if (dv)
+        memset(dv, 0, sizeof(double) * (size_t)oracle_v_elems(p));
+    if (dbias && p->bias)
+        memset(dbias, 0, sizeof(double) * (size_t)oracle_bias_elems(p));
+    for (int64_t s = 0; s < p->nseq; ++s) {
+        int64_t lq = seqlen_q(p, s), lk = seqlen_k(p, s);
+        for (int64_t h = 0; h < p->hq; ++h)
+            for (int64_t i = 0; i < lq; ++i) {
+                int64_t row = q_row(p, s, h, i);
+                softmax_row(p, s, h, i, lq, lk, prob, mult);
+                const double *gi = dout + row * p->dv;
+                const double *qi = p->q + row * p->dqk;
+                /* O row and Delta = rowsum(dO * O). */
+                memset(orow, 0, sizeof(double) * (size_t)p->dv);
+                for (int64_t j = 0; j < lk; ++j) {
+                    const double *vj = p->v + k_row(p, s, h / group, j) * p->dv;
+                    for (int64_t d = 0; d < p->dv; ++d)
+                        orow[d] += prob[j] * mult[j] * vj[d];
+                }
+                double delta = 0.0;
+                for (int64_t d = 0; d < p->dv; ++d)
+                    delta += gi[d] * orow[d];
+                for (int64_t j = 0; j < lk; ++j) {
+                    if (prob[j] == 0.0)
+                        continue;
+                    int64_t kr = k_row(p, s, h / group, j);
+                    const double *vj = p->v + kr * p->dv;
+                    const double *kj = p->k + kr * p->dqk;
+                    double dp = 0.0;
+                    for (int64_t d = 0; d < p->dv; ++d)
+                        dp += gi[d] * vj[d];
+                    double ds = magnitude ? prob[j] * (fabs(dp * mult[j]) + fabs(delta))
+                                          : prob[j] * (dp * mult[j] - delta);
+                    double pd = prob[j] * mult[j];
+                    if (dv)
+                        for (int64_t d = 0; d < p->dv; ++d)
+                            dv[kr * p->dv + d] += pd * (magnitude ? fabs(gi[d]) : gi[d]);
+                    if (dq)
+                        for (int64_t d = 0; d < p->dqk; ++d)
+                            dq[row * p->dqk + d] += scale * ds * (magnitude ? fabs(kj[d]) : kj[d]);
+                    if (dk)
+                        for (int64_t d = 0; d < p->dqk; ++d)
+                            dk[kr * p->dqk + d] += scale * ds * (magnitude ? fabs(qi[d]) : qi[d]);
+                    if (dbias && p->bias)
+                        dbias[bias_index(p, s, h, i, j)] += ds;
+                }
+            }
+    }
+    free(prob);
+    free(mult);
+    free(orow);
+}
+
+void oracle_backward(const oracle_problem *p, const double *dout, double *dq, double *dk,
+                     double *dv, double *dbias)
+{
+    backward_sums(p, dout, dq, dk, dv, dbias, 0);
+}
+
+void oracle_backward_magnitude(const oracle_problem *p, const double *dout, double *dq,
+                               double *dk, double *dv, double *dbias)
+{
+    backward_sums(p, dout, dq, dk, dv, dbias, 1);
+}
+
+double oracle_loss(const oracle_problem *p, const double *g)
+{
+    int64_t n = oracle_o_elems(p);
+    double *o = malloc(sizeof(double) * (size_t)(n ? n : 1));
+    oracle_forward(p, o, NULL);
+    double loss = 0.0;
+    for (int64_t e = 0; e < n; ++e)
+        loss += o[e] * g[e];
+    free(o);
+    return loss;
+}

@@ -1,0 +1,376 @@
+/*
+ * Backend selection, the backend list, status strings, option defaults,
+ * memory helpers and caller-provided workspaces.
+ */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "attn_case.h"
+#include "harness.h"
+
+/* ------------------------------------------------------------ selection */
+
+static void test_env_selects_cpu(void **state)
+{
+    (void)state;
+    const char *saved = getenv("FFPA_BACKEND");
+    char *copy = saved ? strdup(saved) : NULL;
+    setenv("FFPA_BACKEND", "cpu", 1);
+    ffpa_context *ctx = NULL;
+    ffpa_status status = ffpa_create(&ctx, NULL);
+    if (status != FFPA_OK)
+        fail_msg("FFPA_BACKEND=cpu, ffpa_create(NULL) = %s: %s", ffpa_status_string(status),
+                 ffpa_last_error(NULL));
+    assert_string_equal(ffpa_backend_name(ctx), "cpu");
+    const char *device = ffpa_device_name(ctx);
+    assert_non_null(device);
+    assert_true(strlen(device) > 0);
+    assert_string_equal(ffpa_last_error(ctx), ""); /* no failed call yet */
+    ffpa_destroy(ctx);
+
+    /* A named backend that does not exist never falls back to another. */
+    setenv("FFPA_BACKEND", "bogus", 1);
+    ctx = NULL;
+    assert_int_equal(ffpa_create(&ctx, NULL), FFPA_ERR_NO_BACKEND);
+    assert_null(ctx);
+    assert_non_null(strstr(ffpa_last_error(NULL), "cpu"));
+
+    if (copy) {
+        setenv("FFPA_BACKEND", copy, 1);
+        free(copy);
+    } else {
+        unsetenv("FFPA_BACKEND");
+    }
+}
+
+static void test_explicit_cpu_and_auto(void **state)
+{
+    (void)state;
+    ffpa_context *ctx = NULL;
+    assert_int_equal(ffpa_create(&ctx, "cpu"), FFPA_OK);
+    assert_string_equal(ffpa_backend_name(ctx), "cpu");
+    ffpa_destroy(ctx);
+    ctx = NULL;
+    assert_int_equal(ffpa_create(&ctx, "auto"), FFPA_OK);
+    const char *name = ffpa_backend_name(ctx);
+    /* auto: the first available GPU backend, else cpu. */
+    int gpu_available = 0;
+    for (int i = 0; i < ffpa_backend_count(); ++i) {
+        ffpa_backend_info info;
+        assert_int_equal(ffpa_backend_get_info(i, &info), FFPA_OK);
+        if (strcmp(info.name, "cpu") != 0 && info.available)
+            gpu_available = 1;
+    }
+    if (!gpu_available)
+        assert_string_equal(name, "cpu");
+    else
+        assert_string_not_equal(name, "cpu");
+    ffpa_destroy(ctx);
+    ffpa_destroy(NULL); /* harmless */
+}
+
+static void test_bogus_backend(void **state)
+{
+    (void)state;
+    ffpa_context *ctx = NULL;
+    assert_int_equal(ffpa_create(&ctx, "bogus"), FFPA_ERR_NO_BACKEND);
+    assert_null(ctx);
+    const char *message = ffpa_last_error(NULL);
+    if (!strstr(message, "bogus") || !strstr(message, "cpu"))
+        fail_msg("message '%s' should name 'bogus' and list the backends (cpu)", message);
+}
+
+static int find_backend(const char *name, ffpa_backend_info *out)
+{
+    for (int i = 0; i < ffpa_backend_count(); ++i) {
+        ffpa_backend_info info;
+        if (ffpa_backend_get_info(i, &info) == FFPA_OK && strcmp(info.name, name) == 0) {
+            *out = info;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* A GPU backend that is available starts; otherwise asking for it fails with
+ * FFPA_ERR_NO_BACKEND and a message that names it. */
+static void check_gpu_backend(const char *name)
+{
+    ffpa_backend_info info;
+    int listed = find_backend(name, &info);
+    ffpa_context *ctx = NULL;
+    ffpa_status status = ffpa_create(&ctx, name);
+    if (listed && info.available) {
+        if (status != FFPA_OK)
+            fail_msg("%s is listed as available (%s) but ffpa_create failed: %s", name,
+                     info.detail, ffpa_last_error(NULL));
+        assert_string_equal(ffpa_backend_name(ctx), name);
+        ffpa_destroy(ctx);
+        return;
+    }
+    if (status != FFPA_ERR_NO_BACKEND)
+        fail_msg("ffpa_create(\"%s\") without a usable device returned %s", name,
+                 ffpa_status_string(status));
+    assert_null(ctx);
+    const char *message = ffpa_last_error(NULL);
+    if (!strstr(message, name))
+        fail_msg("the message for an unavailable %s does not name it: '%s'", name, message);
+    if (listed)
+        print_message("# %s unavailable here: %s\n", name, info.detail);
+}
+
+static void test_cuda_backend(void **state)
+{
+    (void)state;
+    check_gpu_backend("cuda");
+}
+
+static void test_hip_backend(void **state)
+{
+    (void)state;
+    check_gpu_backend("hip");
+}
+
+static void test_backend_list(void **state)
+{
+    (void)state;
+    int count = ffpa_backend_count();
+    assert_true(count >= 1);
+    int cpu_seen = 0;
+    for (int i = 0; i < count; ++i) {
+        ffpa_backend_info info;
+        memset(&info, 0xCD, sizeof info);
+        assert_int_equal(ffpa_backend_get_info(i, &info), FFPA_OK);
+        assert_non_null(info.name);
+        assert_true(strlen(info.name) > 0);
+        assert_non_null(memchr(info.detail, '\0', sizeof info.detail));
+        assert_true(info.available == 0 || info.available == 1);
+        if (!info.available)
+            assert_true(strlen(info.detail) > 0); /* says why not */
+        if (strcmp(info.name, "cpu") == 0) {
+            cpu_seen = 1;
+            assert_int_equal(info.available, 1);
+        }
+        print_message("# backend %d: %s available=%d (%s)\n", i, info.name, info.available,
+                      info.detail);
+    }
+    assert_true(cpu_seen);
+    ffpa_backend_info info;
+    assert_int_equal(ffpa_backend_get_info(-1, &info), FFPA_ERR_INVALID_ARGUMENT);
+    assert_int_equal(ffpa_backend_get_info(count, &info), FFPA_ERR_INVALID_ARGUMENT);
+    assert_int_equal(ffpa_backend_get_info(0, NULL), FFPA_ERR_INVALID_ARGUMENT);
+}
+
+static void test_create_null_out(void **state)
+{
+    (void)state;
+    assert_int_equal(ffpa_create(NULL, "cpu"), FFPA_ERR_INVALID_ARGUMENT);
+}
+
+/* ------------------------------------------------------------ strings, defaults */
+
+static void test_status_strings(void **state)
+{
+    (void)state;
+    const ffpa_status all[] = {FFPA_OK,
+                               FFPA_ERR_INVALID_ARGUMENT,
+                               FFPA_ERR_UNSUPPORTED,
+                               FFPA_ERR_NO_BACKEND,
+                               FFPA_ERR_OUT_OF_MEMORY,
+                               FFPA_ERR_DEVICE,
+                               FFPA_ERR_INTERNAL};
+    for (int i = 0; i < 7; ++i) {
+        const char *s = ffpa_status_string(all[i]);
+        assert_non_null(s);
+        assert_true(strlen(s) > 0);
+        for (int j = 0; j < i; ++j)
+            assert_string_not_equal(s, ffpa_status_string(all[j]));
+    }
+    assert_non_null(ffpa_status_string((ffpa_status)99));
+    assert_non_null(ffpa_status_string((ffpa_status)-1));
+}
+
+static void test_dtype_helpers(void **state)
+{
+    (void)state;
+    assert_int_equal(ffpa_dtype_size(FFPA_F16), 2);
+    assert_int_equal(ffpa_dtype_size(FFPA_BF16), 2);
+    assert_int_equal(ffpa_dtype_size(FFPA_F32), 4);
+    assert_int_equal(ffpa_dtype_size((ffpa_dtype)9), 0);
+    assert_string_not_equal(ffpa_dtype_name(FFPA_F16), ffpa_dtype_name(FFPA_BF16));
+    assert_non_null(ffpa_dtype_name((ffpa_dtype)9));
+
+    int x;
+    ffpa_tensor t = ffpa_tensor_bhnd(&x, FFPA_BF16, 2, 3, 5, 7);
+    const int64_t bhnd[4] = {3 * 5 * 7, 5 * 7, 7, 1};
+    const int64_t bnhd[4] = {5 * 3 * 7, 7, 3 * 7, 1};
+    assert_ptr_equal(t.data, &x);
+    assert_int_equal(t.dtype, FFPA_BF16);
+    for (int i = 0; i < 4; ++i)
+        assert_int_equal(t.stride[i], bhnd[i]);
+    assert_int_equal(t.shape[0], 2);
+    assert_int_equal(t.shape[3], 7);
+    t = ffpa_tensor_bnhd(&x, FFPA_F16, 2, 3, 5, 7);
+    for (int i = 0; i < 4; ++i)
+        assert_int_equal(t.stride[i], bnhd[i]);
+    assert_int_equal(t.shape[1], 3);
+    assert_int_equal(t.shape[2], 5);
+}
+
+static void test_options_default(void **state)
+{
+    (void)state;
+    ffpa_options opt = ffpa_options_default();
+    assert_true(opt.scale == 0.0f);
+    assert_int_equal(opt.causal, 0);
+    assert_null(opt.bias);
+    assert_true(opt.dropout_p == 0.0f);
+    assert_int_equal(opt.dropout_offset, 0);
+    assert_null(opt.cu_seqlens_q);
+    assert_null(opt.cu_seqlens_k);
+    assert_int_equal(opt.varlen_batch, 0);
+    assert_int_equal(opt.grad_accum, FFPA_GRAD_ACCUM_F32);
+    assert_int_equal(opt.deterministic, 0);
+    assert_null(opt.dbias);
+}
+
+/* ------------------------------------------------------------ memory, streams */
+
+static void test_memory_round_trip(void **state)
+{
+    (void)state;
+    ffpa_context *ctx = th_ctx();
+    enum { BYTES = 4099 };
+    unsigned char host[BYTES], back[BYTES];
+    for (int i = 0; i < BYTES; ++i)
+        host[i] = (unsigned char)(i * 37 + 11);
+    void *a = NULL, *b = NULL;
+    th_expect_ok(ctx, ffpa_malloc(ctx, &a, BYTES), "ffpa_malloc");
+    th_expect_ok(ctx, ffpa_malloc(ctx, &b, BYTES), "ffpa_malloc");
+    assert_non_null(a);
+    th_expect_ok(ctx, ffpa_memcpy(ctx, a, host, BYTES, FFPA_COPY_HOST_TO_DEVICE), "h2d");
+    th_expect_ok(ctx, ffpa_memcpy(ctx, b, a, BYTES, FFPA_COPY_DEVICE_TO_DEVICE), "d2d");
+    memset(back, 0, sizeof back);
+    th_expect_ok(ctx, ffpa_memcpy(ctx, back, b, BYTES, FFPA_COPY_DEVICE_TO_HOST), "d2h");
+    assert_memory_equal(host, back, BYTES);
+    th_expect_ok(ctx, ffpa_free(ctx, a), "ffpa_free");
+    th_expect_ok(ctx, ffpa_free(ctx, b), "ffpa_free");
+    th_expect_ok(ctx, ffpa_set_stream(ctx, NULL), "ffpa_set_stream(NULL)");
+    th_expect_ok(ctx, ffpa_synchronize(ctx), "ffpa_synchronize");
+    assert_int_not_equal(ffpa_malloc(ctx, NULL, 16), FFPA_OK);
+}
+
+static void test_contexts_independent(void **state)
+{
+    (void)state;
+    ffpa_context *a = NULL, *b = NULL;
+    assert_int_equal(ffpa_create(&a, "cpu"), FFPA_OK);
+    assert_int_equal(ffpa_create(&b, "cpu"), FFPA_OK);
+    ffpa_tensor q = ffpa_tensor_bhnd(NULL, FFPA_F16, 1, 1, 1, 8);
+    assert_int_equal(ffpa_forward(a, &q, &q, &q, &q, NULL, NULL), FFPA_ERR_INVALID_ARGUMENT);
+    assert_true(strlen(ffpa_last_error(a)) > 0);
+    assert_string_equal(ffpa_last_error(b), "");
+    ffpa_destroy(a);
+    ffpa_destroy(b);
+}
+
+/* ------------------------------------------------------------ workspace */
+
+static void test_caller_workspace(void **state)
+{
+    (void)state;
+    ffpa_context *ctx = th_ctx();
+    attn_case c = attn_case_default(FFPA_F16, 65, 512);
+    c.causal = 1;
+    c.hq = 4;
+    c.hkv = 2;
+
+    th_tensor q, k, v, o, lse;
+    th_tensor_make(&q, c.dtype, TH_BHND, 1, c.hq, c.nq, c.dqk);
+    th_tensor_make(&k, c.dtype, TH_BHND, 1, c.hkv, c.nkv, c.dqk);
+    th_tensor_make(&v, c.dtype, TH_BHND, 1, c.hkv, c.nkv, c.dv);
+    th_tensor_make(&o, c.dtype, TH_BHND, 1, c.hq, c.nq, c.dv);
+    th_tensor_lse(&lse, TH_BHND, 1, c.hq, c.nq);
+    th_rng rng = th_rng_seeded(5);
+    th_tensor_random(&q, &rng, -1, 1, 0);
+    th_tensor_random(&k, &rng, -1, 1, 0);
+    th_tensor_random(&v, &rng, -1, 1, 0);
+    ffpa_options opt = ffpa_options_default();
+    opt.causal = 1;
+
+    size_t fwd_bytes = 1, bwd_bytes = 1;
+    th_expect_ok(ctx, ffpa_forward_workspace_size(ctx, &q.dev, &k.dev, &v.dev, &opt, &fwd_bytes),
+                 "ffpa_forward_workspace_size");
+    th_expect_ok(ctx, ffpa_backward_workspace_size(ctx, &q.dev, &k.dev, &v.dev, &opt, &bwd_bytes),
+                 "ffpa_backward_workspace_size");
+    print_message("# workspace on %s: forward %zu bytes, backward %zu bytes\n", th_backend(),
+                  fwd_bytes, bwd_bytes);
+
+    if (fwd_bytes > 0) {
+        /* Too small: rejected, outputs untouched. */
+        void *small = NULL;
+        th_expect_ok(ctx, ffpa_malloc(ctx, &small, fwd_bytes - 1 > 0 ? fwd_bytes - 1 : 1),
+                     "ffpa_malloc");
+        th_expect_ok(ctx, ffpa_set_workspace(ctx, small, fwd_bytes - 1), "ffpa_set_workspace");
+        th_tensor_fill_bytes(&o, 0xA5);
+        ffpa_status status = ffpa_forward(ctx, &q.dev, &k.dev, &v.dev, &o.dev, &lse.dev, &opt);
+        assert_int_equal(status, FFPA_ERR_INVALID_ARGUMENT);
+        assert_true(strlen(ffpa_last_error(ctx)) > 0);
+        unsigned char *pattern = malloc(o.bytes);
+        assert_non_null(pattern);
+        memset(pattern, 0xA5, o.bytes);
+        th_expect_unchanged("o (workspace too small)", &o, pattern);
+        free(pattern);
+        th_expect_ok(ctx, ffpa_set_workspace(ctx, NULL, 0), "ffpa_set_workspace(NULL, 0)");
+        th_expect_ok(ctx, ffpa_free(ctx, small), "ffpa_free");
+    } else {
+        print_message("# forward needs no workspace: the too-small case cannot be exercised\n");
+    }
+    th_tensor *all[] = {&q, &k, &v, &o, &lse};
+    for (int i = 0; i < 5; ++i)
+        th_tensor_free(all[i]);
+
+    /* Enough caller memory: forward and backward on it match the oracle. */
+    size_t bytes = fwd_bytes > bwd_bytes ? fwd_bytes : bwd_bytes;
+    void *ws = NULL;
+    th_expect_ok(ctx, ffpa_malloc(ctx, &ws, bytes ? bytes : 1), "ffpa_malloc");
+    th_expect_ok(ctx, ffpa_set_workspace(ctx, ws, bytes), "ffpa_set_workspace");
+    attn_run_forward(&c);
+    attn_run_backward(&c);
+    th_expect_ok(ctx, ffpa_set_workspace(ctx, NULL, 0), "ffpa_set_workspace(NULL, 0)");
+    th_expect_ok(ctx, ffpa_free(ctx, ws), "ffpa_free");
+    /* Back on context-owned memory. */
+    attn_run_forward(&c);
+}
+
+int main(void)
+{
+    int unavailable = th_backend_unavailable_exit();
+    if (unavailable >= 0)
+        return unavailable;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_env_selects_cpu),
+        cmocka_unit_test(test_explicit_cpu_and_auto),
+        cmocka_unit_test(test_bogus_backend),
+        cmocka_unit_test(test_cuda_backend),
+        cmocka_unit_test(test_hip_backend),
+        cmocka_unit_test(test_backend_list),
+        cmocka_unit_test(test_create_null_out),
+        cmocka_unit_test(test_status_strings),
+        cmocka_unit_test(test_dtype_helpers),
+        cmocka_unit_test(test_options_default),
+        cmocka_unit_test(test_memory_round_trip),
+        cmocka_unit_test(test_contexts_independent),
+        cmocka_unit_test(test_caller_workspace),
+    };
+    return th_exit_code(cmocka_run_group_tests_name("backend", tests, NULL, NULL),
+                        (int)(sizeof tests / sizeof tests[0]));
+}
