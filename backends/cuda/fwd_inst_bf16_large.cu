@@ -1,0 +1,9 @@
+/* Forward instantiations: bf16, Dv > 256 (fine-grained Split-D tiling). */
+#include "fwd_kernels.cuh"
+
+namespace ffpa {
+namespace cuda {
+const FwdKernelDesc fwd_bf16_large[3] = {fwd_desc<Fwd320<arch::bf16>>(), fwd_desc<Fwd512<arch::bf16>>(),
+                                          fwd_desc<Fwd1024<arch::bf16>>()};
+}
+}

@@ -1,0 +1,9 @@
+/* Forward instantiations: bf16, Dv <= 256 (coarse FA-2 tiling). */
+#include "fwd_kernels.cuh"
+
+namespace ffpa {
+namespace cuda {
+const FwdKernelDesc fwd_bf16_small[3] = {fwd_desc<Fwd64<arch::bf16>>(), fwd_desc<Fwd128<arch::bf16>>(),
+                                          fwd_desc<Fwd256<arch::bf16>>()};
+}
+}

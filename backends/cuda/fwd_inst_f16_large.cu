@@ -1,0 +1,9 @@
+/* Forward instantiations: f16, Dv > 256 (fine-grained Split-D tiling). */
+#include "fwd_kernels.cuh"
+
+namespace ffpa {
+namespace cuda {
+const FwdKernelDesc fwd_f16_large[3] = {fwd_desc<Fwd320<arch::f16>>(), fwd_desc<Fwd512<arch::f16>>(),
+                                          fwd_desc<Fwd1024<arch::f16>>()};
+}
+}

@@ -1,0 +1,83 @@
+/*
+ * Forward epilogue: normalise O, stage it through shared memory (swizzled,
+ * conflict-free 4-byte writes from the fragments) and write it out with
+ * coalesced 16-byte stores; write LSE. For split-KV (flash-decoding) blocks
+ * the fp32 partial O and LSE go straight to the workspace instead.
+ */
+#ifndef FFPA_GPU_EPILOGUE_CUH
+#define FFPA_GPU_EPILOGUE_CUH
+
+#include "fwd_params.h"
+#include "smem_tile.cuh"
+
+namespace ffpa {
+
+/* O column of element (slab vs, n-tile nt) of warp column-group wn. */
+template <class Cfg> __device__ __forceinline__ int o_col(int vs, int wn, int nt, int lane, int e)
+{
+    return vs * Cfg::kCols + wn * Cfg::kWC + nt * 8 + arch::frag_c_col(lane, e);
+}
+
+template <class Cfg, typename T>
+__device__ __forceinline__ void store_o_tile(const arch::FragC (&o)[Cfg::kVSlabs][Cfg::kONT],
+                                             const float (&inv_l)[2], T *stile, T *og,
+                                             int64_t o_sn, int rows_valid, int dv, int wm, int wn,
+                                             int lane, int tid)
+{
+#pragma unroll
+    for (int vs = 0; vs < Cfg::kVSlabs; ++vs) {
+#pragma unroll
+        for (int nt = 0; nt < Cfg::kONT; ++nt) {
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+                int r = wm * 16 + arch::frag_c_row(lane, 2 * half);
+                int c = o_col<Cfg>(vs, wn, nt, lane, 2 * half);
+                uint32_t packed = arch::pack_f32x2<T>(o[vs][nt].r[2 * half] * inv_l[half],
+                                                      o[vs][nt].r[2 * half + 1] * inv_l[half]);
+                *reinterpret_cast<uint32_t *>(stile + swz<Cfg::kDv>(r, c)) = packed;
+            }
+        }
+    }
+    __syncthreads();
+    constexpr int pieces_per_row = Cfg::kDv / 8;
+    constexpr int pieces = Cfg::kBr * pieces_per_row;
+    for (int i = tid; i < pieces; i += Cfg::kThreads) {
+        int r = i / pieces_per_row;
+        int c = (i % pieces_per_row) * 8;
+        if (r < rows_valid && c < dv)
+            *reinterpret_cast<uint4 *>(og + (int64_t)r * o_sn + c) =
+                *reinterpret_cast<const uint4 *>(stile + swz<Cfg::kDv>(r, c));
+    }
+}
+
+/* fp32 partial O (normalised within the split) and LSE of one split. */
+template <class Cfg>
+__device__ __forceinline__ void store_partial(const arch::FragC (&o)[Cfg::kVSlabs][Cfg::kONT],
+                                              const float (&inv_l)[2], const float (&lse)[2],
+                                              float *po, float *plse, int row0, int rows_valid,
+                                              int dv, int wn, int lane)
+{
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+        int r = row0 + arch::frag_c_row(lane, 2 * half);
+        if (r >= rows_valid)
+            continue;
+#pragma unroll
+        for (int vs = 0; vs < Cfg::kVSlabs; ++vs) {
+#pragma unroll
+            for (int nt = 0; nt < Cfg::kONT; ++nt) {
+                int c = o_col<Cfg>(vs, wn, nt, lane, 2 * half);
+                if (c < dv)
+                    *reinterpret_cast<float2 *>(po + (int64_t)r * dv + c) =
+                        make_float2(o[vs][nt].r[2 * half] * inv_l[half],
+                                    o[vs][nt].r[2 * half + 1] * inv_l[half]);
+            }
+        }
+        if (wn == 0 && (lane & 3) == 0)
+            plse[r] = lse[half];
+    }
+}
+
+} /* namespace ffpa */
+
+#endif

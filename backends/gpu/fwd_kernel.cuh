@@ -1,0 +1,404 @@
+/*
+ * The forward kernel body, vendor-neutral: Split-D tiling of Algorithm 1
+ * (FFPA paper) over an async-copy ring of shared-memory slabs.
+ *
+ * A block owns kBr query rows of one (batch, head) and, for split-KV, a
+ * range of key tiles. Its warps form a kWM x kWN grid: warp (wm, wn) owns
+ * query rows [16 wm, 16 wm + 16) and, within every slab, the columns
+ * [wn kWC, (wn + 1) kWC). The key loop streams, per key tile of kBc rows:
+ *   qk_chunks K slabs (with the matching Q slab unless Q is resident),
+ *   v_chunks  V slabs,
+ * each kCols wide, through a ring of `stages` slots (prefetch stages-1
+ * ahead). S = sum over chunks of Q_c K_c^T accumulates in registers; with
+ * kWN > 1 each warp sums a disjoint set of D-columns and the partial S tiles
+ * are added through shared memory (Split-D across warps). P stays in
+ * registers as the A operand of PV; O accumulates in fp32 registers across
+ * the whole Dv (each warp its kDv / kWN columns).
+ *
+ * Requires the arch layer (ffpa::arch) to be included first.
+ */
+#ifndef FFPA_GPU_FWD_KERNEL_CUH
+#define FFPA_GPU_FWD_KERNEL_CUH
+
+#include "epilogue.cuh"
+#include "fwd_params.h"
+#include "masking.cuh"
+#include "smem_tile.cuh"
+#include "softmax.cuh"
+#include "tile_scheduler.cuh"
+
+namespace ffpa {
+
+/* Compile-time shape of one forward instantiation. */
+template <typename T_, int kDv_, int kWM_, int kWN_, int kBc_, int kCols_, int kMinBlocks_>
+struct FwdConfig {
+    using T = T_;
+    static constexpr int kDv = kDv_;       /* Dv this instantiation covers (padded) */
+    static constexpr int kWM = kWM_;       /* warps along query rows, 16 rows each */
+    static constexpr int kWN = kWN_;       /* warps splitting each slab's columns */
+    static constexpr int kBr = 16 * kWM;
+    static constexpr int kBc = kBc_;
+    static constexpr int kCols = kCols_;   /* columns of a slab (the D chunk) */
+    static constexpr int kWC = kCols / kWN;
+    static constexpr int kThreads = arch::kWarpSize * kWM * kWN;
+    static constexpr int kNT = kBc / 8;    /* S n-tiles per warp */
+    static constexpr int kVSlabs = kDv / kCols;
+    static constexpr int kONT = kWC / 8;   /* O n-tiles per warp and slab */
+    static constexpr int kMinBlocks = kMinBlocks_;
+    static_assert(kDv % kCols == 0, "Dv is a whole number of slabs");
+    static_assert(kCols % 64 == 0 && kWC % 16 == 0, "slab columns");
+    static_assert(kBc % 16 == 0, "key tile");
+};
+
+/* Shared-memory layout (bytes), the model plan.c's ffpa_plan_smem_bytes follows. */
+struct FwdSmem {
+    size_t q_region, slot, ring, spart, epilogue, total;
+};
+
+template <class Cfg> __host__ __device__ inline FwdSmem fwd_smem_layout(int q_resident, int qk_chunks, int stages)
+{
+    const size_t elt = sizeof(typename Cfg::T);
+    FwdSmem s;
+    s.q_region = q_resident ? (size_t)Cfg::kBr * Cfg::kCols * qk_chunks * elt : 0;
+    s.slot = ((size_t)Cfg::kBc + (q_resident ? 0 : Cfg::kBr)) * Cfg::kCols * elt;
+    s.ring = (size_t)stages * s.slot;
+    s.spart = Cfg::kWN > 1 ? (size_t)Cfg::kWN * Cfg::kBr * Cfg::kBc * sizeof(float) : 0;
+    s.epilogue = (size_t)Cfg::kBr * Cfg::kDv * elt;
+    size_t main = s.q_region + s.ring;
+    s.total = (main > s.epilogue ? main : s.epilogue) + s.spart;
+    return s;
+}
+
+/*
+ * ldmatrix addresses without per-load swizzle arithmetic: a lane's row has
+ * (row & 7) fixed across the loop, and the 16-byte piece it reads is an even
+ * compile-time piece plus a lane bit, so the swizzled piece is
+ * (pc & ~7) + ((pc & 7) ^ x) with x = lane bit ^ (row & 7) computed once.
+ */
+__device__ __forceinline__ uint32_t piece_off(int x, int pc)
+{
+    return (uint32_t)(((pc & ~7) + ((pc & 7) ^ x)) << 4);
+}
+
+/* S += Q_slab K_slab^T over this warp's kWC columns (those < cols_valid). */
+template <class Cfg>
+__device__ __forceinline__ void qk_slab(arch::FragC (&s)[Cfg::kNT], const typename Cfg::T *qs,
+                                        const typename Cfg::T *ks, int wm, int wn, int cols_valid,
+                                        int lane)
+{
+    using T = typename Cfg::T;
+    constexpr uint32_t row_bytes = Cfg::kCols * sizeof(T);
+    const int col0 = wn * Cfg::kWC;
+    const uint32_t col_bytes = (uint32_t)col0 * sizeof(T); /* multiple of 128: swizzle-neutral */
+    const uint32_t q_base = arch::smem_u32(qs) + (uint32_t)(wm * 16 + (lane & 15)) * row_bytes + col_bytes;
+    const int qx = (lane >> 4) ^ (lane & 7);
+    const uint32_t k_base = arch::smem_u32(ks) + (uint32_t)((lane & 7) + ((lane >> 4) << 3)) * row_bytes +
+                            col_bytes;
+    const int kx = ((lane >> 3) & 1) ^ (lane & 7);
+#pragma unroll
+    for (int kk = 0; kk < Cfg::kWC / 16; ++kk) {
+        if (col0 + kk * 16 >= cols_valid) /* zero padding of D: skip */
+            break;
+        arch::FragA a;
+        arch::ldmatrix_x4(a.r, q_base + piece_off(qx, 2 * kk));
+        const uint32_t k_addr = k_base + piece_off(kx, 2 * kk);
+#pragma unroll
+        for (int np = 0; np < Cfg::kNT / 2; ++np) {
+            uint32_t b[4];
+            arch::ldmatrix_x4(b, k_addr + (uint32_t)(np * 16) * row_bytes);
+            arch::FragB b0 = {{b[0], b[1]}}, b1 = {{b[2], b[3]}};
+            arch::mma_m16n8k16<T>(s[2 * np], a, b0);
+            arch::mma_m16n8k16<T>(s[2 * np + 1], a, b1);
+        }
+    }
+}
+
+/* O_slab += P V_slab over this warp's kWC columns (those < cols_valid). */
+template <class Cfg>
+__device__ __forceinline__ void pv_slab(arch::FragC (&o)[Cfg::kONT],
+                                        const uint32_t (&pf)[Cfg::kBc / 16][4],
+                                        const typename Cfg::T *vs, int wn, int cols_valid, int lane)
+{
+    using T = typename Cfg::T;
+    constexpr uint32_t row_bytes = Cfg::kCols * sizeof(T);
+    const int col0 = wn * Cfg::kWC;
+    const uint32_t v_base = arch::smem_u32(vs) +
+                            (uint32_t)((lane & 7) + (((lane >> 3) & 1) << 3)) * row_bytes +
+                            (uint32_t)col0 * sizeof(T);
+    const int vx = (lane >> 4) ^ (lane & 7);
+#pragma unroll
+    for (int kk = 0; kk < Cfg::kBc / 16; ++kk) {
+        arch::FragA a = {{pf[kk][0], pf[kk][1], pf[kk][2], pf[kk][3]}};
+#pragma unroll
+        for (int np = 0; np < Cfg::kONT / 2; ++np) {
+            if (col0 + np * 16 >= cols_valid)
+                break;
+            uint32_t b[4];
+            arch::ldmatrix_x4_trans(b, v_base + (uint32_t)(kk * 16) * row_bytes + piece_off(vx, 2 * np));
+            arch::FragB b0 = {{b[0], b[1]}}, b1 = {{b[2], b[3]}};
+            arch::mma_m16n8k16<T>(o[2 * np], a, b0);
+            arch::mma_m16n8k16<T>(o[2 * np + 1], a, b1);
+        }
+    }
+}
+
+template <class Cfg> __device__ __forceinline__ void fwd_body(const ffpa_gpu_fwd_params &p)
+{
+    using T = typename Cfg::T;
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int wm = warp / Cfg::kWN, wn = warp % Cfg::kWN;
+    const FwdWork w = fwd_work(p, blockIdx.x);
+
+    /* Sequence geometry (varlen: offsets from the device copy). */
+    int64_t q_start = 0, k_start = 0;
+    int seqlen_q = p.nq, seqlen_k = p.nkv;
+    if (p.cu_q) {
+        q_start = p.cu_q[w.b];
+        seqlen_q = p.cu_q[w.b + 1] - p.cu_q[w.b];
+        k_start = p.cu_k[w.b];
+        seqlen_k = p.cu_k[w.b + 1] - p.cu_k[w.b];
+    }
+    const int q0 = w.q_block * Cfg::kBr;
+    if (q0 >= seqlen_q)
+        return;
+    const int rows_valid = min(Cfg::kBr, seqlen_q - q0);
+    const int kvh = w.h / p.group;
+    const T *qg = static_cast<const T *>(p.q) + (p.cu_q ? q_start * p.q_sn : (int64_t)w.b * p.q_sb) +
+                  (int64_t)w.h * p.q_sh + (int64_t)q0 * p.q_sn;
+    const T *kg = static_cast<const T *>(p.k) + (p.cu_k ? k_start * p.k_sn : (int64_t)w.b * p.k_sb) +
+                  (int64_t)kvh * p.k_sh;
+    const T *vg = static_cast<const T *>(p.v) + (p.cu_k ? k_start * p.v_sn : (int64_t)w.b * p.v_sb) +
+                  (int64_t)kvh * p.v_sh;
+
+    /* Key tiles this block visits: causal stops after the diagonal of its
+     * last valid row; split-KV takes its share. */
+    int tile_begin = 0, tile_end = (seqlen_k + Cfg::kBc - 1) / Cfg::kBc;
+    const int diag = seqlen_k - seqlen_q;
+    if (p.causal) {
+        int last_col = q0 + rows_valid - 1 + diag;
+        tile_end = min(tile_end, last_col < 0 ? 0 : last_col / Cfg::kBc + 1);
+    }
+    if (p.kv_splits > 1) {
+        tile_begin = w.split * p.kv_tiles_per_split;
+        tile_end = min(tile_end, tile_begin + p.kv_tiles_per_split);
+        tile_end = max(tile_end, tile_begin);
+    }
+    const int n_tiles = tile_end - tile_begin;
+
+    /* Shared memory: [resident Q][ring of slots][partial S]. */
+    const FwdSmem lay = fwd_smem_layout<Cfg>(p.q_resident, p.qk_chunks, p.stages);
+    T *q_region = reinterpret_cast<T *>(smem_raw);
+    T *ring = reinterpret_cast<T *>(smem_raw + lay.q_region);
+    float4 *spart = reinterpret_cast<float4 *>(
+        smem_raw + (lay.q_region + lay.ring > lay.epilogue ? lay.q_region + lay.ring : lay.epilogue));
+    const int slot_elems = (int)(lay.slot / sizeof(T));
+    const int slabs_per_tile = p.qk_chunks + p.v_chunks;
+    const int total_slabs = n_tiles * slabs_per_tile;
+
+    auto load_slab = [&](int t) {
+        int tile = tile_begin + t / slabs_per_tile;
+        int s = t % slabs_per_tile;
+        T *slot = ring + (t % p.stages) * slot_elems;
+        int kv0 = tile * Cfg::kBc;
+        if (s < p.qk_chunks) {
+            load_tile_async<T, Cfg::kBc, Cfg::kCols, Cfg::kThreads>(
+                slot, kg + (int64_t)kv0 * p.k_sn, p.k_sn, seqlen_k - kv0, s * Cfg::kCols, p.dqk, tid);
+            if (!p.q_resident)
+                load_tile_async<T, Cfg::kBr, Cfg::kCols, Cfg::kThreads>(
+                    slot + Cfg::kBc * Cfg::kCols, qg, p.q_sn, rows_valid, s * Cfg::kCols, p.dqk, tid);
+        } else {
+            load_tile_async<T, Cfg::kBc, Cfg::kCols, Cfg::kThreads>(
+                slot, vg + (int64_t)kv0 * p.v_sn, p.v_sn, seqlen_k - kv0,
+                (s - p.qk_chunks) * Cfg::kCols, p.dv, tid);
+        }
+    };
+
+    /* Prologue: resident Q joins the first group; stages-1 slabs in flight. */
+    if (p.q_resident)
+        for (int c = 0; c < p.qk_chunks; ++c)
+            load_tile_async<T, Cfg::kBr, Cfg::kCols, Cfg::kThreads>(
+                q_region + c * Cfg::kBr * Cfg::kCols, qg, p.q_sn, rows_valid, c * Cfg::kCols, p.dqk,
+                tid);
+    for (int i = 0; i < p.stages - 1; ++i) {
+        if (i < total_slabs)
+            load_slab(i);
+        arch::cp_async_commit();
+    }
+
+    /* Slab t is ready and slot (t-1) is free for slab t+stages-1. */
+    auto slab_begin = [&](int t) {
+        arch::cp_async_wait_dyn(p.stages - 2);
+        __syncthreads();
+        if (t + p.stages - 1 < total_slabs)
+            load_slab(t + p.stages - 1);
+        arch::cp_async_commit();
+    };
+
+    arch::FragC o[Cfg::kVSlabs][Cfg::kONT];
+#pragma unroll
+    for (int vs = 0; vs < Cfg::kVSlabs; ++vs)
+#pragma unroll
+        for (int nt = 0; nt < Cfg::kONT; ++nt)
+            o[vs][nt] = arch::FragC{{0.f, 0.f, 0.f, 0.f}};
+    OnlineSoftmax sm;
+    sm.init();
+
+    MaskCtx mc;
+    mc.row0 = q0 + wm * 16;
+    mc.seqlen_q = seqlen_q;
+    mc.seqlen_k = seqlen_k;
+    mc.b = w.b;
+    mc.h = w.h;
+
+    int t = 0;
+    for (int tile = tile_begin; tile < tile_end; ++tile) {
+        arch::FragC s[Cfg::kNT];
+#pragma unroll
+        for (int nt = 0; nt < Cfg::kNT; ++nt)
+            s[nt] = arch::FragC{{0.f, 0.f, 0.f, 0.f}};
+
+        for (int c = 0; c < p.qk_chunks; ++c, ++t) {
+            slab_begin(t);
+            const T *ks = ring + (t % p.stages) * slot_elems;
+            const T *qs = p.q_resident ? q_region + c * Cfg::kBr * Cfg::kCols : ks + Cfg::kBc * Cfg::kCols;
+            qk_slab<Cfg>(s, qs, ks, wm, wn, p.dqk - c * Cfg::kCols, lane);
+        }
+        if (Cfg::kWN > 1) {
+            /* Partial S of this warp's D columns; summed after the next barrier. */
+#pragma unroll
+            for (int nt = 0; nt < Cfg::kNT; ++nt)
+                spart[((wn * Cfg::kWM + wm) * Cfg::kNT + nt) * 32 + lane] =
+                    make_float4(s[nt].r[0], s[nt].r[1], s[nt].r[2], s[nt].r[3]);
+        }
+
+        uint32_t pf[Cfg::kBc / 16][4];
+#pragma unroll
+        for (int vs = 0; vs < Cfg::kVSlabs; ++vs) {
+            if (vs >= p.v_chunks)
+                break;
+            slab_begin(t);
+            if (vs == 0) {
+                if (Cfg::kWN > 1) {
+                    /* Same summation order in every warp: identical P. */
+#pragma unroll
+                    for (int nt = 0; nt < Cfg::kNT; ++nt) {
+                        float4 acc = spart[((0 * Cfg::kWM + wm) * Cfg::kNT + nt) * 32 + lane];
+#pragma unroll
+                        for (int n = 1; n < Cfg::kWN; ++n) {
+                            float4 x = spart[((n * Cfg::kWM + wm) * Cfg::kNT + nt) * 32 + lane];
+                            acc.x += x.x;
+                            acc.y += x.y;
+                            acc.z += x.z;
+                            acc.w += x.w;
+                        }
+                        s[nt] = arch::FragC{{acc.x, acc.y, acc.z, acc.w}};
+                    }
+                }
+                mc.col0 = tile * Cfg::kBc;
+                mc.need_bounds = mc.col0 + Cfg::kBc > seqlen_k;
+                mc.need_causal = p.causal && mc.col0 + Cfg::kBc - 1 > mc.row0 + diag;
+                mask_scores<Cfg::kNT>(s, p, mc, lane);
+                float alpha[2];
+                sm.update<Cfg::kNT>(s, alpha);
+#pragma unroll
+                for (int v2 = 0; v2 < Cfg::kVSlabs; ++v2)
+#pragma unroll
+                    for (int nt = 0; nt < Cfg::kONT; ++nt) {
+                        o[v2][nt].r[0] *= alpha[0];
+                        o[v2][nt].r[1] *= alpha[0];
+                        o[v2][nt].r[2] *= alpha[1];
+                        o[v2][nt].r[3] *= alpha[1];
+                    }
+                if (p.has_dropout)
+                    apply_dropout<Cfg::kNT>(s, p, mc, lane);
+#pragma unroll
+                for (int kk = 0; kk < Cfg::kBc / 16; ++kk) {
+                    pf[kk][0] = arch::pack_f32x2<T>(s[2 * kk].r[0], s[2 * kk].r[1]);
+                    pf[kk][1] = arch::pack_f32x2<T>(s[2 * kk].r[2], s[2 * kk].r[3]);
+                    pf[kk][2] = arch::pack_f32x2<T>(s[2 * kk + 1].r[0], s[2 * kk + 1].r[1]);
+                    pf[kk][3] = arch::pack_f32x2<T>(s[2 * kk + 1].r[2], s[2 * kk + 1].r[3]);
+                }
+            }
+            const T *vsl = ring + (t % p.stages) * slot_elems;
+            pv_slab<Cfg>(o[vs], pf, vsl, wn, p.dv - vs * Cfg::kCols, lane);
+            ++t;
+        }
+    }
+
+    float inv_l[2], lse[2];
+    sm.finish(inv_l, lse);
+
+    arch::cp_async_wait<0>();
+    __syncthreads(); /* every warp is done with the ring: reuse it for O */
+
+    const int64_t seq_row = q0; /* position of the block's first row in its sequence */
+    if (p.kv_splits > 1) {
+        int64_t rows = (int64_t)p.nq;
+        int64_t base = (((int64_t)w.split * p.batch + w.b) * p.hq + w.h) * rows;
+        store_partial<Cfg>(o, inv_l, lse, p.part_o + base * p.dv, p.part_lse + base, (int)seq_row + wm * 16,
+                           seqlen_q, p.dv, wn, lane);
+        return;
+    }
+    if (p.lse && wn == 0 && (lane & 3) == 0) {
+        float *lg = p.lse + (p.cu_q ? q_start * p.lse_sn : (int64_t)w.b * p.lse_sb) +
+                    (int64_t)w.h * p.lse_sh;
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            int r = q0 + wm * 16 + arch::frag_c_row(lane, 2 * half);
+            if (r < seqlen_q)
+                lg[(int64_t)r * p.lse_sn] = lse[half];
+        }
+    }
+    T *og = static_cast<T *>(p.o) + (p.cu_q ? q_start * p.o_sn : (int64_t)w.b * p.o_sb) +
+            (int64_t)w.h * p.o_sh + (int64_t)q0 * p.o_sn;
+    store_o_tile<Cfg, T>(o, inv_l, reinterpret_cast<T *>(smem_raw), og, p.o_sn, rows_valid, p.dv, wm, wn,
+                         lane, tid);
+}
+
+/*
+ * Split-KV merge (flash-decoding): O = sum_s exp(LSE_s - LSE) O_s with
+ * LSE = log sum_s exp(LSE_s). One block per (row, head, batch).
+ */
+template <typename T> __device__ __forceinline__ void combine_body(const ffpa_gpu_fwd_params &p)
+{
+    const int row = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    int64_t q_start = 0;
+    int seqlen_q = p.nq;
+    if (p.cu_q) {
+        q_start = p.cu_q[b];
+        seqlen_q = p.cu_q[b + 1] - p.cu_q[b];
+    }
+    if (row >= seqlen_q)
+        return;
+    const int64_t split_stride = (int64_t)p.batch * p.hq * p.nq;
+    const int64_t idx = ((int64_t)b * p.hq + h) * p.nq + row;
+    float mx = -INFINITY;
+    for (int s = 0; s < p.kv_splits; ++s)
+        mx = fmaxf(mx, p.part_lse[s * split_stride + idx]);
+    float sum = 0.0f;
+    if (mx != -INFINITY)
+        for (int s = 0; s < p.kv_splits; ++s)
+            sum += __expf(p.part_lse[s * split_stride + idx] - mx);
+    const float lse = sum > 0.0f ? mx + __logf(sum) : -INFINITY;
+    T *og = static_cast<T *>(p.o) + (p.cu_q ? q_start * p.o_sn : (int64_t)b * p.o_sb) +
+            (int64_t)h * p.o_sh + (int64_t)row * p.o_sn;
+    for (int c = threadIdx.x; c < p.dv; c += blockDim.x) {
+        float acc = 0.0f;
+        if (sum > 0.0f)
+            for (int s = 0; s < p.kv_splits; ++s) {
+                float ls = p.part_lse[s * split_stride + idx];
+                if (ls != -INFINITY)
+                    acc += __expf(ls - lse) * p.part_o[(s * split_stride + idx) * p.dv + c];
+            }
+        og[c] = arch::from_f32<T>(acc);
+    }
+    if (p.lse && threadIdx.x == 0)
+        p.lse[(p.cu_q ? q_start * p.lse_sn : (int64_t)b * p.lse_sb) + (int64_t)h * p.lse_sh +
+              (int64_t)row * p.lse_sn] = lse;
+}
+
+} /* namespace ffpa */
+
+#endif

@@ -1,0 +1,64 @@
+/*
+ * Parameters of the forward kernels, shared by the host launcher and the
+ * device code of every GPU backend (plain C, no vendor types).
+ *
+ * Strides are in elements. Pointers are device pointers. For varlen
+ * problems cu_q / cu_k point to device copies of the offsets, sb is 0 and
+ * sequence b owns packed rows cu[b] .. cu[b+1]-1.
+ */
+#ifndef FFPA_GPU_FWD_PARAMS_H
+#define FFPA_GPU_FWD_PARAMS_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ffpa_gpu_fwd_params {
+    const void *q, *k, *v;
+    void *o;                       /* [B, Hq, Nq, Dv], dtype of q */
+    float *lse;                    /* [B, Hq, Nq] float32, or NULL */
+    int64_t q_sb, q_sh, q_sn;
+    int64_t k_sb, k_sh, k_sn;
+    int64_t v_sb, v_sh, v_sn;
+    int64_t o_sb, o_sh, o_sn;
+    int64_t lse_sb, lse_sh, lse_sn;
+
+    int batch, hq, hkv, group;     /* group = hq / hkv */
+    int nq, nkv;                   /* dense lengths, or longest sequences (varlen) */
+    int dqk, dv;                   /* real head dims (multiples of 8) */
+    const int32_t *cu_q, *cu_k;    /* device offsets, or NULL */
+
+    float scale_log2;              /* softmax scale * log2(e) */
+    int causal;                    /* bottom-right aligned */
+
+    const void *bias;              /* NULL: none */
+    int bias_dtype;                /* ffpa_dtype */
+    int64_t bias_sb, bias_sh, bias_sn, bias_sd;
+
+    int has_dropout;
+    uint32_t dropout_threshold;
+    float dropout_scale;
+    uint64_t dropout_seed, dropout_offset;
+
+    /* Schedule (from the planner). */
+    int q_blocks;                  /* ceil(nq / br) */
+    int kv_splits;                 /* > 1: partial results go to part_o / part_lse */
+    int longest_first;             /* causal: last query block first */
+    int q_resident;                /* 1: whole Q tile loaded once; 0: streamed per chunk */
+    int stages;                    /* cp.async ring depth (2..4) */
+    int qk_chunks;                 /* ceil(dqk / chunk): K slabs per key tile */
+    int v_chunks;                  /* ceil(dv / chunk): V slabs per key tile */
+    int kv_tiles_per_split;        /* key tiles each split owns */
+
+    /* Split-KV partials: [split][b][h][row][dv] and [split][b][h][row]. */
+    float *part_o;
+    float *part_lse;
+} ffpa_gpu_fwd_params;
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,58 @@
+/*
+ * Shared-memory tile layout of the forward kernels: row-major tiles whose
+ * rows are a multiple of 64 elements (128 bytes), with the 16-byte pieces of
+ * each row XOR-swizzled by (row % 8). Eight consecutive rows at the same
+ * logical piece then land in eight different bank groups, so 8x8 matrix
+ * loads (ldmatrix, ds_read_b128) and 16-byte async copies are conflict-free
+ * without padding.
+ */
+#ifndef FFPA_GPU_SMEM_TILE_CUH
+#define FFPA_GPU_SMEM_TILE_CUH
+
+namespace ffpa {
+
+/* Element offset of (row, col) in a swizzled tile of `cols` columns. */
+template <int cols> __device__ __forceinline__ int swz(int row, int col)
+{
+    static_assert(cols % 64 == 0, "swizzled rows hold whole 128-byte groups");
+    return row * cols + ((((col >> 3) ^ (row & 7))) << 3) + (col & 7);
+}
+
+/*
+ * Asynchronous copy of a rows x cols tile (row-major in global memory, row
+ * stride `stride` elements) into a swizzled tile. Rows >= rows_valid and
+ * columns >= cols_valid are zero-filled, never read.
+ */
+template <typename T, int rows, int cols, int threads>
+__device__ __forceinline__ void load_tile_async(T *tile, const T *base, int64_t stride, int rows_valid,
+                                                int col0, int cols_valid, int tid)
+{
+    constexpr int pieces_per_row = cols / 8;
+    static_assert(threads % pieces_per_row == 0, "a thread keeps its column across iterations");
+    constexpr int row_step = threads / pieces_per_row;
+    constexpr int iters = (rows + row_step - 1) / row_step;
+    /* Each thread copies one 16-byte column piece of rows r0, r0 + row_step, ...:
+     * one pointer and one shared address, advanced by constants. */
+    const int r0 = tid / pieces_per_row;
+    const int c = (tid % pieces_per_row) * 8;
+    const bool col_ok = col0 + c < cols_valid;
+    const T *src = base + (int64_t)r0 * stride + col0 + c;
+    const int64_t src_step = (int64_t)row_step * stride;
+    uint32_t dst = arch::smem_u32(tile + swz<cols>(r0, c));
+#pragma unroll
+    for (int it = 0; it < iters; ++it) {
+        const int r = r0 + it * row_step;
+        if (rows % row_step == 0 || r < rows) {
+            bool ok = col_ok && r < rows_valid;
+            /* With row_step a multiple of 8 the swizzle of row r equals row r0's. */
+            uint32_t d = row_step % 8 == 0 ? dst + (uint32_t)(it * row_step * cols * sizeof(T))
+                                           : arch::smem_u32(tile + swz<cols>(r, c));
+            arch::cp_async_16(d, ok ? src : base, ok ? 16 : 0);
+            src += src_step;
+        }
+    }
+}
+
+} /* namespace ffpa */
+
+#endif

@@ -1,0 +1,68 @@
+/*
+ * Online softmax over key tiles, in registers (base 2: scores arrive
+ * multiplied by log2(e)). Each lane owns two rows of the warp's 16 (the FragC
+ * rows) and keeps their running max and its own partial row sum; the four
+ * lanes of a row combine the sums once, at the end.
+ */
+#ifndef FFPA_GPU_SOFTMAX_CUH
+#define FFPA_GPU_SOFTMAX_CUH
+
+#include <math.h>
+
+namespace ffpa {
+
+struct OnlineSoftmax {
+    float m[2]; /* running max (log2 domain), -inf before any visible key */
+    float l[2]; /* this lane's share of the running sum */
+
+    __device__ __forceinline__ void init()
+    {
+        m[0] = m[1] = -INFINITY;
+        l[0] = l[1] = 0.0f;
+    }
+
+    /* s (masked scores) -> unnormalised probabilities; returns the factor
+     * each row's accumulator must be rescaled by. */
+    template <int kNT> __device__ __forceinline__ void update(arch::FragC (&s)[kNT], float (&alpha)[2])
+    {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            float mx = m[half];
+#pragma unroll
+            for (int nt = 0; nt < kNT; ++nt)
+                mx = fmaxf(mx, fmaxf(s[nt].r[2 * half], s[nt].r[2 * half + 1]));
+            mx = arch::quad_max(mx);
+            /* A row that has seen only masked keys keeps m = -inf; use 0 as
+             * the reference so exp2(-inf - 0) = 0 and never NaN. */
+            float ref = mx == -INFINITY ? 0.0f : mx;
+            alpha[half] = arch::exp2_fast(m[half] - ref);
+            float sum = 0.0f;
+#pragma unroll
+            for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    float pe = arch::exp2_fast(s[nt].r[2 * half + e] - ref);
+                    s[nt].r[2 * half + e] = pe;
+                    sum += pe;
+                }
+            }
+            l[half] = l[half] * alpha[half] + sum;
+            m[half] = mx;
+        }
+    }
+
+    /* Final row sums (whole row) and the natural-log LSE per row half. */
+    __device__ __forceinline__ void finish(float (&inv_l)[2], float (&lse)[2])
+    {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            float sum = arch::quad_sum(l[half]);
+            inv_l[half] = sum > 0.0f ? 1.0f / sum : 0.0f;
+            lse[half] = sum > 0.0f ? (m[half] + log2f(sum)) * 0.6931471805599453f : -INFINITY;
+        }
+    }
+};
+
+} /* namespace ffpa */
+
+#endif

@@ -1,0 +1,499 @@
+/*
+ * ffpa-bench: forward latency and TFLOP/s of libffpa on one backend, through
+ * the public API only, plus an optional check against the cpu backend.
+ *
+ *   ffpa-bench [options] SHAPE...      or   ffpa-bench [options] -f FILE
+ *
+ * SHAPE: B,Hq,Hkv,Nq,Nkv,Dqk,Dv[,flags]   flags: c causal, b bias (fp32,
+ * broadcast over batch), d dropout 0.1, v varlen (random lengths <= N),
+ * l LSE output. Example: 1,32,32,8192,8192,512,512,c
+ *
+ * Options: --backend NAME (default: FFPA_BACKEND / auto), --dtype bf16|f16,
+ * --iters N (iterations per timed repetition, default auto), --reps N
+ * (repetitions, median taken, >= 10), --warmup N, --csv FILE,
+ * --check (run every shape on the cpu backend too and compare all elements;
+ * outputs are poisoned with NaN first), --no-time.
+ *
+ * Timing: ffpa_synchronize before and after each repetition of `iters`
+ * calls, wall clock in between; the median over repetitions. FLOPs:
+ * 4 * sum_b(Nq_b * Nkv_b) * Hq * (Dqk + Dv) / 2 (= 4 B Hq Nq Nkv D), half for causal.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "dtype.h"
+#include "ffpa.h"
+
+typedef struct shape {
+    int64_t b, hq, hkv, nq, nkv, dqk, dv;
+    int causal, bias, dropout, varlen, lse;
+    char text[128];
+} shape;
+
+typedef struct bench_opts {
+    const char *backend;
+    ffpa_dtype dtype;
+    int iters, reps, warmup, check, time;
+    const char *csv;
+} bench_opts;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int parse_shape(const char *s, shape *out)
+{
+    memset(out, 0, sizeof *out);
+    snprintf(out->text, sizeof out->text, "%s", s);
+    long long v[7];
+    char flags[32] = "";
+    int n = sscanf(s, "%lld,%lld,%lld,%lld,%lld,%lld,%lld,%31s", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5],
+                   &v[6], flags);
+    if (n < 7)
+        return 0;
+    out->b = v[0], out->hq = v[1], out->hkv = v[2], out->nq = v[3], out->nkv = v[4], out->dqk = v[5],
+    out->dv = v[6];
+    out->causal = strchr(flags, 'c') != NULL;
+    out->bias = strchr(flags, 'b') != NULL;
+    out->dropout = strchr(flags, 'd') != NULL;
+    out->varlen = strchr(flags, 'v') != NULL;
+    out->lse = strchr(flags, 'l') != NULL;
+    return out->b > 0 && out->hq > 0 && out->hkv > 0 && out->nq > 0 && out->nkv > 0 && out->dqk > 0 &&
+           out->dv > 0;
+}
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+static float rand_unit(void) /* uniform in [-1, 1) */
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (float)((rng_state >> 40) * (1.0 / 8388608.0)) - 1.0f;
+}
+
+static void fill_random(uint16_t *h, size_t n, ffpa_dtype dt)
+{
+    for (size_t i = 0; i < n; ++i) {
+        float x = rand_unit();
+        h[i] = dt == FFPA_BF16 ? ffpa_f32_to_bf16(x) : ffpa_f32_to_f16(x);
+    }
+}
+
+static const char *path_label(const shape *s)
+{
+    int64_t d = s->dqk > s->dv ? s->dqk : s->dv;
+    if (s->nq <= 16 && !s->varlen)
+        return d > 256 ? "decode/split-d" : "decode/small-d";
+    return d > 256 ? "split-d" : "small-d";
+}
+
+/* Everything one run of a shape needs on one context. */
+typedef struct run_bufs {
+    void *q, *k, *v, *o, *lse, *bias;
+    size_t q_bytes, k_bytes, v_bytes, o_bytes, lse_bytes, bias_bytes;
+    ffpa_tensor tq, tk, tv, to, tl, tb;
+    ffpa_options opt;
+    int32_t *cu_q, *cu_k;
+    int64_t total_q, total_k;
+    double pairs; /* sum over sequences of visible (query, key) pairs, full square */
+} run_bufs;
+
+/* Host-side inputs shared by both contexts. */
+typedef struct host_inputs {
+    uint16_t *q, *k, *v;
+    float *bias;
+    int32_t *cu_q, *cu_k;
+    int64_t nseq, total_q, total_k;
+} host_inputs;
+
+static int make_inputs(const shape *s, ffpa_dtype dt, host_inputs *hi)
+{
+    memset(hi, 0, sizeof *hi);
+    hi->nseq = s->b;
+    if (s->varlen) {
+        hi->cu_q = malloc(sizeof(int32_t) * (size_t)(s->b + 1));
+        hi->cu_k = malloc(sizeof(int32_t) * (size_t)(s->b + 1));
+        hi->cu_q[0] = hi->cu_k[0] = 0;
+        for (int64_t i = 0; i < s->b; ++i) {
+            /* lengths in [1, N]; the first sequence is the longest */
+            int64_t lq = i == 0 ? s->nq : 1 + (int64_t)((rand_unit() + 1.0f) * 0.5f * (float)(s->nq - 1));
+            int64_t lk = i == 0 ? s->nkv : 1 + (int64_t)((rand_unit() + 1.0f) * 0.5f * (float)(s->nkv - 1));
+            hi->cu_q[i + 1] = hi->cu_q[i] + (int32_t)lq;
+            hi->cu_k[i + 1] = hi->cu_k[i] + (int32_t)lk;
+        }
+        hi->total_q = hi->cu_q[s->b];
+        hi->total_k = hi->cu_k[s->b];
+    } else {
+        hi->total_q = s->b * s->nq;
+        hi->total_k = s->b * s->nkv;
+    }
+    size_t nq = (size_t)(hi->total_q * s->hq * s->dqk), nk = (size_t)(hi->total_k * s->hkv * s->dqk),
+           nv = (size_t)(hi->total_k * s->hkv * s->dv);
+    hi->q = malloc(nq * 2);
+    hi->k = malloc(nk * 2);
+    hi->v = malloc(nv * 2);
+    if (!hi->q || !hi->k || !hi->v)
+        return 0;
+    fill_random(hi->q, nq, dt);
+    fill_random(hi->k, nk, dt);
+    fill_random(hi->v, nv, dt);
+    if (s->bias) {
+        size_t nb = (size_t)(s->hq * s->nq * s->nkv);
+        hi->bias = malloc(nb * sizeof(float));
+        for (size_t i = 0; i < nb; ++i)
+            hi->bias[i] = rand_unit() < -0.9f ? -INFINITY : rand_unit();
+    }
+    return 1;
+}
+
+static void free_inputs(host_inputs *hi)
+{
+    free(hi->q), free(hi->k), free(hi->v), free(hi->bias), free(hi->cu_q), free(hi->cu_k);
+}
+
+static void *dev_upload(ffpa_context *ctx, const void *host, size_t bytes)
+{
+    void *p = NULL;
+    if (ffpa_malloc(ctx, &p, bytes ? bytes : 1) != FFPA_OK)
+        return NULL;
+    if (host && ffpa_memcpy(ctx, p, host, bytes, FFPA_COPY_HOST_TO_DEVICE) != FFPA_OK)
+        return NULL;
+    return p;
+}
+
+static int setup_run(ffpa_context *ctx, const shape *s, ffpa_dtype dt, const host_inputs *hi, run_bufs *r)
+{
+    memset(r, 0, sizeof *r);
+    int64_t bq = s->varlen ? 1 : s->b, nq = s->varlen ? hi->total_q : s->nq,
+            nk = s->varlen ? hi->total_k : s->nkv;
+    r->q_bytes = (size_t)(hi->total_q * s->hq * s->dqk * 2);
+    r->k_bytes = (size_t)(hi->total_k * s->hkv * s->dqk * 2);
+    r->v_bytes = (size_t)(hi->total_k * s->hkv * s->dv * 2);
+    r->o_bytes = (size_t)(hi->total_q * s->hq * s->dv * 2);
+    r->lse_bytes = (size_t)(hi->total_q * s->hq * 4);
+    r->q = dev_upload(ctx, hi->q, r->q_bytes);
+    r->k = dev_upload(ctx, hi->k, r->k_bytes);
+    r->v = dev_upload(ctx, hi->v, r->v_bytes);
+    r->o = dev_upload(ctx, NULL, r->o_bytes);
+    r->lse = s->lse ? dev_upload(ctx, NULL, r->lse_bytes) : NULL;
+    if (!r->q || !r->k || !r->v || !r->o || (s->lse && !r->lse))
+        return 0;
+    r->tq = ffpa_tensor_bhnd(r->q, dt, bq, s->hq, nq, s->dqk);
+    r->tk = ffpa_tensor_bhnd(r->k, dt, bq, s->hkv, nk, s->dqk);
+    r->tv = ffpa_tensor_bhnd(r->v, dt, bq, s->hkv, nk, s->dv);
+    r->to = ffpa_tensor_bhnd(r->o, dt, bq, s->hq, nq, s->dv);
+    r->tl = ffpa_tensor_bhnd(r->lse, FFPA_F32, bq, s->hq, nq, 1);
+    r->opt = ffpa_options_default();
+    r->opt.causal = s->causal;
+    if (s->bias) {
+        r->bias_bytes = (size_t)(s->hq * s->nq * s->nkv) * sizeof(float);
+        r->bias = dev_upload(ctx, hi->bias, r->bias_bytes);
+        if (!r->bias)
+            return 0;
+        /* [B(broadcast), Hq, Nq, Nkv] */
+        r->tb = ffpa_tensor_bhnd(r->bias, FFPA_F32, s->varlen ? 1 : s->b, s->hq, s->nq, s->nkv);
+        r->tb.stride[0] = 0;
+        r->opt.bias = &r->tb;
+    }
+    if (s->dropout) {
+        r->opt.dropout_p = 0.1f;
+        r->opt.dropout_seed = 1234;
+        r->opt.dropout_offset = 7;
+    }
+    if (s->varlen) {
+        r->opt.cu_seqlens_q = hi->cu_q;
+        r->opt.cu_seqlens_k = hi->cu_k;
+        r->opt.varlen_batch = (int32_t)s->b;
+    }
+    r->pairs = 0;
+    for (int64_t i = 0; i < s->b; ++i) {
+        double lq = s->varlen ? hi->cu_q[i + 1] - hi->cu_q[i] : (double)s->nq;
+        double lk = s->varlen ? hi->cu_k[i + 1] - hi->cu_k[i] : (double)s->nkv;
+        r->pairs += lq * lk;
+    }
+    return 1;
+}
+
+static void free_run(ffpa_context *ctx, run_bufs *r)
+{
+    ffpa_free(ctx, r->q), ffpa_free(ctx, r->k), ffpa_free(ctx, r->v), ffpa_free(ctx, r->o);
+    if (r->lse)
+        ffpa_free(ctx, r->lse);
+    if (r->bias)
+        ffpa_free(ctx, r->bias);
+}
+
+static ffpa_status run_forward(ffpa_context *ctx, run_bufs *r)
+{
+    return ffpa_forward(ctx, &r->tq, &r->tk, &r->tv, &r->to, r->lse ? &r->tl : NULL, &r->opt);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Poison O (NaN bit pattern) and LSE on the device. */
+static int poison(ffpa_context *ctx, run_bufs *r)
+{
+    void *h = malloc(r->o_bytes > r->lse_bytes ? r->o_bytes : r->lse_bytes);
+    if (!h)
+        return 0;
+    memset(h, 0xFF, r->o_bytes > r->lse_bytes ? r->o_bytes : r->lse_bytes);
+    int ok = ffpa_memcpy(ctx, r->o, h, r->o_bytes, FFPA_COPY_HOST_TO_DEVICE) == FFPA_OK;
+    if (r->lse)
+        ok = ok && ffpa_memcpy(ctx, r->lse, h, r->lse_bytes, FFPA_COPY_HOST_TO_DEVICE) == FFPA_OK;
+    free(h);
+    return ok;
+}
+
+static float to_f32(uint16_t x, ffpa_dtype dt)
+{
+    return dt == FFPA_BF16 ? ffpa_bf16_to_f32(x) : ffpa_f16_to_f32(x);
+}
+
+/* Compare O (and LSE) of the backend with the cpu backend. Returns 1 if ok. */
+static int check_against_cpu(ffpa_context *ctx, const shape *s, ffpa_dtype dt, const host_inputs *hi,
+                             run_bufs *r, char *msg, size_t msg_len)
+{
+    ffpa_context *cpu = NULL;
+    if (ffpa_create(&cpu, "cpu") != FFPA_OK) {
+        snprintf(msg, msg_len, "cpu backend: %s", ffpa_last_error(NULL));
+        return 0;
+    }
+    run_bufs rc;
+    int ok = setup_run(cpu, s, dt, hi, &rc);
+    if (ok && run_forward(cpu, &rc) != FFPA_OK) {
+        snprintf(msg, msg_len, "cpu forward: %s", ffpa_last_error(cpu));
+        ok = 0;
+    }
+    ok = ok && poison(ctx, r);
+    if (ok && run_forward(ctx, r) != FFPA_OK) {
+        snprintf(msg, msg_len, "forward: %s", ffpa_last_error(ctx));
+        ok = 0;
+    }
+    ok = ok && ffpa_synchronize(ctx) == FFPA_OK;
+    size_t no = r->o_bytes / 2, nl = r->lse_bytes / 4;
+    uint16_t *og = malloc(r->o_bytes), *oc = malloc(r->o_bytes);
+    float *lg = malloc(r->lse_bytes), *lc = malloc(r->lse_bytes);
+    if (ok) {
+        ok = ffpa_memcpy(ctx, og, r->o, r->o_bytes, FFPA_COPY_DEVICE_TO_HOST) == FFPA_OK &&
+             ffpa_memcpy(cpu, oc, rc.o, r->o_bytes, FFPA_COPY_DEVICE_TO_HOST) == FFPA_OK;
+        if (s->lse)
+            ok = ok && ffpa_memcpy(ctx, lg, r->lse, r->lse_bytes, FFPA_COPY_DEVICE_TO_HOST) == FFPA_OK &&
+                 ffpa_memcpy(cpu, lc, rc.lse, r->lse_bytes, FFPA_COPY_DEVICE_TO_HOST) == FFPA_OK;
+        if (!ok)
+            snprintf(msg, msg_len, "copy back failed");
+    }
+    if (ok) {
+        double num = 0, den = 0, max_abs = 0;
+        size_t bad = 0, first_bad = 0;
+        for (size_t i = 0; i < no; ++i) {
+            double a = to_f32(og[i], dt), b = to_f32(oc[i], dt);
+            if (!isfinite(a) || !isfinite(b)) {
+                if (!bad++)
+                    first_bad = i;
+                continue;
+            }
+            double d = fabs(a - b);
+            num += d * d;
+            den += b * b;
+            if (d > max_abs)
+                max_abs = d;
+        }
+        double rel = den > 0 ? sqrt(num / den) : sqrt(num);
+        double lse_max = 0;
+        size_t lse_bad = 0;
+        if (s->lse)
+            for (size_t i = 0; i < nl; ++i) {
+                if (isinf(lc[i]) && lc[i] < 0) {
+                    if (!(isinf(lg[i]) && lg[i] < 0))
+                        ++lse_bad;
+                    continue;
+                }
+                if (!isfinite(lg[i])) {
+                    ++lse_bad;
+                    continue;
+                }
+                double d = fabs((double)lg[i] - lc[i]);
+                if (d > lse_max)
+                    lse_max = d;
+            }
+        double tol = dt == FFPA_BF16 ? 2e-2 : 4e-3;
+        ok = bad == 0 && lse_bad == 0 && rel < tol && lse_max < 1e-2;
+        snprintf(msg, msg_len, "rel %.2e max %.2e nonfinite %zu%s lse_max %.2e lse_bad %zu", rel, max_abs,
+                 bad, bad ? " (first at element)" : "", lse_max, lse_bad);
+        (void)first_bad;
+    }
+    free(og), free(oc), free(lg), free(lc);
+    free_run(cpu, &rc);
+    ffpa_destroy(cpu);
+    return ok;
+}
+
+static void usage(void)
+{
+    fprintf(stderr,
+            "usage: ffpa-bench [--backend NAME] [--dtype bf16|f16] [--iters N] [--reps N] [--warmup N]\n"
+            "                  [--csv FILE] [--check] [--no-time] (SHAPE... | -f FILE)\n"
+            "SHAPE: B,Hq,Hkv,Nq,Nkv,Dqk,Dv[,flags]  flags: c causal, b bias, d dropout, v varlen, l lse\n");
+}
+
+int main(int argc, char **argv)
+{
+    bench_opts o = {NULL, FFPA_BF16, 0, 10, 3, 0, 1, NULL};
+    shape *shapes = NULL;
+    int n_shapes = 0, cap = 0;
+    for (int i = 1; i < argc; ++i) {
+        const char *a = argv[i];
+        const char *next = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--backend") && next)
+            o.backend = argv[++i];
+        else if (!strcmp(a, "--dtype") && next)
+            o.dtype = !strcmp(argv[++i], "f16") ? FFPA_F16 : FFPA_BF16;
+        else if (!strcmp(a, "--iters") && next)
+            o.iters = atoi(argv[++i]);
+        else if (!strcmp(a, "--reps") && next)
+            o.reps = atoi(argv[++i]);
+        else if (!strcmp(a, "--warmup") && next)
+            o.warmup = atoi(argv[++i]);
+        else if (!strcmp(a, "--csv") && next)
+            o.csv = argv[++i];
+        else if (!strcmp(a, "--check"))
+            o.check = 1;
+        else if (!strcmp(a, "--no-time"))
+            o.time = 0;
+        else if ((!strcmp(a, "-f") || !strcmp(a, "--file")) && next) {
+            FILE *f = fopen(argv[++i], "r");
+            if (!f) {
+                fprintf(stderr, "cannot open %s\n", argv[i]);
+                return 2;
+            }
+            char line[256];
+            while (fgets(line, sizeof line, f)) {
+                line[strcspn(line, "\r\n#")] = '\0';
+                if (!line[0])
+                    continue;
+                if (n_shapes == cap)
+                    shapes = realloc(shapes, sizeof *shapes * (size_t)(cap = cap ? 2 * cap : 16));
+                if (!parse_shape(line, &shapes[n_shapes])) {
+                    fprintf(stderr, "bad shape '%s'\n", line);
+                    return 2;
+                }
+                ++n_shapes;
+            }
+            fclose(f);
+        } else if (a[0] == '-') {
+            usage();
+            return 2;
+        } else {
+            if (n_shapes == cap)
+                shapes = realloc(shapes, sizeof *shapes * (size_t)(cap = cap ? 2 * cap : 16));
+            if (!parse_shape(a, &shapes[n_shapes])) {
+                fprintf(stderr, "bad shape '%s'\n", a);
+                usage();
+                return 2;
+            }
+            ++n_shapes;
+        }
+    }
+    if (!n_shapes) {
+        usage();
+        return 2;
+    }
+    if (o.reps < 10)
+        o.reps = 10;
+
+    ffpa_context *ctx = NULL;
+    if (ffpa_create(&ctx, o.backend) != FFPA_OK) {
+        fprintf(stderr, "ffpa_create: %s\n", ffpa_last_error(NULL));
+        return 1;
+    }
+    printf("# backend %s, device %s, dtype %s\n", ffpa_backend_name(ctx), ffpa_device_name(ctx),
+           ffpa_dtype_name(o.dtype));
+    FILE *csv = o.csv ? fopen(o.csv, "w") : NULL;
+    if (csv)
+        fprintf(csv, "shape,backend,device,dtype,path,ms,tflops,check\n");
+    printf("%-36s %-15s %10s %9s  %s\n", "shape", "path", "ms", "TFLOP/s", "check");
+    int failures = 0;
+    for (int si = 0; si < n_shapes; ++si) {
+        const shape *s = &shapes[si];
+        host_inputs hi;
+        run_bufs r;
+        char check_msg[256] = "-";
+        double ms = NAN, tflops = NAN;
+        if (!make_inputs(s, o.dtype, &hi) || !setup_run(ctx, s, o.dtype, &hi, &r)) {
+            printf("%-36s setup failed: %s\n", s->text, ffpa_last_error(ctx));
+            ++failures;
+            free_inputs(&hi);
+            continue;
+        }
+        int ok = 1;
+        if (o.check) {
+            ok = check_against_cpu(ctx, s, o.dtype, &hi, &r, check_msg, sizeof check_msg);
+            if (!ok)
+                ++failures;
+        }
+        ffpa_status st = FFPA_OK;
+        if (o.time) {
+            for (int w = 0; w < o.warmup && st == FFPA_OK; ++w)
+                st = run_forward(ctx, &r);
+            if (st == FFPA_OK)
+                st = ffpa_synchronize(ctx);
+            int iters = o.iters;
+            if (iters <= 0 && st == FFPA_OK) { /* aim for ~20 ms per repetition */
+                double t0 = now_s();
+                st = run_forward(ctx, &r);
+                ffpa_synchronize(ctx);
+                double one = now_s() - t0;
+                iters = one > 0.02 ? 1 : (int)(0.02 / (one > 1e-6 ? one : 1e-6));
+                if (iters > 1000)
+                    iters = 1000;
+            }
+            double *times = calloc((size_t)o.reps, sizeof(double));
+            for (int rep = 0; rep < o.reps && st == FFPA_OK; ++rep) {
+                ffpa_synchronize(ctx);
+                double t0 = now_s();
+                for (int it = 0; it < iters && st == FFPA_OK; ++it)
+                    st = run_forward(ctx, &r);
+                if (st == FFPA_OK)
+                    st = ffpa_synchronize(ctx);
+                times[rep] = (now_s() - t0) / iters;
+            }
+            if (st == FFPA_OK) {
+                qsort(times, (size_t)o.reps, sizeof(double), cmp_double);
+                double med = times[o.reps / 2];
+                ms = med * 1e3;
+                double flops = 2.0 * r.pairs * (double)s->hq * (double)(s->dqk + s->dv);
+                if (s->causal)
+                    flops *= 0.5;
+                tflops = flops / med * 1e-12;
+            } else {
+                snprintf(check_msg, sizeof check_msg, "forward failed: %s", ffpa_last_error(ctx));
+                ++failures;
+            }
+            free(times);
+        }
+        printf("%-36s %-15s %10.3f %9.1f  %s%s\n", s->text, path_label(s), ms, tflops,
+               o.check ? (ok ? "ok " : "FAIL ") : "", check_msg);
+        fflush(stdout);
+        if (csv)
+            fprintf(csv, "\"%s\",%s,\"%s\",%s,%s,%.4f,%.2f,\"%s%s\"\n", s->text, ffpa_backend_name(ctx),
+                    ffpa_device_name(ctx), ffpa_dtype_name(o.dtype), path_label(s), ms, tflops,
+                    o.check ? (ok ? "ok " : "FAIL ") : "", check_msg);
+        free_run(ctx, &r);
+        free_inputs(&hi);
+    }
+    if (csv)
+        fclose(csv);
+    ffpa_destroy(ctx);
+    return failures ? 1 : 0;
+}
