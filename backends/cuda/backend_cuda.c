@@ -63,6 +63,12 @@ static ffpa_status pick_device(int *device, struct cudaDeviceProp *prop, char *e
         set_err(err, err_len, "no CUDA device");
         return FFPA_ERR_NO_BACKEND;
     }
+    if (e == cudaErrorInsufficientDriver) {
+        /* Also what the runtime says when there is no driver at all. */
+        set_err(err, err_len, "no usable NVIDIA driver (libcuda.so.1 missing or older than the CUDA "
+                              "runtime this plugin was built with)");
+        return FFPA_ERR_NO_BACKEND;
+    }
     if (e != cudaSuccess) {
         if (err && err_len)
             snprintf(err, err_len, "cuda: %s", cudaGetErrorString(e));
