@@ -1,6 +1,10 @@
 /* The Split-D planner. See plan.h. */
 #include "plan.h"
 
+#include <string.h>
+
+#include "problem.h"
+
 static int64_t ceil_div(int64_t a, int64_t b)
 {
     return (a + b - 1) / b;
@@ -207,4 +211,24 @@ ffpa_status ffpa_plan_make(const ffpa_plan_input *in, const ffpa_device_limits *
     p.order = in->causal ? FFPA_ORDER_LONGEST_FIRST : FFPA_ORDER_LINEAR;
     *plan = p;
     return FFPA_OK;
+}
+
+ffpa_plan_input ffpa_plan_input_of(const ffpa_problem *pb, int backward)
+{
+    ffpa_plan_input in;
+    memset(&in, 0, sizeof in);
+    in.dtype = pb->dtype;
+    in.batch = pb->batch;
+    in.hq = pb->hq;
+    in.hkv = pb->hkv;
+    in.nq = pb->nq > 0 ? pb->nq : 1;
+    in.nkv = pb->nkv > 0 ? pb->nkv : 1;
+    in.dqk = pb->dqk;
+    in.dv = pb->dv;
+    in.causal = pb->causal;
+    in.has_bias = pb->has_bias;
+    in.has_dropout = pb->dropout_p > 0.0f;
+    in.varlen = pb->cu_q != NULL;
+    in.backward = backward;
+    return in;
 }

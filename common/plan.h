@@ -63,6 +63,12 @@ typedef struct ffpa_plan {
     ffpa_work_order order;
 } ffpa_plan;
 
+struct ffpa_problem;
+
+/* The planner's view of a validated problem. Empty varlen batches plan for
+ * one row so passes still run (writing O = 0, LSE = -inf, zero gradients). */
+ffpa_plan_input ffpa_plan_input_of(const struct ffpa_problem *pb, int backward);
+
 /* Fills *plan; FFPA_ERR_UNSUPPORTED when no legal configuration fits. */
 ffpa_status ffpa_plan_make(const ffpa_plan_input *in, const ffpa_device_limits *lim,
                            ffpa_plan *plan);

@@ -40,23 +40,7 @@ ffpa_status cpu_plan(const ffpa_problem *pb, int backward, ffpa_plan *plan, char
 {
     ffpa_device_limits lim;
     cpu_device_limits(&lim);
-    ffpa_plan_input in;
-    memset(&in, 0, sizeof in);
-    in.dtype = pb->dtype;
-    in.batch = pb->batch;
-    in.hq = pb->hq;
-    in.hkv = pb->hkv;
-    /* Varlen batches may hold only empty sequences; plan for one row so the
-     * passes still run (and write O = 0, LSE = -inf, zero gradients). */
-    in.nq = pb->nq > 0 ? pb->nq : 1;
-    in.nkv = pb->nkv > 0 ? pb->nkv : 1;
-    in.dqk = pb->dqk;
-    in.dv = pb->dv;
-    in.causal = pb->causal;
-    in.has_bias = pb->has_bias;
-    in.has_dropout = pb->dropout_p > 0.0f;
-    in.varlen = pb->cu_q != NULL;
-    in.backward = backward;
+    ffpa_plan_input in = ffpa_plan_input_of(pb, backward);
     ffpa_status st = ffpa_plan_make(&in, &lim, plan);
     if (st != FFPA_OK)
         snprintf(err, err_len,
