@@ -21,7 +21,7 @@ extern "C" {
 #endif
 
 /* Bump on any change to ffpa_backend_i, ffpa_problem or ffpa_backend_caps. */
-#define FFPA_BACKEND_ABI_VERSION 1
+#define FFPA_BACKEND_ABI_VERSION 2
 
 /* Symbol every plugin exports: const ffpa_backend_i *ffpa_backend_entry(void). */
 #define FFPA_BACKEND_ENTRY_SYMBOL "ffpa_backend_entry"

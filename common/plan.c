@@ -230,5 +230,6 @@ ffpa_plan_input ffpa_plan_input_of(const ffpa_problem *pb, int backward)
     in.has_dropout = pb->dropout_p > 0.0f;
     in.varlen = pb->cu_q != NULL;
     in.backward = backward;
+    in.tuning = pb->tuning;
     return in;
 }

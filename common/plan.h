@@ -35,6 +35,7 @@ typedef struct ffpa_plan_input {
     int causal;
     int has_bias, has_dropout, varlen;
     int backward;
+    const struct ffpa_tuning_table *tuning; /* optional per-device table */
 } ffpa_plan_input;
 
 typedef enum ffpa_kernel_path {

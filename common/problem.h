@@ -63,6 +63,10 @@ typedef struct ffpa_problem {
     ffpa_view dbias;         /* same broadcast as bias; zero strides are summed */
     ffpa_grad_accum grad_accum;
     int deterministic;
+
+    /* Tuned tile configurations for this device (common/tuning.h), loaded
+     * by the core per context; NULL: the planner's heuristics alone. */
+    const struct ffpa_tuning_table *tuning;
 } ffpa_problem;
 
 /* Query / key rows of sequence b. */
