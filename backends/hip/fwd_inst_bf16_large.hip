@@ -1,0 +1,13 @@
+/* Forward instantiations: bf16, 256 < Dv <= 1024. */
+#include "fwd_kernels_hip.h"
+
+namespace ffpa {
+namespace hip {
+const FwdKernelDesc *fwd_bf16_large()
+{
+    static const FwdKernelDesc table[3] = {fwd_desc<Fwd320<arch::bf16>>(), fwd_desc<Fwd512<arch::bf16>>(),
+                                         fwd_desc<Fwd1024<arch::bf16>>()};
+    return table;
+}
+}
+}

@@ -1,0 +1,13 @@
+/* Forward instantiations: bf16, Dv <= 256. */
+#include "fwd_kernels_hip.h"
+
+namespace ffpa {
+namespace hip {
+const FwdKernelDesc *fwd_bf16_small()
+{
+    static const FwdKernelDesc table[3] = {fwd_desc<Fwd64<arch::bf16>>(), fwd_desc<Fwd128<arch::bf16>>(),
+                                         fwd_desc<Fwd256<arch::bf16>>()};
+    return table;
+}
+}
+}

@@ -1,0 +1,13 @@
+/* Forward instantiations: f16, 256 < Dv <= 1024. */
+#include "fwd_kernels_hip.h"
+
+namespace ffpa {
+namespace hip {
+const FwdKernelDesc *fwd_f16_large()
+{
+    static const FwdKernelDesc table[3] = {fwd_desc<Fwd320<arch::f16>>(), fwd_desc<Fwd512<arch::f16>>(),
+                                         fwd_desc<Fwd1024<arch::f16>>()};
+    return table;
+}
+}
+}

@@ -1,0 +1,79 @@
+/*
+ * HIP instantiation layer of the forward: __global__ entry points over the
+ * vendor-neutral body (backends/gpu/fwd_kernel.cuh) compiled with the HIP
+ * architecture layer (arch_hip.h), and a descriptor per instantiation.
+ *
+ * The shapes must be those of the planner's table (common/plan.c,
+ * gpu_fwd_shapes): {Dv, warps along rows, warps along D, Bc, chunk}.
+ * The launcher checks plan and kernel agree before every launch.
+ */
+#ifndef FFPA_HIP_FWD_KERNELS_H
+#define FFPA_HIP_FWD_KERNELS_H
+
+#include "arch_hip.h"
+#include "fwd_kernel.cuh"
+
+namespace ffpa {
+namespace hip {
+
+/*                                        T  Dv   WM WN Bc  chunk */
+template <typename T> using Fwd64 = FwdConfig<T, 64, 4, 1, 64, 64, 1>;
+template <typename T> using Fwd128 = FwdConfig<T, 128, 8, 1, 64, 128, 1>;
+template <typename T> using Fwd256 = FwdConfig<T, 256, 4, 1, 64, 256, 1>;
+template <typename T> using Fwd320 = FwdConfig<T, 320, 4, 1, 64, 64, 1>;
+template <typename T> using Fwd512 = FwdConfig<T, 512, 4, 2, 64, 128, 1>;
+template <typename T> using Fwd1024 = FwdConfig<T, 1024, 2, 4, 64, 256, 1>;
+
+template <class Cfg> __global__ void __launch_bounds__(Cfg::kThreads) ffpa_hip_fwd_kernel(const ffpa_gpu_fwd_params p)
+{
+    fwd_body<Cfg>(p);
+}
+
+template <typename T> __global__ void ffpa_hip_combine_kernel(const ffpa_gpu_fwd_params p)
+{
+    combine_body<T>(p);
+}
+
+struct FwdKernelDesc {
+    int dv, wm, wn, bc, chunk, threads;
+    size_t (*smem_bytes)(int q_resident, int qk_chunks, int stages);
+    hipError_t (*launch)(const ffpa_gpu_fwd_params &p, size_t smem, int64_t blocks, hipStream_t stream);
+};
+
+template <class Cfg> size_t fwd_smem_bytes(int q_resident, int qk_chunks, int stages)
+{
+    return fwd_smem_layout<Cfg>(q_resident, qk_chunks, stages).total;
+}
+
+template <class Cfg>
+hipError_t fwd_launch(const ffpa_gpu_fwd_params &p, size_t smem, int64_t blocks, hipStream_t stream)
+{
+#if defined(__HIP_PLATFORM_NVIDIA__)
+    /* Above 48 KiB of dynamic shared memory CUDA wants an opt-in. */
+    hipError_t e = hipFuncSetAttribute(ffpa_hip_fwd_kernel<Cfg>, hipFuncAttributeMaxDynamicSharedMemorySize,
+                                       (int)smem);
+    if (e != hipSuccess)
+        return e;
+#endif
+    ffpa_hip_fwd_kernel<Cfg><<<dim3((unsigned)blocks), dim3(Cfg::kThreads), smem, stream>>>(p);
+    return hipGetLastError();
+}
+
+template <class Cfg> constexpr FwdKernelDesc fwd_desc()
+{
+    return FwdKernelDesc{Cfg::kDv, Cfg::kWM,      Cfg::kWN, Cfg::kBc, Cfg::kCols, Cfg::kThreads,
+                         &fwd_smem_bytes<Cfg>, &fwd_launch<Cfg>};
+}
+
+/* Tables of three instantiations each, defined in fwd_inst_<dtype>_<small|large>.hip
+ * (split for parallel builds). Functions, not const arrays: HIP would copy a
+ * constant-initialised const global to the device, with host pointers in it. */
+const FwdKernelDesc *fwd_f16_small();
+const FwdKernelDesc *fwd_f16_large();
+const FwdKernelDesc *fwd_bf16_small();
+const FwdKernelDesc *fwd_bf16_large();
+
+} /* namespace hip */
+} /* namespace ffpa */
+
+#endif
