@@ -279,16 +279,18 @@ static double lse_factor(const attn_case *c)
     return th_tolerance(c->dtype, TH_LSE) / th_tolerance(FFPA_F32, TH_LSE);
 }
 
-/* Runs the forward on r (outputs poisoned first) and checks O and LSE. */
-static void forward_and_check(const attn_case *c, attn_run *r, int with_lse)
+/* Runs the forward on r (outputs poisoned first) and checks O and LSE.
+ * Returns 0 when a GPU backend refused the case (see th_refused). */
+static int forward_and_check(const attn_case *c, attn_run *r, int with_lse)
 {
     ffpa_context *ctx = th_ctx();
     th_tensor_poison(&r->o);
     th_tensor_poison(&r->lse);
-    th_expect_ok(ctx,
-                 ffpa_forward(ctx, &r->q.dev, &r->k.dev, &r->v.dev, &r->o.dev,
-                              with_lse ? &r->lse.dev : NULL, &r->opt),
-                 "ffpa_forward");
+    ffpa_status status = ffpa_forward(ctx, &r->q.dev, &r->k.dev, &r->v.dev, &r->o.dev,
+                                      with_lse ? &r->lse.dev : NULL, &r->opt);
+    if (th_refused(ctx, status, "ffpa_forward"))
+        return 0;
+    th_expect_ok(ctx, status, "ffpa_forward");
     double *o_ref = alloc_doubles(oracle_o_elems(&r->oracle));
     double *lse_ref = alloc_doubles(oracle_lse_elems(&r->oracle));
     oracle_forward(&r->oracle, o_ref, lse_ref);
@@ -303,6 +305,7 @@ static void forward_and_check(const attn_case *c, attn_run *r, int with_lse)
     }
     free(o_ref);
     free(lse_ref);
+    return 1;
 }
 
 void attn_run_forward(const attn_case *c)
@@ -311,12 +314,13 @@ void attn_run_forward(const attn_case *c)
     build(c, &r);
     unsigned char *q0 = host_copy(&r.q), *k0 = host_copy(&r.k), *v0 = host_copy(&r.v);
     unsigned char *b0 = c->bias ? host_copy(&r.bias) : NULL;
-    forward_and_check(c, &r, c->with_lse);
-    th_expect_unchanged("q (input)", &r.q, q0);
-    th_expect_unchanged("k (input)", &r.k, k0);
-    th_expect_unchanged("v (input)", &r.v, v0);
-    if (b0)
-        th_expect_unchanged("bias (input)", &r.bias, b0);
+    if (forward_and_check(c, &r, c->with_lse)) {
+        th_expect_unchanged("q (input)", &r.q, q0);
+        th_expect_unchanged("k (input)", &r.k, k0);
+        th_expect_unchanged("v (input)", &r.v, v0);
+        if (b0)
+            th_expect_unchanged("bias (input)", &r.bias, b0);
+    }
     free(q0);
     free(k0);
     free(v0);
@@ -365,7 +369,10 @@ void attn_run_backward(const attn_case *c)
     ffpa_context *ctx = th_ctx();
     attn_run r;
     build(c, &r);
-    forward_and_check(c, &r, 1);
+    if (!forward_and_check(c, &r, 1)) {
+        release(&r);
+        return;
+    }
 
     th_tensor dout, dq, dk, dv, dbias;
     memset(&dbias, 0, sizeof dbias);
@@ -387,10 +394,21 @@ void attn_run_backward(const attn_case *c)
     for (int i = 0; i < 6; ++i)
         before[i] = th_tensor_snapshot(inputs[i]);
 
-    th_expect_ok(ctx,
-                 ffpa_backward(ctx, &dout.dev, &r.q.dev, &r.k.dev, &r.v.dev, &r.o.dev,
-                               &r.lse.dev, &dq.dev, &dk.dev, &dv.dev, &opt),
-                 "ffpa_backward");
+    ffpa_status status = ffpa_backward(ctx, &dout.dev, &r.q.dev, &r.k.dev, &r.v.dev, &r.o.dev,
+                                       &r.lse.dev, &dq.dev, &dk.dev, &dv.dev, &opt);
+    if (th_refused(ctx, status, "ffpa_backward")) {
+        for (int i = 0; i < 6; ++i)
+            free(before[i]);
+        th_tensor_free(&dout);
+        th_tensor_free(&dq);
+        th_tensor_free(&dk);
+        th_tensor_free(&dv);
+        if (c->dbias)
+            th_tensor_free(&dbias);
+        release(&r);
+        return;
+    }
+    th_expect_ok(ctx, status, "ffpa_backward");
 
     oracle_problem *p = &r.oracle;
     double *g = alloc_doubles(oracle_o_elems(p));

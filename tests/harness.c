@@ -83,14 +83,39 @@ int th_backend_unavailable_exit(void)
     return 77;
 }
 
+static int refused_cases;
+
 int th_exit_code(int failures, int tests)
 {
+    if (refused_cases)
+        print_message("# %d case(s) refused by backend '%s' as unsupported (listed above)\n",
+                      refused_cases, th_backend());
     if (failures == 0 && backend_unavailable && skipped_tests >= tests) {
         print_message("# backend '%s' unavailable: every test that needs it was SKIPPED\n",
                       th_backend());
         return 77;
     }
     return failures;
+}
+
+int th_refused(ffpa_context *ctx, ffpa_status status, const char *call)
+{
+    if (status != FFPA_ERR_UNSUPPORTED || strcmp(th_backend(), "cpu") == 0)
+        return 0;
+    ++refused_cases;
+    print_message("# %s refused by %s as unsupported: %s\n", call, th_backend(),
+                  ffpa_last_error(ctx));
+    return 1;
+}
+
+int th_refused_count(void)
+{
+    return refused_cases;
+}
+
+ffpa_dtype th_fixture_dtype(void)
+{
+    return strcmp(th_backend(), "cpu") == 0 ? FFPA_F32 : FFPA_BF16;
 }
 
 void th_expect_ok(ffpa_context *ctx, ffpa_status status, const char *call)

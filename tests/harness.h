@@ -38,6 +38,19 @@ int th_exit_code(int failures, int tests);
 /* Fails the test with the library's message unless status is FFPA_OK. */
 void th_expect_ok(ffpa_context *ctx, ffpa_status status, const char *call);
 
+/* 1 when a GPU backend refused a valid case as FFPA_ERR_UNSUPPORTED (a
+ * documented limit: fp32, unaligned rows, ...): the case is reported in a TAP
+ * diagnostic line and counted, not checked. The cpu backend never refuses:
+ * there it is a test failure. */
+int th_refused(ffpa_context *ctx, ffpa_status status, const char *call);
+
+/* Cases refused so far (printed by th_exit_code). */
+int th_refused_count(void);
+
+/* The dtype of fixtures that test something other than dtypes: f32 on cpu,
+ * bf16 on GPU backends (which refuse f32). */
+ffpa_dtype th_fixture_dtype(void);
+
 /* ------------------------------------------------------------ tolerances */
 
 /* What a compared tensor holds. */

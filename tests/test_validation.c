@@ -36,18 +36,18 @@ static void make(fixture *fx)
     memset(fx, 0, sizeof *fx);
     th_rng rng = th_rng_seeded(77);
     th_tensor *inputs[] = {&fx->tq, &fx->tk, &fx->tv, &fx->tdout, &fx->tbias};
-    th_tensor_make(&fx->tq, FFPA_F32, TH_BHND, B, HQ, N, D);
-    th_tensor_make(&fx->tk, FFPA_F32, TH_BHND, B, HKV, N, D);
-    th_tensor_make(&fx->tv, FFPA_F32, TH_BHND, B, HKV, N, D);
-    th_tensor_make(&fx->tdout, FFPA_F32, TH_BHND, B, HQ, N, D);
+    th_tensor_make(&fx->tq, th_fixture_dtype(), TH_BHND, B, HQ, N, D);
+    th_tensor_make(&fx->tk, th_fixture_dtype(), TH_BHND, B, HKV, N, D);
+    th_tensor_make(&fx->tv, th_fixture_dtype(), TH_BHND, B, HKV, N, D);
+    th_tensor_make(&fx->tdout, th_fixture_dtype(), TH_BHND, B, HQ, N, D);
     th_tensor_make(&fx->tbias, FFPA_F32, TH_BHND, B, HQ, N, N);
     for (int i = 0; i < 5; ++i)
         th_tensor_random(inputs[i], &rng, -1.0, 1.0, 0);
-    th_tensor_make(&fx->to, FFPA_F32, TH_BHND, B, HQ, N, D);
+    th_tensor_make(&fx->to, th_fixture_dtype(), TH_BHND, B, HQ, N, D);
     th_tensor_lse(&fx->tlse, TH_BHND, B, HQ, N);
-    th_tensor_make(&fx->tdq, FFPA_F32, TH_BHND, B, HQ, N, D);
-    th_tensor_make(&fx->tdk, FFPA_F32, TH_BHND, B, HKV, N, D);
-    th_tensor_make(&fx->tdv, FFPA_F32, TH_BHND, B, HKV, N, D);
+    th_tensor_make(&fx->tdq, th_fixture_dtype(), TH_BHND, B, HQ, N, D);
+    th_tensor_make(&fx->tdk, th_fixture_dtype(), TH_BHND, B, HKV, N, D);
+    th_tensor_make(&fx->tdv, th_fixture_dtype(), TH_BHND, B, HKV, N, D);
     th_tensor_make(&fx->tdbias, FFPA_F32, TH_BHND, B, HQ, N, N);
     th_tensor *outputs[] = {&fx->to, &fx->tlse, &fx->tdq, &fx->tdk, &fx->tdv, &fx->tdbias};
     for (int i = 0; i < 6; ++i)
@@ -83,8 +83,8 @@ static void make_varlen(fixture *fx)
     ffpa_tensor *q_side[] = {&fx->q, &fx->o, &fx->dout, &fx->dq};
     ffpa_tensor *k_side[] = {&fx->k, &fx->v, &fx->dk, &fx->dv};
     for (int i = 0; i < 4; ++i) {
-        *q_side[i] = ffpa_tensor_bhnd(q_side[i]->data, FFPA_F32, 1, HQ, TOTAL, D);
-        *k_side[i] = ffpa_tensor_bhnd(k_side[i]->data, FFPA_F32, 1, HKV, TOTAL, D);
+        *q_side[i] = ffpa_tensor_bhnd(q_side[i]->data, q_side[i]->dtype, 1, HQ, TOTAL, D);
+        *k_side[i] = ffpa_tensor_bhnd(k_side[i]->data, k_side[i]->dtype, 1, HKV, TOTAL, D);
     }
     fx->lse = ffpa_tensor_bhnd(fx->lse.data, FFPA_F32, 1, HQ, TOTAL, 1);
     const int32_t cu[] = {0, 5, TOTAL};
@@ -266,7 +266,7 @@ static void test_dtype_mismatch_v(void **state)
     (void)state;
     fixture fx;
     make(&fx);
-    fx.v.dtype = FFPA_BF16;
+    fx.v.dtype = FFPA_F16;
     expect_forward_rejected(&fx, NAMES("v"));
 }
 
@@ -488,10 +488,10 @@ static void test_misaligned_pointer(void **state)
     (void)state;
     fixture fx;
     make(&fx);
-    fx.q.data = (char *)fx.q.data + 2; /* f32 at address + 2 */
+    fx.q.data = (char *)fx.q.data + ffpa_dtype_size(fx.q.dtype) / 2; /* inside an element */
     expect_forward_rejected(&fx, NAMES("q"));
     make(&fx);
-    fx.o.data = (char *)fx.o.data + 2;
+    fx.o.data = (char *)fx.o.data + ffpa_dtype_size(fx.o.dtype) / 2;
     expect_forward_rejected(&fx, NAMES("o"));
     make(&fx);
     fx.lse.data = (char *)fx.lse.data + 1;
@@ -697,7 +697,7 @@ static void test_backward_dtype(void **state)
     (void)state;
     fixture fx;
     make(&fx);
-    fx.dq.dtype = FFPA_BF16;
+    fx.dq.dtype = FFPA_F16;
     expect_backward_rejected(&fx, NAMES("dq"));
     make(&fx);
     fx.dout.dtype = FFPA_F16;
