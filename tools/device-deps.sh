@@ -11,7 +11,9 @@ for deb in .deps/debs/*.deb; do dpkg -x "$deb" .deps/root; done
 for pc in .deps/root/usr/lib/x86_64-linux-gnu/pkgconfig/*.pc; do
   sed -i -e 's|^prefix=.*|prefix=${pcfiledir}/../../..|' \
          -e 's|^libdir=/usr/|libdir=${pcfiledir}/../../../|' \
-         -e 's|^includedir=/usr/|includedir=${pcfiledir}/../../../|' "$pc"
+         -e 's|^includedir=/usr/|includedir=${pcfiledir}/../../../|' \
+         -e 's|-I/usr/include|-I${pcfiledir}/../../../include|' \
+         -e 's|-L/usr/lib/x86_64-linux-gnu|-L${pcfiledir}/..|' "$pc"
 done
 rm -rf .deps/debs
 du -sh .deps
