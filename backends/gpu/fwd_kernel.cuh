@@ -80,8 +80,15 @@ __device__ __forceinline__ uint32_t piece_off(int x, int pc)
     return (uint32_t)(((pc & ~7) + ((pc & 7) ^ x)) << 4);
 }
 
-/* S += Q_slab K_slab^T over this warp's kWC columns (those < cols_valid). */
-template <class Cfg>
+/*
+ * S += Q_slab K_slab^T over this warp's kWC columns (those < cols_valid).
+ * kFull: every column is valid. Callers pick it per slab (warp-uniform) so
+ * the common case is one straight-line block: a run-time "skip the zero
+ * padding" test between k-steps splits the unrolled loop into basic blocks,
+ * and the SASS scheduler then cannot hoist the ldmatrix of step k+1 above
+ * the MMAs of step k (measured v2 -> v3 in bench/NOTES.md).
+ */
+template <class Cfg, bool kFull>
 __device__ __forceinline__ void qk_slab(arch::FragC (&s)[Cfg::kNT], const typename Cfg::T *qs,
                                         const typename Cfg::T *ks, int wm, int wn, int cols_valid,
                                         int lane)
@@ -97,7 +104,7 @@ __device__ __forceinline__ void qk_slab(arch::FragC (&s)[Cfg::kNT], const typena
     const int kx = ((lane >> 3) & 1) ^ (lane & 7);
 #pragma unroll
     for (int kk = 0; kk < Cfg::kWC / 16; ++kk) {
-        if (col0 + kk * 16 >= cols_valid) /* zero padding of D: skip */
+        if (!kFull && col0 + kk * 16 >= cols_valid) /* zero padding of D: skip */
             break;
         arch::FragA a;
         arch::ldmatrix_x4(a.r, q_base + piece_off(qx, 2 * kk));
@@ -113,8 +120,9 @@ __device__ __forceinline__ void qk_slab(arch::FragC (&s)[Cfg::kNT], const typena
     }
 }
 
-/* O_slab += P V_slab over this warp's kWC columns (those < cols_valid). */
-template <class Cfg>
+/* O_slab += P V_slab over this warp's kWC columns (those < cols_valid);
+ * kFull as in qk_slab. */
+template <class Cfg, bool kFull>
 __device__ __forceinline__ void pv_slab(arch::FragC (&o)[Cfg::kONT],
                                         const uint32_t (&pf)[Cfg::kBc / 16][4],
                                         const typename Cfg::T *vs, int wn, int cols_valid, int lane)
@@ -131,7 +139,7 @@ __device__ __forceinline__ void pv_slab(arch::FragC (&o)[Cfg::kONT],
         arch::FragA a = {{pf[kk][0], pf[kk][1], pf[kk][2], pf[kk][3]}};
 #pragma unroll
         for (int np = 0; np < Cfg::kONT / 2; ++np) {
-            if (col0 + np * 16 >= cols_valid)
+            if (!kFull && col0 + np * 16 >= cols_valid)
                 break;
             uint32_t b[4];
             arch::ldmatrix_x4_trans(b, v_base + (uint32_t)(kk * 16) * row_bytes + piece_off(vx, 2 * np));
@@ -197,22 +205,32 @@ template <class Cfg> __device__ __forceinline__ void fwd_body(const ffpa_gpu_fwd
     const int slabs_per_tile = p.qk_chunks + p.v_chunks;
     const int total_slabs = n_tiles * slabs_per_tile;
 
-    auto load_slab = [&](int t) {
-        int tile = tile_begin + t / slabs_per_tile;
-        int s = t % slabs_per_tile;
-        T *slot = ring + (t % p.stages) * slot_elems;
-        int kv0 = tile * Cfg::kBc;
-        if (s < p.qk_chunks) {
+    /* Producer cursor: the next slab to load (its key tile, slab within the
+     * tile, ring slot), advanced by one per load: no integer division per
+     * slab (a run-time / and % cost ~60 instructions each in SASS). */
+    int ld_left = total_slabs, ld_s = 0, ld_slot = 0, ld_kv0 = tile_begin * Cfg::kBc;
+    auto load_next = [&]() {
+        if (ld_left <= 0)
+            return;
+        T *slot = ring + ld_slot * slot_elems;
+        if (ld_s < p.qk_chunks) {
             load_tile_async<T, Cfg::kBc, Cfg::kCols, Cfg::kThreads>(
-                slot, kg + (int64_t)kv0 * p.k_sn, p.k_sn, seqlen_k - kv0, s * Cfg::kCols, p.dqk, tid);
+                slot, kg + (int64_t)ld_kv0 * p.k_sn, p.k_sn, seqlen_k - ld_kv0, ld_s * Cfg::kCols, p.dqk, tid);
             if (!p.q_resident)
                 load_tile_async<T, Cfg::kBr, Cfg::kCols, Cfg::kThreads>(
-                    slot + Cfg::kBc * Cfg::kCols, qg, p.q_sn, rows_valid, s * Cfg::kCols, p.dqk, tid);
+                    slot + Cfg::kBc * Cfg::kCols, qg, p.q_sn, rows_valid, ld_s * Cfg::kCols, p.dqk, tid);
         } else {
             load_tile_async<T, Cfg::kBc, Cfg::kCols, Cfg::kThreads>(
-                slot, vg + (int64_t)kv0 * p.v_sn, p.v_sn, seqlen_k - kv0,
-                (s - p.qk_chunks) * Cfg::kCols, p.dv, tid);
+                slot, vg + (int64_t)ld_kv0 * p.v_sn, p.v_sn, seqlen_k - ld_kv0,
+                (ld_s - p.qk_chunks) * Cfg::kCols, p.dv, tid);
         }
+        --ld_left;
+        if (++ld_s == slabs_per_tile) {
+            ld_s = 0;
+            ld_kv0 += Cfg::kBc;
+        }
+        if (++ld_slot == p.stages)
+            ld_slot = 0;
     };
 
     /* Prologue: resident Q joins the first group; stages-1 slabs in flight. */
@@ -222,18 +240,23 @@ template <class Cfg> __device__ __forceinline__ void fwd_body(const ffpa_gpu_fwd
                 q_region + c * Cfg::kBr * Cfg::kCols, qg, p.q_sn, rows_valid, c * Cfg::kCols, p.dqk,
                 tid);
     for (int i = 0; i < p.stages - 1; ++i) {
-        if (i < total_slabs)
-            load_slab(i);
+        load_next();
         arch::cp_async_commit();
     }
 
-    /* Slab t is ready and slot (t-1) is free for slab t+stages-1. */
-    auto slab_begin = [&](int t) {
+    /* Consumer cursor: the ring slot of the current slab. */
+    int cur_slot = 0;
+    /* The current slab is ready and the slot consumed last is free: refill it
+     * (stages-1 slabs ahead) and return the current slab's slot. */
+    auto slab_begin = [&]() -> const T * {
         arch::cp_async_wait_dyn(p.stages - 2);
         __syncthreads();
-        if (t + p.stages - 1 < total_slabs)
-            load_slab(t + p.stages - 1);
+        load_next();
         arch::cp_async_commit();
+        const T *slab = ring + cur_slot * slot_elems;
+        if (++cur_slot == p.stages)
+            cur_slot = 0;
+        return slab;
     };
 
     arch::FragC o[Cfg::kVSlabs][Cfg::kONT];
@@ -252,18 +275,20 @@ template <class Cfg> __device__ __forceinline__ void fwd_body(const ffpa_gpu_fwd
     mc.b = w.b;
     mc.h = w.h;
 
-    int t = 0;
     for (int tile = tile_begin; tile < tile_end; ++tile) {
         arch::FragC s[Cfg::kNT];
 #pragma unroll
         for (int nt = 0; nt < Cfg::kNT; ++nt)
             s[nt] = arch::FragC{{0.f, 0.f, 0.f, 0.f}};
 
-        for (int c = 0; c < p.qk_chunks; ++c, ++t) {
-            slab_begin(t);
-            const T *ks = ring + (t % p.stages) * slot_elems;
+        for (int c = 0; c < p.qk_chunks; ++c) {
+            const T *ks = slab_begin();
             const T *qs = p.q_resident ? q_region + c * Cfg::kBr * Cfg::kCols : ks + Cfg::kBc * Cfg::kCols;
-            qk_slab<Cfg>(s, qs, ks, wm, wn, p.dqk - c * Cfg::kCols, lane);
+            const int cols_valid = p.dqk - c * Cfg::kCols;
+            if ((wn + 1) * Cfg::kWC <= cols_valid)
+                qk_slab<Cfg, true>(s, qs, ks, wm, wn, cols_valid, lane);
+            else
+                qk_slab<Cfg, false>(s, qs, ks, wm, wn, cols_valid, lane);
         }
         if (Cfg::kWN > 1) {
             /* Partial S of this warp's D columns; summed after the next barrier. */
@@ -278,7 +303,7 @@ template <class Cfg> __device__ __forceinline__ void fwd_body(const ffpa_gpu_fwd
         for (int vs = 0; vs < Cfg::kVSlabs; ++vs) {
             if (vs >= p.v_chunks)
                 break;
-            slab_begin(t);
+            const T *vsl = slab_begin();
             if (vs == 0) {
                 if (Cfg::kWN > 1) {
                     /* Same summation order in every warp: identical P. */
@@ -321,9 +346,11 @@ template <class Cfg> __device__ __forceinline__ void fwd_body(const ffpa_gpu_fwd
                     pf[kk][3] = arch::pack_f32x2<T>(s[2 * kk + 1].r[2], s[2 * kk + 1].r[3]);
                 }
             }
-            const T *vsl = ring + (t % p.stages) * slot_elems;
-            pv_slab<Cfg>(o[vs], pf, vsl, wn, p.dv - vs * Cfg::kCols, lane);
-            ++t;
+            const int v_cols_valid = p.dv - vs * Cfg::kCols;
+            if ((wn + 1) * Cfg::kWC <= v_cols_valid)
+                pv_slab<Cfg, true>(o[vs], pf, vsl, wn, v_cols_valid, lane);
+            else
+                pv_slab<Cfg, false>(o[vs], pf, vsl, wn, v_cols_valid, lane);
         }
     }
 

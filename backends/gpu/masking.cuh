@@ -37,29 +37,46 @@ __device__ __forceinline__ float load_bias(const void *bias, int dtype, int64_t 
     return static_cast<const float *>(bias)[idx];
 }
 
-/* s <- scale*log2(e)*s + log2(e)*bias, with -inf where masked. */
+/* s <- scale*log2(e)*s + log2(e)*bias, with -inf where masked. The
+ * bias-free, unmasked tile (the common one) is a single multiply per score:
+ * the tests are made once per tile (warp-uniform), not per element, so the
+ * score loop stays one basic block. */
 template <int kNT>
 __device__ __forceinline__ void mask_scores(arch::FragC (&s)[kNT], const ffpa_gpu_fwd_params &p,
                                             const MaskCtx &mc, int lane)
 {
-    const int diag = mc.seqlen_k - mc.seqlen_q;
+    const float scale = p.scale_log2;
 #pragma unroll
-    for (int nt = 0; nt < kNT; ++nt) {
+    for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            int i = mc.row0 + arch::frag_c_row(lane, e);
-            int j = mc.col0 + nt * 8 + arch::frag_c_col(lane, e);
-            float x = s[nt].r[e] * p.scale_log2;
-            if (p.bias && i < mc.seqlen_q && j < mc.seqlen_k) {
-                int64_t idx = (int64_t)mc.b * p.bias_sb + (int64_t)mc.h * p.bias_sh +
-                              (int64_t)i * p.bias_sn + (int64_t)j * p.bias_sd;
-                x += load_bias(p.bias, p.bias_dtype, idx) * kLog2e;
+        for (int e = 0; e < 4; ++e)
+            s[nt].r[e] *= scale;
+    if (p.bias) {
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                int i = mc.row0 + arch::frag_c_row(lane, e);
+                int j = mc.col0 + nt * 8 + arch::frag_c_col(lane, e);
+                if (i < mc.seqlen_q && j < mc.seqlen_k) {
+                    int64_t idx = (int64_t)mc.b * p.bias_sb + (int64_t)mc.h * p.bias_sh +
+                                  (int64_t)i * p.bias_sn + (int64_t)j * p.bias_sd;
+                    s[nt].r[e] += load_bias(p.bias, p.bias_dtype, idx) * kLog2e;
+                }
             }
-            if (mc.need_bounds && j >= mc.seqlen_k)
-                x = -INFINITY;
-            if (mc.need_causal && j > i + diag)
-                x = -INFINITY;
-            s[nt].r[e] = x;
+        }
+    }
+    if (mc.need_bounds || mc.need_causal) {
+        const int diag = mc.seqlen_k - mc.seqlen_q;
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                int i = mc.row0 + arch::frag_c_row(lane, e);
+                int j = mc.col0 + nt * 8 + arch::frag_c_col(lane, e);
+                if ((mc.need_bounds && j >= mc.seqlen_k) || (mc.need_causal && j > i + diag))
+                    s[nt].r[e] = -INFINITY;
+            }
         }
     }
 }
