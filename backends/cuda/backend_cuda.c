@@ -34,7 +34,7 @@ ffpa_status ffpa_cuda_error(cudaError_t e, const char *what, char *err, size_t e
 void ffpa_cuda_fill_caps(const struct cudaDeviceProp *prop, ffpa_backend_caps *caps)
 {
     memset(caps, 0, sizeof *caps);
-    snprintf(caps->device_name, sizeof caps->device_name, "%s (sm_%d%d, %d SMs)", prop->name, prop->major,
+    snprintf(caps->device_name, sizeof caps->device_name, "%.100s (sm_%d%d, %d SMs)", prop->name, prop->major,
              prop->minor, prop->multiProcessorCount);
     caps->dtype_mask = (1u << FFPA_F16) | (1u << FFPA_BF16);
     caps->max_head_dim = FFPA_MAX_HEAD_DIM;
