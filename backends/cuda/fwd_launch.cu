@@ -30,26 +30,6 @@ ffpa_status fail(ffpa_status s, char *err, size_t err_len, const char *msg)
     return s;
 }
 
-ffpa_plan_input plan_input(const ffpa_problem *pb)
-{
-    ffpa_plan_input in;
-    memset(&in, 0, sizeof in);
-    in.dtype = pb->dtype;
-    in.batch = pb->batch;
-    in.hq = pb->hq;
-    in.hkv = pb->hkv;
-    in.nq = pb->nq;
-    in.nkv = pb->nkv;
-    in.dqk = pb->dqk;
-    in.dv = pb->dv;
-    in.causal = pb->causal;
-    in.has_bias = pb->has_bias;
-    in.has_dropout = pb->dropout_p > 0.0f;
-    in.varlen = pb->cu_q != NULL;
-    in.backward = 0;
-    return in;
-}
-
 /* Workspace layout: [cu_q][cu_k][partial O][partial LSE], each 256-aligned. */
 struct WsLayout {
     size_t cu_q, cu_k, part_o, part_lse, total;
@@ -132,7 +112,7 @@ template <typename T> __global__ void combine_kernel(const ffpa_gpu_fwd_params p
 ffpa_status make_plan(const ffpa_cuda_state *st, const ffpa_problem *pb, ffpa_plan *plan, char *err,
                       size_t err_len)
 {
-    ffpa_plan_input in = plan_input(pb);
+    ffpa_plan_input in = ffpa_plan_input_of(pb, 0);
     ffpa_status s = ffpa_plan_make(&in, &st->caps.limits, plan);
     if (s != FFPA_OK) {
         if (err && err_len)

@@ -89,21 +89,7 @@ const FwdKernelDesc *kernel_for(ffpa_dtype dtype, int64_t dv)
 ffpa_status plan_forward(const ffpa_hip_state *st, const ffpa_problem *pb, ffpa_plan *plan, char *err,
                          size_t err_len)
 {
-    ffpa_plan_input in;
-    memset(&in, 0, sizeof in);
-    in.dtype = pb->dtype;
-    in.batch = pb->batch;
-    in.hq = pb->hq;
-    in.hkv = pb->hkv;
-    in.nq = pb->nq;
-    in.nkv = pb->nkv;
-    in.dqk = pb->dqk;
-    in.dv = pb->dv;
-    in.causal = pb->causal;
-    in.has_bias = pb->has_bias;
-    in.has_dropout = pb->dropout_p > 0.0f;
-    in.varlen = pb->cu_q != NULL;
-    in.backward = 0;
+    ffpa_plan_input in = ffpa_plan_input_of(pb, 0);
     ffpa_status s = ffpa_plan_make(&in, &st->caps.limits, plan);
     if (s == FFPA_OK)
         return FFPA_OK;
