@@ -2,8 +2,11 @@
  * The thin C front: argument validation (common/validate.c), backend
  * selection (registry.c), error strings and workspace ownership. No math.
  */
+#define _GNU_SOURCE /* dladdr, to find tuning tables beside libffpa */
 #include "ffpa.h"
 
+#include <dlfcn.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,7 +15,12 @@
 #include "backend.h"
 #include "env.h"
 #include "registry.h"
+#include "tuning.h"
 #include "validate.h"
+
+#ifndef FFPA_DATA_DIR
+#define FFPA_DATA_DIR "/usr/local/share"
+#endif
 
 #define ERR_LEN 1024
 
@@ -24,6 +32,7 @@ struct ffpa_context {
     size_t owned_ws_bytes;
     void *user_ws;         /* caller-provided workspace, when set */
     size_t user_ws_bytes;
+    ffpa_tuning_table *tuning; /* this device's tuned plans, or NULL: heuristics */
 };
 
 /* Message of the last failed ffpa_create (or call with a NULL context). */
@@ -93,6 +102,38 @@ ffpa_status ffpa_backend_get_info(int index, ffpa_backend_info *info)
 
 /* ------------------------------------------------------------------ context */
 
+/* Folder holding libffpa (tables live in <it>/ffpa/tuning; in the build
+ * tree that is <build>/ffpa/tuning, where tuning/meson.build copies them). */
+static int library_dir(char *buf, size_t len)
+{
+    Dl_info info;
+    char resolved[PATH_MAX];
+    if (!dladdr((void *)&ffpa_create, &info) || !info.dli_fname)
+        return 0;
+    const char *file = realpath(info.dli_fname, resolved) ? resolved : info.dli_fname;
+    const char *slash = strrchr(file, '/');
+    size_t n = slash ? (size_t)(slash - file) : 0;
+    if (!slash || n >= len)
+        return 0;
+    memcpy(buf, file, n);
+    buf[n] = '\0';
+    return 1;
+}
+
+/* The device's tuning table (FFPA_TUNING, FFPA_TUNING_FILE; see tuning.h).
+ * A bad table is reported once, here, and the heuristics are used. */
+static ffpa_tuning_table *load_tuning(const ffpa_registry_entry *e)
+{
+    char lib_dir[PATH_MAX], warn[512];
+    int have_dir = library_dir(lib_dir, sizeof lib_dir);
+    ffpa_tuning_table *t = ffpa_tuning_load_for_device(e->caps.device_name, have_dir ? lib_dir : NULL,
+                                                       FFPA_DATA_DIR, warn, sizeof warn);
+    if (warn[0])
+        fprintf(stderr, "libffpa: warning: tuning table ignored, using the built-in heuristics: %s\n",
+                warn);
+    return t;
+}
+
 static const ffpa_registry_entry *pick_auto(void)
 {
     for (int i = 0; i < ffpa_registry_count(); ++i) {
@@ -147,6 +188,7 @@ ffpa_status ffpa_create(ffpa_context **out, const char *backend)
         free(ctx);
         return st == FFPA_ERR_DEVICE ? FFPA_ERR_NO_BACKEND : st;
     }
+    ctx->tuning = load_tuning(e);
     thread_err[0] = '\0';
     *out = ctx;
     return FFPA_OK;
@@ -159,6 +201,7 @@ void ffpa_destroy(ffpa_context *ctx)
     if (ctx->owned_ws)
         ctx->backend->iface->mem_free(ctx->state, ctx->owned_ws);
     ctx->backend->iface->destroy(ctx->state);
+    ffpa_tuning_free(ctx->tuning);
     free(ctx);
 }
 
@@ -318,6 +361,7 @@ ffpa_status ffpa_forward_workspace_size(ffpa_context *ctx, const ffpa_tensor *q,
     ffpa_status st = ffpa_validate_inputs(q, k, v, opt, &pb, ctx->err, sizeof ctx->err);
     if (st != FFPA_OK)
         return st;
+    pb.tuning = ctx->tuning;
     *bytes = workspace_bytes(ctx, &pb, 0);
     return FFPA_OK;
 }
@@ -339,6 +383,7 @@ ffpa_status ffpa_backward_workspace_size(ffpa_context *ctx, const ffpa_tensor *q
         pb.dbias_dtype = opt->dbias->dtype;
         pb.dbias = ffpa_broadcast_view(opt->dbias);
     }
+    pb.tuning = ctx->tuning;
     *bytes = workspace_bytes(ctx, &pb, 1);
     return FFPA_OK;
 }
@@ -362,6 +407,7 @@ ffpa_status ffpa_forward(ffpa_context *ctx, const ffpa_tensor *q, const ffpa_ten
         st = check_caps(ctx, &pb);
     if (st != FFPA_OK || problem_is_empty(&pb))
         return st;
+    pb.tuning = ctx->tuning;
     void *ws = NULL;
     size_t ws_bytes = 0;
     st = acquire_workspace(ctx, workspace_bytes(ctx, &pb, 0), &ws, &ws_bytes);
@@ -387,6 +433,7 @@ ffpa_status ffpa_backward(ffpa_context *ctx, const ffpa_tensor *dout, const ffpa
     if (!ctx->backend->iface->backward || !ctx->backend->caps.has_backward)
         return set_error(ctx->err, FFPA_ERR_UNSUPPORTED, "ctx: the %s backend has no backward pass",
                          ctx->backend->name);
+    pb.tuning = ctx->tuning;
     void *ws = NULL;
     size_t ws_bytes = 0;
     st = acquire_workspace(ctx, workspace_bytes(ctx, &pb, 1), &ws, &ws_bytes);

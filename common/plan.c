@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "problem.h"
+#include "tuning.h"
 
 static int64_t ceil_div(int64_t a, int64_t b)
 {
@@ -209,6 +210,7 @@ ffpa_status ffpa_plan_make(const ffpa_plan_input *in, const ffpa_device_limits *
     /* Causal blocks near the bottom see the most keys: start them first so
      * the short ones fill the tail of the wave. */
     p.order = in->causal ? FFPA_ORDER_LONGEST_FIRST : FFPA_ORDER_LINEAR;
+    ffpa_tuning_apply(in->tuning, in, lim, &p); /* no-op without a table */
     *plan = p;
     return FFPA_OK;
 }

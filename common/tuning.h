@@ -1,0 +1,88 @@
+/*
+ * Per-device tuning tables: tuned overrides of the planner's heuristics,
+ * measured by tuning/ffpa-tune on one device and stored as JSON
+ * (tuning/<device>.json, format described in tuning/README.md).
+ *
+ * The core loads a table per context (ffpa_tuning_load_for_device) and hands
+ * it to the backend in ffpa_problem.tuning; the planner (ffpa_plan_make)
+ * applies it. Only tunable fields change (today: `stages` and `kv_splits`),
+ * and only to values the kernels accept and the device's shared memory
+ * holds, so a tuned plan satisfies every invariant an untuned one does.
+ */
+#ifndef FFPA_COMMON_TUNING_H
+#define FFPA_COMMON_TUNING_H
+
+#include <stddef.h>
+
+#include "plan.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct ffpa_tuning_table ffpa_tuning_table; /* opaque */
+
+/*
+ * The planner is compiled into every backend plugin, the JSON loader only
+ * into the core. A table therefore carries its own apply function: plugins
+ * reach it through the table and need neither cJSON nor tuning.c.
+ */
+typedef void (*ffpa_tuning_apply_fn)(const ffpa_tuning_table *table, const ffpa_plan_input *in,
+                                     const ffpa_device_limits *lim, ffpa_plan *plan);
+typedef struct ffpa_tuning_table_head {
+    ffpa_tuning_apply_fn apply; /* first member of every ffpa_tuning_table */
+} ffpa_tuning_table_head;
+
+/*
+ * Parses the table at `path` for the device `device_name` (a backend's caps
+ * device name; only the part before " (" is compared). Returns NULL and a
+ * one-line message in warn (if warn_len > 0) when the file cannot be read,
+ * is not JSON, is not an ffpa tuning table of a known version, belongs to
+ * another device, has no entries or has a malformed entry. Never crashes on
+ * any input.
+ */
+ffpa_tuning_table *ffpa_tuning_load(const char *path, const char *device_name, char *warn,
+                                    size_t warn_len);
+
+/*
+ * The table the core uses for a context on `device_name`, or NULL:
+ *   FFPA_TUNING=0          no table;
+ *   FFPA_TUNING_FILE=PATH  that file (missing or bad: NULL and a warning);
+ *   otherwise the first of <lib_dir>/ffpa/tuning/<file>, <data_dir>/ffpa/tuning/<file>
+ *   that exists, <file> being ffpa_tuning_file_name(device_name). None existing is
+ *   not worth a warning (an untuned device); a bad one is. warn is "" when all is well.
+ * lib_dir and data_dir may be NULL.
+ */
+ffpa_tuning_table *ffpa_tuning_load_for_device(const char *device_name, const char *lib_dir,
+                                               const char *data_dir, char *warn, size_t warn_len);
+
+/* "NVIDIA H100 80GB HBM3 (sm_90, 132 SMs)" -> "NVIDIA_H100_80GB_HBM3.json"
+ * (name up to " (", characters other than [A-Za-z0-9._-] -> '_'). */
+void ffpa_tuning_file_name(const char *device_name, char *buf, size_t buf_len);
+
+/* Number of entries (0 for NULL). */
+int ffpa_tuning_entry_count(const ffpa_tuning_table *table);
+
+void ffpa_tuning_free(ffpa_tuning_table *table);
+
+/*
+ * Overrides the tunable fields of *plan (made by the heuristics for *in) with
+ * the entry of the same (pass, dtype, heuristic path, causal, GQA) nearest in
+ * (log2 D, log2 Nq, log2 Nkv), then recomputes smem_bytes and grid. Illegal
+ * entry values are ignored (stages outside 2..4, kv_splits < 1) or clamped
+ * (kv_splits above the key blocks); an entry whose plan would not fit the
+ * block's shared memory is not applied. No-op for a NULL table, a CPU
+ * device or no matching entry.
+ */
+static inline void ffpa_tuning_apply(const ffpa_tuning_table *table, const ffpa_plan_input *in,
+                                     const ffpa_device_limits *lim, ffpa_plan *plan)
+{
+    if (table)
+        ((const ffpa_tuning_table_head *)(const void *)table)->apply(table, in, lim, plan);
+}
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
