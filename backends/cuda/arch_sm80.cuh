@@ -199,6 +199,15 @@ FFPA_DEV float quad_sum(float x)
     return x;
 }
 
+/* Sum over the 32 lanes of a warp, butterfly 16, 8, 4, 2, 1 (fixed order). */
+FFPA_DEV float warp_sum(float x)
+{
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1)
+        x += __shfl_xor_sync(0xffffffffu, x, off);
+    return x;
+}
+
 } /* namespace arch */
 } /* namespace ffpa */
 

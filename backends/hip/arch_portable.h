@@ -287,6 +287,16 @@ FFPA_DEV float quad_sum(float x)
     return x;
 }
 
+/* Sum over the 32 lanes of a logical warp, butterfly 16, 8, 4, 2, 1 (width
+ * 32: the two logical warps of a wave64 stay apart). */
+FFPA_DEV float warp_sum(float x)
+{
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1)
+        x += __shfl_xor(x, off, 32);
+    return x;
+}
+
 } /* namespace arch */
 } /* namespace ffpa */
 

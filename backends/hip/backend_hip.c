@@ -1,7 +1,8 @@
 /*
  * Host glue of the HIP backend plugin (libffpa-hip): the backend table the
  * core loads with dlopen. Probe, context state, memory, streams; the
- * kernels sit behind ffpa_hip_forward (fwd_launch.hip).
+ * kernels sit behind ffpa_hip_forward (fwd_launch.hip) and
+ * ffpa_hip_backward (bwd_launch.hip).
  *
  * Built for AMD (HIP runtime, libamdhip64) or, to run the same sources on
  * an NVIDIA GPU, for __HIP_PLATFORM_NVIDIA__ (compat/hip_on_cuda.h).
@@ -132,7 +133,7 @@ static ffpa_status pick_device(int *device, ffpa_backend_caps *caps, char *err, 
 #endif
     caps->dtype_mask = (1u << FFPA_F16) | (1u << FFPA_BF16);
     caps->max_head_dim = FFPA_MAX_HEAD_DIM;
-    caps->has_backward = 0;
+    caps->has_backward = 1;
     *device = dev;
     return FFPA_OK;
 }
@@ -178,7 +179,7 @@ static void hip_destroy(void *state)
 static size_t hip_workspace_size(void *state, const ffpa_problem *pb, int backward)
 {
     if (backward)
-        return 0;
+        return ffpa_hip_backward_workspace(pb);
     return ffpa_hip_forward_workspace(state, pb);
 }
 
@@ -190,6 +191,16 @@ static ffpa_status hip_forward(void *state, const ffpa_problem *pb, void *ws, si
     if (e != hipSuccess)
         return ffpa_hip_error(e, "hipSetDevice", err, err_len);
     return ffpa_hip_forward(st, pb, ws, ws_bytes, err, err_len);
+}
+
+static ffpa_status hip_backward(void *state, const ffpa_problem *pb, void *ws, size_t ws_bytes, char *err,
+                                size_t err_len)
+{
+    struct ffpa_hip_state *st = state;
+    hipError_t e = hipSetDevice(st->device);
+    if (e != hipSuccess)
+        return ffpa_hip_error(e, "hipSetDevice", err, err_len);
+    return ffpa_hip_backward(st, pb, ws, ws_bytes, err, err_len);
 }
 
 static ffpa_status hip_set_stream(void *state, void *stream, char *err, size_t err_len)
@@ -259,7 +270,7 @@ static const ffpa_backend_i hip_backend = {
     .destroy = hip_destroy,
     .workspace_size = hip_workspace_size,
     .forward = hip_forward,
-    .backward = NULL, /* see NOTES.md: no HIP backward yet */
+    .backward = hip_backward,
     .set_stream = hip_set_stream,
     .synchronize = hip_synchronize,
     .mem_alloc = hip_mem_alloc,

@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """Checks that a HIP plugin carries AMD GPU code objects for every target.
 
-  check_code_objects.py libffpa-hip.so gfx90a gfx942 gfx1100
+  check_code_objects.py libffpa-hip.so gfx90a gfx942 gfx1100 [--expect=NAME,NAME...]
 
 Reads the .hip_fatbin section of the shared object (one clang offload
 bundle per HIP translation unit), and for each requested target requires,
 in every bundle, an entry 'hip*-amdgcn-amd-amdhsa--<target>' holding an
 AMDGPU ELF whose e_flags name that processor and that defines kernels
-(symbols ending in '.kd'). Prints one line per target; exit 1 on a miss.
+(symbols ending in '.kd'). With --expect, every NAME must also occur in
+some kernel's (mangled) name for every target, e.g. the forward and the
+backward entry points. Prints one line per target; exit 1 on a miss.
 Plain Python on purpose: no ROCm tool is needed to run it.
 """
 import struct
@@ -32,20 +34,21 @@ def sections(elf):
     return out
 
 
-def kernel_count(code):
-    """Number of '.kd' symbols (kernel descriptors) in an AMDGPU code object."""
+def kernel_names(code):
+    """Names of the '.kd' symbols (kernel descriptors) of an AMDGPU code object."""
     secs = sections(code)
     if ".symtab" not in secs or ".strtab" not in secs:
-        return 0
+        return []
     sym_off, sym_size = secs[".symtab"][:2]
     str_off = secs[".strtab"][0]
-    n = 0
+    names = []
     for i in range(sym_size // 24):
         name_idx, = struct.unpack_from("<I", code, sym_off + 24 * i)
         end = code.index(b"\0", str_off + name_idx)
-        if code[str_off + name_idx:end].endswith(b".kd"):
-            n += 1
-    return n
+        name = code[str_off + name_idx:end]
+        if name.endswith(b".kd"):
+            names.append(name[:-3].decode())
+    return names
 
 
 def bundles(blob):
@@ -68,7 +71,8 @@ def main(argv):
     if len(argv) < 3:
         print(__doc__)
         return 2
-    path, targets = argv[1], argv[2:]
+    expect = [n for a in argv[2:] if a.startswith("--expect=") for n in a[len("--expect="):].split(",") if n]
+    path, targets = argv[1], [a for a in argv[2:] if not a.startswith("--")]
     data = open(path, "rb").read()
     secs = sections(data)
     if ".hip_fatbin" not in secs:
@@ -81,7 +85,7 @@ def main(argv):
         return 1
     ok = True
     for t in targets:
-        kernels = 0
+        names = set()
         missing = 0
         for b in found:
             code = next((c for trip, c in b.items() if trip.endswith("-amdgcn-amd-amdhsa--" + t)), None)
@@ -94,12 +98,17 @@ def main(argv):
                 print(f"{t}: code object with wrong machine/flags (e_machine {machine}, e_flags {flags:#x})")
                 missing += 1
                 continue
-            kernels += kernel_count(code)
-        if missing or kernels == 0:
-            print(f"{t}: MISSING in {missing} of {len(found)} bundles ({kernels} kernels found)")
+            names.update(kernel_names(code))
+        absent = [e for e in expect if not any(e in n for n in names)]
+        if missing or not names:
+            print(f"{t}: MISSING in {missing} of {len(found)} bundles ({len(names)} kernels found)")
+            ok = False
+        elif absent:
+            print(f"{t}: {len(names)} kernels, none named like: {', '.join(absent)}")
             ok = False
         else:
-            print(f"{t}: {len(found)} code objects, {kernels} kernels")
+            named = "".join(f", {e} x{sum(e in n for n in names)}" for e in expect)
+            print(f"{t}: {len(found)} code objects, {len(names)} kernels{named}")
     return 0 if ok else 1
 
 

@@ -1,6 +1,6 @@
 /*
  * Per-context state of the HIP backend, shared by the host glue
- * (backend_hip.c) and the forward launcher (fwd_launch.hip). Plain C.
+ * (backend_hip.c) and the launchers (fwd_launch.hip, bwd_launch.hip). Plain C.
  */
 #ifndef FFPA_HIP_STATE_H
 #define FFPA_HIP_STATE_H
@@ -29,6 +29,16 @@ size_t ffpa_hip_forward_workspace(const struct ffpa_hip_state *st, const ffpa_pr
 /* Launches the forward of pb on st->stream (asynchronous). */
 ffpa_status ffpa_hip_forward(struct ffpa_hip_state *st, const ffpa_problem *pb, void *ws, size_t ws_bytes,
                              char *err, size_t err_len);
+
+/* Workspace bytes a backward of pb needs (from shapes alone; see bwd_host.h). */
+size_t ffpa_hip_backward_workspace(const ffpa_problem *pb);
+
+/* Launches the backward of pb on st->stream (asynchronous). fp16/bf16,
+ * Dqk/Dv multiples of 8, q/k/v/o/dout with unit last-dim stride and 16-byte
+ * aligned rows, and the shared memory the kernels need; anything else:
+ * FFPA_ERR_UNSUPPORTED saying why. */
+ffpa_status ffpa_hip_backward(struct ffpa_hip_state *st, const ffpa_problem *pb, void *ws, size_t ws_bytes,
+                              char *err, size_t err_len);
 
 #ifdef __cplusplus
 }

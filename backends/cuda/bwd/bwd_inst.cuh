@@ -5,6 +5,8 @@
  * (Dqk + Dv up to 1152 on a 227 KB device), with 32-row key tiles (the
  * rest, up to 2 x 1024), and one dQ kernel: every head dimension routes to
  * these three (D is a run-time loop bound, not a template argument).
+ * The bodies are vendor-neutral (backends/gpu/bwd/), compiled here with the
+ * CUDA arch layer.
  */
 #include <cuda_runtime.h>
 
@@ -12,8 +14,8 @@
 #include "masking.cuh"
 #include "smem_tile.cuh"
 
-#include "bwd_dkdv.cuh"
-#include "bwd_dq.cuh"
+#include "bwd/bwd_dkdv.cuh"
+#include "bwd/bwd_dq.cuh"
 #include "bwd_kernels.h"
 
 namespace ffpa {

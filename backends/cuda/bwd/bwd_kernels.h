@@ -7,7 +7,7 @@
 
 #include <cuda_runtime_api.h>
 
-#include "bwd_params.h"
+#include "bwd/bwd_params.h"
 
 namespace ffpa {
 namespace bwd {
@@ -19,16 +19,7 @@ cudaError_t launch_dq(int dtype, const ffpa_bwd_params &p, int64_t blocks, size_
 /* Delta = rowsum(dO * O) in fp32. */
 cudaError_t launch_delta(int dtype, const ffpa_bwd_params &p, cudaStream_t stream);
 
-/* fp32 gradient buffer [heads][rows_total][dim] -> strided output view.
- * nlen: rows per sequence of a dense batch (row r is (r / nlen, r % nlen)),
- * 0 for varlen (views then have sb = 0 and packed row r is row r). */
-struct ConvertJob {
-    const float *acc;
-    void *out;
-    int64_t sb, sh, sn, sd;
-    int64_t heads, rows_total, nlen;
-    int dim;
-};
+/* fp32 gradient buffer -> strided output view (ConvertJob: bwd_params.h). */
 cudaError_t launch_convert(int dtype, const ConvertJob &job, cudaStream_t stream);
 
 /* fp32 dbias buffer [gb][gh][gn][gk] -> dbias view of dtype out_dtype. */

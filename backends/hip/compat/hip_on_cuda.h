@@ -52,6 +52,7 @@ typedef struct cudaDeviceProp hipDeviceProp_t;
 #define hipMalloc cudaMalloc
 #define hipFree cudaFree
 #define hipMemcpyAsync cudaMemcpyAsync
+#define hipMemsetAsync cudaMemsetAsync
 #define hipStreamSynchronize cudaStreamSynchronize
 
 #ifdef __cplusplus

@@ -11,8 +11,8 @@
  * atomics, a fixed order, the same bits on every run. Warp w owns query rows
  * [16 w, 16 w + 16) of S/dP; for dV/dK the warps tile the kBc x 128 chunk.
  */
-#ifndef FFPA_CUDA_BWD_DKDV_CUH
-#define FFPA_CUDA_BWD_DKDV_CUH
+#ifndef FFPA_GPU_BWD_DKDV_CUH
+#define FFPA_GPU_BWD_DKDV_CUH
 
 #include "bwd_common.cuh"
 

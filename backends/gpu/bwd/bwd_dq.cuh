@@ -11,8 +11,8 @@
  * plain read-modify-writes: the work items that share dbias elements then
  * run inside one block in a fixed order (ffpa_bwd_params.member_*).
  */
-#ifndef FFPA_CUDA_BWD_DQ_CUH
-#define FFPA_CUDA_BWD_DQ_CUH
+#ifndef FFPA_GPU_BWD_DQ_CUH
+#define FFPA_GPU_BWD_DQ_CUH
 
 #include "bwd_common.cuh"
 

@@ -1,12 +1,12 @@
 /*
  * Pieces both backward kernels share: block shape, sequence geometry, the
  * per-row LSE/Delta fetch, P = exp2(S - LSE) recompute and dS.
- * Reuses the arch layer and backends/gpu/{smem_tile,masking}.cuh.
+ * Vendor-neutral: the arch layer (ffpa::arch: arch_sm80.cuh for CUDA,
+ * arch_hip.h for HIP) must be included first, as for ../fwd_kernel.cuh.
  */
-#ifndef FFPA_CUDA_BWD_COMMON_CUH
-#define FFPA_CUDA_BWD_COMMON_CUH
+#ifndef FFPA_GPU_BWD_COMMON_CUH
+#define FFPA_GPU_BWD_COMMON_CUH
 
-#include "arch_sm80.cuh"
 #include "masking.cuh"
 #include "smem_tile.cuh"
 

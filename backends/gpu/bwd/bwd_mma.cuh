@@ -6,10 +6,11 @@
  *   C += A B      dQ = dS K                    (A: registers, B: slab)
  * and the accumulator update of a gradient ("acc view": fp32 buffer or the
  * output tensor), loaded before the MMAs so its latency hides behind them.
- * Requires backends/cuda/arch_sm80.cuh and backends/gpu/smem_tile.cuh.
+ * Requires the arch layer (included first by the instantiating file) and
+ * backends/gpu/smem_tile.cuh.
  */
-#ifndef FFPA_CUDA_BWD_MMA_CUH
-#define FFPA_CUDA_BWD_MMA_CUH
+#ifndef FFPA_GPU_BWD_MMA_CUH
+#define FFPA_GPU_BWD_MMA_CUH
 
 #include "bwd_params.h"
 

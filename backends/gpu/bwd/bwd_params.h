@@ -1,5 +1,6 @@
 /*
- * Parameters of the backward kernels (plain C, filled by bwd_launch.cu).
+ * Parameters of the backward kernels (plain C; filled by bwd_host.h for the
+ * CUDA and HIP launchers).
  *
  * Gradient accumulators are "acc views": either the fp32 workspace buffers
  * (FFPA_GRAD_ACCUM_F32; converted into dq/dk/dv once at the end) or the
@@ -7,8 +8,8 @@
  * rounded to the output dtype, as the cpu backend does). Element (b, h, n, d)
  * of an acc view is at h*sh + (cu ? cu[b]*sn : b*sb) + n*sn + d.
  */
-#ifndef FFPA_CUDA_BWD_PARAMS_H
-#define FFPA_CUDA_BWD_PARAMS_H
+#ifndef FFPA_GPU_BWD_PARAMS_H
+#define FFPA_GPU_BWD_PARAMS_H
 
 #include <stdint.h>
 
@@ -68,6 +69,23 @@ typedef struct ffpa_bwd_params {
 
 #ifdef __cplusplus
 }
+
+namespace ffpa {
+namespace bwd {
+
+/* fp32 gradient buffer [heads][rows_total][dim] -> strided output view.
+ * nlen: rows per sequence of a dense batch (row r is (r / nlen, r % nlen)),
+ * 0 for varlen (views then have sb = 0 and packed row r is row r). */
+struct ConvertJob {
+    const float *acc;
+    void *out;
+    int64_t sb, sh, sn, sd;
+    int64_t heads, rows_total, nlen;
+    int dim;
+};
+
+} /* namespace bwd */
+} /* namespace ffpa */
 #endif
 
 #endif

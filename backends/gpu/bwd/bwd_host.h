@@ -1,0 +1,388 @@
+/*
+ * Host side of the backward, written once for the CUDA and HIP launchers:
+ * what the kernels support, the workspace layout, the key-tile size and
+ * ring depths that fit the device's shared memory, the kernel parameters,
+ * and the launch sequence
+ *   delta -> dK/dV -> dQ (+ dbias) -> [fp32 buffers -> dq, dk, dv, dbias].
+ *
+ * The runtime is a template argument Rt (the launcher's shim):
+ *   Rt::Error, Rt::Stream; static bool ok(Error); const char *error_string(Error);
+ *   bool out_of_memory(Error); Error copy_to_device(void *, const void *, size_t, Stream);
+ *   Error zero(void *, size_t, Stream); and the kernel launches
+ *   delta(dtype, p, s), dkdv(dtype, bc, p, smem, s), dq(dtype, p, blocks, smem, s),
+ *   convert(dtype, job, s), dbias_convert(acc, grid, out, dtype, stride, s).
+ * Every call is asynchronous on the stream.
+ *
+ * Requires the arch layer (ffpa::arch) to be included first: the shared
+ * memory sizes come from the kernel headers.
+ */
+#ifndef FFPA_GPU_BWD_HOST_H
+#define FFPA_GPU_BWD_HOST_H
+
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "problem.h"
+
+#include "bwd_dkdv.cuh"
+#include "bwd_dq.cuh"
+
+namespace ffpa {
+namespace bwd {
+namespace host {
+
+constexpr size_t kAlign = 256;
+
+inline size_t align_up(size_t x)
+{
+    return (x + kAlign - 1) / kAlign * kAlign;
+}
+
+/* Elements of the fp32 dbias buffer per dimension: 1 where dbias broadcasts. */
+inline void dbias_grid(const ffpa_problem *pb, int64_t (&g)[4])
+{
+    g[0] = pb->dbias.sb ? pb->batch : 1;
+    g[1] = pb->dbias.sh ? pb->hq : 1;
+    g[2] = pb->dbias.sn ? pb->nq : 1;
+    g[3] = pb->dbias.sd ? pb->nkv : 1;
+}
+
+/* Workspace: varlen offsets, Delta, the fp32 gradient buffers
+ * (FFPA_GRAD_ACCUM_F32) and the fp32 dbias buffer, 256-byte aligned. */
+struct Layout {
+    size_t cu_q, cu_k, delta, dq, dk, dv, dbias, total;
+};
+
+/* From shapes and options alone: a size query has no output views to check
+ * (ffpa_backward_workspace_size), and a call the backend later refuses
+ * costs nothing but the reserved bytes. */
+inline Layout layout_of(const ffpa_problem *pb)
+{
+    Layout l;
+    memset(&l, 0, sizeof l);
+    size_t off = 0;
+    auto take = [&](size_t bytes) {
+        size_t at = off;
+        off += align_up(bytes);
+        return at;
+    };
+    if (pb->cu_q) {
+        l.cu_q = take((size_t)(pb->batch + 1) * sizeof(int32_t));
+        l.cu_k = take((size_t)(pb->batch + 1) * sizeof(int32_t));
+    }
+    l.delta = take((size_t)(pb->hq * pb->total_q) * sizeof(float));
+    if (pb->grad_accum == FFPA_GRAD_ACCUM_F32) {
+        l.dq = take((size_t)(pb->hq * pb->total_q * pb->dqk) * sizeof(float));
+        l.dk = take((size_t)(pb->hkv * pb->total_k * pb->dqk) * sizeof(float));
+        l.dv = take((size_t)(pb->hkv * pb->total_k * pb->dv) * sizeof(float));
+    }
+    if (pb->has_dbias) {
+        int64_t g[4];
+        dbias_grid(pb, g);
+        l.dbias = take((size_t)(g[0] * g[1] * g[2] * g[3]) * sizeof(float));
+    }
+    l.total = off;
+    return l;
+}
+
+/* q/k/v/o/dout feed 16-byte async copies / vector loads. */
+inline bool view_vectorizable(const ffpa_view &v, int64_t sd)
+{
+    return sd == 1 && ((v.sb | v.sh | v.sn) & 7) == 0 && ((uintptr_t)v.data & 15) == 0;
+}
+
+/* What the kernels take; `who` names the backend in the messages. */
+inline ffpa_status check(const ffpa_problem *pb, const char *who, char *err, size_t err_len)
+{
+    if (pb->dtype != FFPA_F16 && pb->dtype != FFPA_BF16) {
+        snprintf(err, err_len, "q: dtype %s is not supported by the %s backward; expected f16 or bf16",
+                 ffpa_dtype_name(pb->dtype), who);
+        return FFPA_ERR_UNSUPPORTED;
+    }
+    if (pb->dqk % 8 || pb->dv % 8 || pb->dqk > FFPA_MAX_HEAD_DIM || pb->dv > FFPA_MAX_HEAD_DIM) {
+        snprintf(err, err_len,
+                 "q: head dims Dqk=%lld, Dv=%lld are not supported by the %s backward; expected multiples of 8 "
+                 "up to %d",
+                 (long long)pb->dqk, (long long)pb->dv, who, FFPA_MAX_HEAD_DIM);
+        return FFPA_ERR_UNSUPPORTED;
+    }
+    const struct {
+        const char *name;
+        const ffpa_view *v;
+    } inputs[] = {{"q", &pb->q}, {"k", &pb->k}, {"v", &pb->v}, {"out", &pb->o}, {"dout", &pb->dout}};
+    for (const auto &in : inputs)
+        if (!view_vectorizable(*in.v, in.v->sd)) {
+            snprintf(err, err_len,
+                     "%s: layout not supported by the %s backward; expected last-dimension stride 1, other strides "
+                     "multiples of 8 elements and a 16-byte aligned pointer",
+                     in.name, who);
+            return FFPA_ERR_UNSUPPORTED;
+        }
+    if (pb->grad_accum == FFPA_GRAD_ACCUM_OUTPUT) {
+        const struct {
+            const char *name;
+            const ffpa_view *v;
+        } outs[] = {{"dq", &pb->grad_q}, {"dk", &pb->grad_k}, {"dv", &pb->grad_v}};
+        for (const auto &o : outs)
+            if (o.v->sd != 1 || ((o.v->sb | o.v->sh | o.v->sn) & 1) || ((uintptr_t)o.v->data & 3)) {
+                snprintf(err, err_len,
+                         "%s: layout not supported with opt.grad_accum = FFPA_GRAD_ACCUM_OUTPUT; expected "
+                         "last-dimension stride 1 and even strides (or use FFPA_GRAD_ACCUM_F32)",
+                         o.name);
+                return FFPA_ERR_UNSUPPORTED;
+            }
+    }
+    return FFPA_OK;
+}
+
+/* Key tile of the dK/dV kernel and ring depths: K_j/V_j must fit whole. */
+struct Tiles {
+    int bc, dkdv_stages, dq_stages;
+};
+
+inline ffpa_status choose_tiles(const ffpa_problem *pb, size_t smem_limit, const char *who, Tiles &t, char *err,
+                                size_t err_len)
+{
+    const size_t elt = 2;
+    t.bc = t.dkdv_stages = t.dq_stages = 0;
+    for (int cand : {64, 32}) {
+        for (int s = 3; s >= 2 && !t.bc; --s)
+            if (dkdv_smem_bytes(cand, (int)pb->dqk, (int)pb->dv, s, elt) <= smem_limit) {
+                t.bc = cand;
+                t.dkdv_stages = s;
+            }
+        if (t.bc)
+            break;
+    }
+    for (int s = 3; s >= 2 && !t.dq_stages; --s)
+        if (dq_smem_bytes(s, pb->has_dbias, elt) <= smem_limit)
+            t.dq_stages = s;
+    if (!t.dq_stages) {
+        /* Independent of D: the dQ ring of 128-row tiles (64 KiB LDS devices
+         * such as gfx90a/gfx942/gfx1100 end here for every shape). */
+        snprintf(err, err_len,
+                 "q: the %s backward's dQ kernel needs %zu bytes of shared memory per block%s; this device has %zu; "
+                 "expected a device with more shared memory per block",
+                 who, dq_smem_bytes(2, pb->has_dbias, elt), pb->has_dbias ? " (with dbias)" : "", smem_limit);
+        return FFPA_ERR_UNSUPPORTED;
+    }
+    if (!t.bc) {
+        snprintf(err, err_len,
+                 "q: Dqk=%lld, Dv=%lld need more shared memory per block than this device has (%zu bytes) in the "
+                 "%s backward; expected Dqk + Dv small enough for K and V tiles of 32 rows",
+                 (long long)pb->dqk, (long long)pb->dv, smem_limit, who);
+        return FFPA_ERR_UNSUPPORTED;
+    }
+    return FFPA_OK;
+}
+
+inline ffpa_bwd_acc acc_of_buffer(void *data, int64_t rows_total, int64_t rows_per_seq, int64_t dim, bool varlen)
+{
+    ffpa_bwd_acc a;
+    a.data = data;
+    a.sn = dim;
+    a.sh = rows_total * dim;
+    a.sb = varlen ? 0 : rows_per_seq * dim;
+    a.is_f32 = 1;
+    return a;
+}
+
+inline ffpa_bwd_acc acc_of_view(const ffpa_view &v)
+{
+    ffpa_bwd_acc a;
+    a.data = v.data;
+    a.sb = v.sb;
+    a.sh = v.sh;
+    a.sn = v.sn;
+    a.is_f32 = 0;
+    return a;
+}
+
+/* Kernel parameters of pb over the workspace at base (laid out as lay).
+ * dq_blocks: blocks of the dQ grid; g: the dbias buffer's grid. */
+inline void fill_params(const ffpa_problem *pb, unsigned char *base, const Layout &lay, const Tiles &t,
+                        ffpa_bwd_params &p, int64_t (&g)[4], int64_t &dq_blocks)
+{
+    const bool varlen = pb->cu_q != nullptr;
+    memset(&p, 0, sizeof p);
+    p.mask.scale_log2 = pb->scale * 1.4426950408889634f;
+    p.mask.hq = (int)pb->hq;
+    if (pb->has_bias) {
+        p.mask.bias = pb->bias.data;
+        p.mask.bias_dtype = (int)pb->bias_dtype;
+        p.mask.bias_sb = pb->bias.sb;
+        p.mask.bias_sh = pb->bias.sh;
+        p.mask.bias_sn = pb->bias.sn;
+        p.mask.bias_sd = pb->bias.sd;
+    }
+    p.has_dropout = pb->dropout_p > 0.0f;
+    p.mask.has_dropout = p.has_dropout;
+    p.mask.dropout_threshold = pb->dropout_threshold;
+    p.mask.dropout_scale = pb->dropout_scale;
+    p.mask.dropout_seed = pb->dropout_seed;
+    p.mask.dropout_offset = pb->dropout_offset;
+
+    p.q = pb->q.data;
+    p.k = pb->k.data;
+    p.v = pb->v.data;
+    p.o = pb->o.data;
+    p.dout = pb->dout.data;
+    p.q_sb = pb->q.sb, p.q_sh = pb->q.sh, p.q_sn = pb->q.sn;
+    p.k_sb = pb->k.sb, p.k_sh = pb->k.sh, p.k_sn = pb->k.sn;
+    p.v_sb = pb->v.sb, p.v_sh = pb->v.sh, p.v_sn = pb->v.sn;
+    p.o_sb = pb->o.sb, p.o_sh = pb->o.sh, p.o_sn = pb->o.sn;
+    p.do_sb = pb->dout.sb, p.do_sh = pb->dout.sh, p.do_sn = pb->dout.sn;
+    p.lse = static_cast<const float *>(pb->lse.data);
+    p.lse_sb = pb->lse.sb, p.lse_sh = pb->lse.sh, p.lse_sn = pb->lse.sn;
+    p.delta = reinterpret_cast<float *>(base + lay.delta);
+    p.total_q = pb->total_q;
+    p.batch = (int)pb->batch;
+    p.hq = (int)pb->hq;
+    p.hkv = (int)pb->hkv;
+    p.group = (int)(pb->hq / pb->hkv);
+    p.nq = (int)pb->nq;
+    p.nkv = (int)pb->nkv;
+    p.dqk = (int)pb->dqk;
+    p.dv = (int)pb->dv;
+    p.scale = pb->scale;
+    p.causal = pb->causal;
+    if (varlen) {
+        p.cu_q = reinterpret_cast<const int32_t *>(base + lay.cu_q);
+        p.cu_k = reinterpret_cast<const int32_t *>(base + lay.cu_k);
+    }
+
+    if (pb->grad_accum == FFPA_GRAD_ACCUM_F32) {
+        p.dq = acc_of_buffer(base + lay.dq, pb->total_q, pb->nq, pb->dqk, varlen);
+        p.dk = acc_of_buffer(base + lay.dk, pb->total_k, pb->nkv, pb->dqk, varlen);
+        p.dv_acc = acc_of_buffer(base + lay.dv, pb->total_k, pb->nkv, pb->dv, varlen);
+    } else {
+        p.dq = acc_of_view(pb->grad_q);
+        p.dk = acc_of_view(pb->grad_k);
+        p.dv_acc = acc_of_view(pb->grad_v);
+    }
+
+    p.q_blocks = (int)((pb->nq + kBr - 1) / kBr);
+    p.kv_blocks = (int)((pb->nkv + t.bc - 1) / t.bc);
+    p.stages = t.dkdv_stages;
+
+    /* dQ work items sharing dbias elements: one block, fixed order, in
+     * deterministic mode; atomics on the fp32 buffer otherwise. */
+    g[0] = g[1] = g[2] = g[3] = 1;
+    if (pb->has_dbias) {
+        dbias_grid(pb, g);
+        p.dbias = reinterpret_cast<float *>(base + lay.dbias);
+        p.dbias_gb = g[0];
+        p.dbias_gh = g[1];
+        p.dbias_gn = g[2];
+        p.dbias_gk = g[3];
+        const bool shared_dbias = pb->dbias.sh == 0 || pb->dbias.sb == 0 || pb->dbias.sn == 0;
+        if (pb->deterministic) {
+            p.member_h = pb->dbias.sh == 0;
+            p.member_b = pb->dbias.sb == 0;
+            p.member_qb = pb->dbias.sn == 0;
+        } else {
+            p.dbias_atomic = shared_dbias;
+        }
+    }
+    dq_blocks = 1;
+    const int64_t dims[3] = {pb->hq, pb->batch, p.q_blocks};
+    const int member[3] = {p.member_h, p.member_b, p.member_qb};
+    for (int x = 0; x < 3; ++x)
+        dq_blocks *= member[x] ? 1 : dims[x];
+}
+
+template <class Rt>
+ffpa_status device_error(typename Rt::Error e, const char *who, const char *what, char *err, size_t err_len)
+{
+    snprintf(err, err_len, "%s backward: %s: %s", who, what, Rt::error_string(e));
+    return Rt::out_of_memory(e) ? FFPA_ERR_OUT_OF_MEMORY : FFPA_ERR_DEVICE;
+}
+
+/* The whole backward of pb on `stream` (asynchronous). smem_limit: shared
+ * memory one block may use on this device. */
+template <class Rt>
+ffpa_status run(typename Rt::Stream stream, size_t smem_limit, const char *who, const ffpa_problem *pb, void *ws,
+                size_t ws_bytes, char *err, size_t err_len)
+{
+    ffpa_status status = check(pb, who, err, err_len);
+    if (status != FFPA_OK)
+        return status;
+    const Layout lay = layout_of(pb);
+    if (lay.total > 0 && (ws == nullptr || ws_bytes < lay.total)) {
+        snprintf(err, err_len, "workspace: %zu bytes given to the %s backward; expected >= %zu", ws_bytes, who,
+                 lay.total);
+        return FFPA_ERR_INVALID_ARGUMENT;
+    }
+    Tiles t;
+    if ((status = choose_tiles(pb, smem_limit, who, t, err, err_len)) != FFPA_OK)
+        return status;
+
+    unsigned char *base = static_cast<unsigned char *>(ws);
+    const size_t elt = 2;
+    const bool varlen = pb->cu_q != nullptr;
+    ffpa_bwd_params p;
+    int64_t g[4];
+    int64_t dq_blocks;
+    fill_params(pb, base, lay, t, p, g, dq_blocks);
+
+    typename Rt::Error e;
+    if (varlen) {
+        const size_t bytes = (size_t)(pb->batch + 1) * sizeof(int32_t);
+        if (!Rt::ok(e = Rt::copy_to_device(base + lay.cu_q, pb->cu_q, bytes, stream)) ||
+            !Rt::ok(e = Rt::copy_to_device(base + lay.cu_k, pb->cu_k, bytes, stream)))
+            return device_error<Rt>(e, who, "uploading cu_seqlens", err, err_len);
+    }
+    if (pb->has_dbias &&
+        !Rt::ok(e = Rt::zero(p.dbias, (size_t)(g[0] * g[1] * g[2] * g[3]) * sizeof(float), stream)))
+        return device_error<Rt>(e, who, "clearing the dbias buffer", err, err_len);
+
+    const int dtype = (int)pb->dtype;
+    if (pb->nq > 0 && !Rt::ok(e = Rt::delta(dtype, p, stream)))
+        return device_error<Rt>(e, who, "delta kernel", err, err_len);
+    if (pb->nkv > 0 &&
+        !Rt::ok(e = Rt::dkdv(dtype, t.bc, p, dkdv_smem_bytes(t.bc, p.dqk, p.dv, t.dkdv_stages, elt), stream)))
+        return device_error<Rt>(e, who, "dK/dV kernel", err, err_len);
+    ffpa_bwd_params pq = p;
+    pq.stages = t.dq_stages;
+    if (pb->nq > 0 && dq_blocks > 0 &&
+        !Rt::ok(e = Rt::dq(dtype, pq, dq_blocks, dq_smem_bytes(t.dq_stages, pb->has_dbias, elt), stream)))
+        return device_error<Rt>(e, who, "dQ kernel", err, err_len);
+
+    if (pb->grad_accum == FFPA_GRAD_ACCUM_F32) {
+        const struct {
+            const float *acc;
+            const ffpa_view *out;
+            int64_t heads, rows, nlen, dim;
+        } jobs[] = {{static_cast<const float *>(p.dq.data), &pb->grad_q, pb->hq, pb->total_q, pb->nq, pb->dqk},
+                    {static_cast<const float *>(p.dk.data), &pb->grad_k, pb->hkv, pb->total_k, pb->nkv, pb->dqk},
+                    {static_cast<const float *>(p.dv_acc.data), &pb->grad_v, pb->hkv, pb->total_k, pb->nkv, pb->dv}};
+        for (const auto &j : jobs) {
+            ConvertJob cj;
+            cj.acc = j.acc;
+            cj.out = j.out->data;
+            cj.sb = j.out->sb;
+            cj.sh = j.out->sh;
+            cj.sn = j.out->sn;
+            cj.sd = j.out->sd;
+            cj.heads = j.heads;
+            cj.rows_total = j.rows;
+            cj.nlen = varlen ? 0 : j.nlen;
+            cj.dim = (int)j.dim;
+            if (!Rt::ok(e = Rt::convert(dtype, cj, stream)))
+                return device_error<Rt>(e, who, "gradient conversion kernel", err, err_len);
+        }
+    }
+    if (pb->has_dbias) {
+        const int64_t stride[4] = {pb->dbias.sb, pb->dbias.sh, pb->dbias.sn, pb->dbias.sd};
+        if (!Rt::ok(e = Rt::dbias_convert(p.dbias, g, pb->dbias.data, (int)pb->dbias_dtype, stride, stream)))
+            return device_error<Rt>(e, who, "dbias conversion kernel", err, err_len);
+    }
+    return FFPA_OK;
+}
+
+} /* namespace host */
+} /* namespace bwd */
+} /* namespace ffpa */
+
+#endif

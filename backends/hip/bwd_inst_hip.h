@@ -1,0 +1,57 @@
+/*
+ * HIP entry points of the backward kernels of one element type over the
+ * vendor-neutral bodies (backends/gpu/bwd/), compiled with arch_hip.h;
+ * bwd_inst_f16.hip and bwd_inst_bf16.hip include this with FFPA_BWD_T set.
+ * Per dtype: dK/dV with 64- and 32-row key tiles, and dQ (D is a run-time
+ * loop bound).
+ */
+#include "hip_port.h"
+
+#include "arch_hip.h"
+
+#include "bwd/bwd_dkdv.cuh"
+#include "bwd/bwd_dq.cuh"
+#include "bwd_kernels_hip.h"
+
+namespace ffpa {
+namespace hip {
+
+template <typename T, int kBc>
+__global__ void __launch_bounds__(bwd::kThreads) bwd_dkdv_kernel(const ffpa_bwd_params p)
+{
+    bwd::dkdv_body<T, kBc>(p);
+}
+
+template <typename T> __global__ void __launch_bounds__(bwd::kThreads) bwd_dq_kernel(const ffpa_bwd_params p)
+{
+    bwd::dq_body<T>(p);
+}
+
+template <typename K>
+static hipError_t bwd_launch_with_smem(K kernel, dim3 grid, size_t smem, hipStream_t stream, const ffpa_bwd_params &p)
+{
+#if defined(__HIP_PLATFORM_NVIDIA__)
+    /* Above 48 KiB of dynamic shared memory CUDA wants an opt-in. */
+    hipError_t e = hipFuncSetAttribute(kernel, hipFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (e != hipSuccess)
+        return e;
+#endif
+    kernel<<<grid, dim3(bwd::kThreads), smem, stream>>>(p);
+    return hipGetLastError();
+}
+
+hipError_t FFPA_BWD_LAUNCH_DKDV(int bc, const ffpa_bwd_params &p, size_t smem, hipStream_t stream)
+{
+    dim3 grid((unsigned)p.kv_blocks, (unsigned)p.hkv, (unsigned)p.batch);
+    if (bc == 64)
+        return bwd_launch_with_smem(bwd_dkdv_kernel<FFPA_BWD_T, 64>, grid, smem, stream, p);
+    return bwd_launch_with_smem(bwd_dkdv_kernel<FFPA_BWD_T, 32>, grid, smem, stream, p);
+}
+
+hipError_t FFPA_BWD_LAUNCH_DQ(const ffpa_bwd_params &p, int64_t blocks, size_t smem, hipStream_t stream)
+{
+    return bwd_launch_with_smem(bwd_dq_kernel<FFPA_BWD_T>, dim3((unsigned)blocks), smem, stream, p);
+}
+
+} /* namespace hip */
+} /* namespace ffpa */
