@@ -215,6 +215,14 @@ const char *ffpa_device_name(const ffpa_context *ctx)
     return ctx ? ctx->backend->caps.device_name : "";
 }
 
+const char *ffpa_last_kernel(const ffpa_context *ctx)
+{
+    if (!ctx || !ctx->backend->iface->last_kernel)
+        return ctx ? ctx->backend->iface->name : "";
+    const char *k = ctx->backend->iface->last_kernel(ctx->state);
+    return k ? k : "";
+}
+
 const char *ffpa_last_error(const ffpa_context *ctx)
 {
     return ctx ? ctx->err : thread_err;

@@ -94,6 +94,13 @@ static const char *path_label(const shape *s)
     return d > 256 ? "split-d" : "small-d";
 }
 
+/* The kernel that ran (GPU backends report it), else the shape's path. */
+static const char *kernel_label(const ffpa_context *ctx, const shape *s)
+{
+    const char *k = ffpa_last_kernel(ctx);
+    return k[0] && strcmp(k, ffpa_backend_name(ctx)) != 0 ? k : path_label(s);
+}
+
 /* Everything one run of a shape needs on one context. */
 typedef struct run_bufs {
     void *q, *k, *v, *o, *lse, *bias;
@@ -422,7 +429,7 @@ int main(int argc, char **argv)
     FILE *csv = o.csv ? fopen(o.csv, "w") : NULL;
     if (csv)
         fprintf(csv, "shape,backend,device,dtype,path,ms,tflops,check\n");
-    printf("%-36s %-15s %10s %9s  %s\n", "shape", "path", "ms", "TFLOP/s", "check");
+    printf("%-36s %-26s %10s %9s  %s\n", "shape", "kernel", "ms", "TFLOP/s", "check");
     int failures = 0;
     for (int si = 0; si < n_shapes; ++si) {
         const shape *s = &shapes[si];
@@ -482,12 +489,12 @@ int main(int argc, char **argv)
             }
             free(times);
         }
-        printf("%-36s %-15s %10.3f %9.1f  %s%s\n", s->text, path_label(s), ms, tflops,
+        printf("%-36s %-26s %10.3f %9.1f  %s%s\n", s->text, kernel_label(ctx, s), ms, tflops,
                o.check ? (ok ? "ok " : "FAIL ") : "", check_msg);
         fflush(stdout);
         if (csv)
             fprintf(csv, "\"%s\",%s,\"%s\",%s,%s,%.4f,%.2f,\"%s%s\"\n", s->text, ffpa_backend_name(ctx),
-                    ffpa_device_name(ctx), ffpa_dtype_name(o.dtype), path_label(s), ms, tflops,
+                    ffpa_device_name(ctx), ffpa_dtype_name(o.dtype), kernel_label(ctx, s), ms, tflops,
                     o.check ? (ok ? "ok " : "FAIL ") : "", check_msg);
         free_run(ctx, &r);
         free_inputs(&hi);

@@ -21,7 +21,7 @@ extern "C" {
 #endif
 
 /* Bump on any change to ffpa_backend_i, ffpa_problem or ffpa_backend_caps. */
-#define FFPA_BACKEND_ABI_VERSION 2
+#define FFPA_BACKEND_ABI_VERSION 3
 
 /* Symbol every plugin exports: const ffpa_backend_i *ffpa_backend_entry(void). */
 #define FFPA_BACKEND_ENTRY_SYMBOL "ffpa_backend_entry"
@@ -77,6 +77,11 @@ typedef struct ffpa_backend_i {
     void (*mem_free)(void *state, void *ptr);
     ffpa_status (*mem_copy)(void *state, void *dst, const void *src, size_t bytes,
                             ffpa_copy_kind kind, char *err, size_t err_len);
+
+    /* Optional (NULL: one kernel family). Static name of the kernel the last
+     * successful forward launched, e.g. "sm90 wgmma d256x2 cluster", for
+     * benchmarks and A/B runs; "" before the first forward. */
+    const char *(*last_kernel)(void *state);
 } ffpa_backend_i;
 
 typedef const ffpa_backend_i *(*ffpa_backend_entry_fn)(void);

@@ -231,6 +231,12 @@ static ffpa_status cuda_mem_copy(void *state, void *dst, const void *src, size_t
     return FFPA_OK;
 }
 
+static const char *cuda_last_kernel(void *state)
+{
+    const struct ffpa_cuda_state *st = state;
+    return st->last_kernel ? st->last_kernel : "";
+}
+
 static const ffpa_backend_i cuda_backend = {
     .abi_version = FFPA_BACKEND_ABI_VERSION,
     .name = "cuda",
@@ -249,6 +255,7 @@ static const ffpa_backend_i cuda_backend = {
     .mem_alloc = cuda_mem_alloc,
     .mem_free = cuda_mem_free,
     .mem_copy = cuda_mem_copy,
+    .last_kernel = cuda_last_kernel,
 };
 
 FFPA_CUDA_EXPORT const ffpa_backend_i *ffpa_backend_entry(void)

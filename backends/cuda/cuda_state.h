@@ -18,6 +18,7 @@ struct ffpa_cuda_state {
     cudaStream_t stream;         /* stream of every launch and copy (NULL: default) */
     struct cudaDeviceProp prop;  /* properties read once at init */
     ffpa_backend_caps caps;      /* what probe reported: name, limits for the planner */
+    const char *last_kernel;     /* forward kernel family of the last launch (static string) */
 };
 
 /* Writes "<what>: <cuda error string>" into err; returns FFPA_ERR_DEVICE

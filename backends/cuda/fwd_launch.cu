@@ -11,6 +11,7 @@
 #include "fwd_kernels.cuh"
 #include "fwd_launch.h"
 #include "plan.h"
+#include "sm90/sm90_fwd_launch.h"
 
 namespace {
 
@@ -237,10 +238,35 @@ extern "C" ffpa_status ffpa_cuda_forward(struct ffpa_cuda_state *st, const ffpa_
         p.part_lse = reinterpret_cast<float *>(wsb + wl.part_lse);
     }
 
+    /* Kernel choice: FFPA_CUDA_KERNEL=generic|sm90|auto (default auto: the
+     * Hopper kernels where they cover the problem, else the generic ones). */
+    const char *choice = getenv("FFPA_CUDA_KERNEL");
+    const bool force_sm90 = choice && strcmp(choice, "sm90") == 0;
+    const bool force_generic = choice && strcmp(choice, "generic") == 0;
+    if (choice && *choice && !force_sm90 && !force_generic && strcmp(choice, "auto") != 0)
+        return fail(FFPA_ERR_INVALID_ARGUMENT, err, err_len,
+                    "FFPA_CUDA_KERNEL: unknown kernel family; expected generic, sm90 or auto");
+    if (force_sm90 || (!force_generic && plan.kv_splits == 1 && plan.path != FFPA_PATH_DECODE)) {
+        const char *kernel = NULL;
+        char why[256] = "";
+        s = ffpa_cuda_sm90_forward(st, pb, &p, &kernel, why, sizeof why);
+        if (s == FFPA_OK) {
+            st->last_kernel = kernel;
+            return FFPA_OK;
+        }
+        if (s != FFPA_ERR_UNSUPPORTED || force_sm90) {
+            if (err && err_len)
+                snprintf(err, err_len, "%s%s", force_sm90 ? "FFPA_CUDA_KERNEL=sm90: " : "", why);
+            return s;
+        }
+    }
+
     int64_t blocks = plan.q_blocks * pb->hq * pb->batch * plan.kv_splits;
     e = kd->launch(p, smem, blocks, st->stream);
     if (e != cudaSuccess)
         return ffpa_cuda_error(e, "launching the forward kernel", err, err_len);
+    st->last_kernel = plan.kv_splits > 1 ? "generic decode (split-KV)"
+                      : plan.path == FFPA_PATH_SPLIT_D ? "generic split-d" : "generic small-d";
     if (plan.kv_splits > 1) {
         dim3 grid((unsigned)pb->nq, (unsigned)pb->hq, (unsigned)pb->batch);
         if (pb->dtype == FFPA_F16)

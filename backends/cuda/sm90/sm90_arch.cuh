@@ -1,0 +1,194 @@
+/*
+ * The Hopper (sm_90a) instruction layer of the WGMMA/TMA forward: mbarriers,
+ * bulk tensor copies (TMA), wgmma fences and shared-memory descriptors,
+ * register reallocation, cluster addressing and asynchronous remote stores.
+ * Inline PTX only (PTX ISA 8.x); the kernel pieces beside this file call
+ * these names and nothing vendor-specific of their own.
+ *
+ * Built on top of the generic layer (../arch_sm80.cuh: fragment types, exp2,
+ * quad reductions, packing), which Hopper executes too.
+ */
+#ifndef FFPA_CUDA_SM90_ARCH_CUH
+#define FFPA_CUDA_SM90_ARCH_CUH
+
+#include <cuda.h> /* CUtensorMap (a 128-byte opaque struct; no driver library is linked) */
+#include <stdint.h>
+
+#include "../arch_sm80.cuh"
+
+/* Device code of the Hopper path exists only in the sm_90a pass. */
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ == 900 && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define FFPA_SM90_DEVICE 1
+#else
+#define FFPA_SM90_DEVICE 0
+#endif
+
+namespace ffpa {
+namespace sm90 {
+
+using arch::smem_u32;
+
+/* ------------------------------------------------------------ mbarrier */
+
+FFPA_DEV void mbar_init(uint64_t *bar, uint32_t count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(count));
+}
+
+/* Makes barrier initialisation visible to the async proxy and the cluster. */
+FFPA_DEV void fence_barrier_init()
+{
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+
+FFPA_DEV void mbar_arrive(uint64_t *bar)
+{
+    asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(smem_u32(bar))
+                 : "memory");
+}
+
+/* Arrive and announce `bytes` of asynchronous transactions for this phase. */
+FFPA_DEV void mbar_arrive_expect_tx(uint64_t *bar, uint32_t bytes)
+{
+    asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}\n" ::"r"(
+                     smem_u32(bar)),
+                 "r"(bytes)
+                 : "memory");
+}
+
+/* Arrive on the barrier at the same offset in CTA `rank` of the cluster. */
+FFPA_DEV void mbar_arrive_remote(uint64_t *bar, uint32_t rank)
+{
+    asm volatile("{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\n"
+                 "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n}\n" ::"r"(smem_u32(bar)),
+                 "r"(rank)
+                 : "memory");
+}
+
+/* Spin until the phase with the given parity has completed (acquire, CTA). */
+FFPA_DEV void mbar_wait(uint64_t *bar, uint32_t parity)
+{
+    asm volatile("{\n.reg .pred done;\n"
+                 "WAIT_%=:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+                 "@!done bra WAIT_%=;\n}\n" ::"r"(smem_u32(bar)),
+                 "r"(parity)
+                 : "memory");
+}
+
+/* The same with cluster-scope acquire (the arrivals came from a peer CTA). */
+FFPA_DEV void mbar_wait_cluster(uint64_t *bar, uint32_t parity)
+{
+    asm volatile("{\n.reg .pred done;\n"
+                 "WAIT_%=:\n"
+                 "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
+                 "@!done bra WAIT_%=;\n}\n" ::"r"(smem_u32(bar)),
+                 "r"(parity)
+                 : "memory");
+}
+
+/* ----------------------------------------------------------------- TMA */
+
+FFPA_DEV void prefetch_tensormap(const CUtensorMap *map)
+{
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(map)) : "memory");
+}
+
+/* 4-D tile (c0 fastest) into shared memory, completing on bar. */
+FFPA_DEV void tma_load_4d(void *dst, const CUtensorMap *map, uint64_t *bar, int c0, int c1, int c2, int c3)
+{
+    asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                 " [%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(smem_u32(dst)),
+                 "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(smem_u32(bar))
+                 : "memory");
+}
+
+/* --------------------------------------------------------------- wgmma */
+
+FFPA_DEV void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+FFPA_DEV void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int kPending> FFPA_DEV void wgmma_wait()
+{
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+}
+
+/* Keeps the compiler from moving reads/writes of accumulator registers
+ * across the asynchronous wgmma window. */
+template <int N> FFPA_DEV void fence_operands(float (&d)[N])
+{
+#pragma unroll
+    for (int i = 0; i < N; ++i)
+        asm volatile("" : "+f"(d[i])::"memory");
+}
+
+/*
+ * Shared-memory matrix descriptor for the 128-byte swizzle (tiles written by
+ * TMA with CU_TENSOR_MAP_SWIZZLE_128B: rows of 64 16-bit elements, atoms of
+ * 8 rows = 1024 bytes, atom-aligned). lbo/sbo in bytes:
+ *   K-major  (Q, K): lbo unused (1), sbo = 1024 (next 8 rows);
+ *   MN-major (V):    lbo = next 64 columns, sbo = 1024 (next 8 k-rows).
+ * Advancing along K inside a 128-byte row adds bytes to the start address
+ * (the hardware applies the swizzle to the absolute address, as TMA does).
+ */
+FFPA_DEV uint64_t make_desc_sw128(uint32_t smem_addr, uint32_t lbo, uint32_t sbo)
+{
+    uint64_t d = 0;
+    d |= (uint64_t)((smem_addr & 0x3FFFF) >> 4);
+    d |= (uint64_t)((lbo & 0x3FFFF) >> 4) << 16;
+    d |= (uint64_t)((sbo & 0x3FFFF) >> 4) << 32;
+    d |= (uint64_t)1 << 62; /* 128B swizzle */
+    return d;
+}
+
+/* -------------------------------------------------- registers, barriers */
+
+template <int kRegs> FFPA_DEV void setmaxnreg_inc()
+{
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+template <int kRegs> FFPA_DEV void setmaxnreg_dec()
+{
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+
+/* Named barrier among `threads` threads (ids 1..15; 0 is __syncthreads). */
+FFPA_DEV void named_barrier_sync(int id, int threads)
+{
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+/* -------------------------------------------------------------- cluster */
+
+FFPA_DEV uint32_t cluster_rank()
+{
+    uint32_t r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+    return r;
+}
+
+/* Every thread of every CTA of the cluster (release/acquire). */
+FFPA_DEV void cluster_sync()
+{
+    asm volatile("barrier.cluster.arrive.release.aligned;\n"
+                 "barrier.cluster.wait.acquire.aligned;\n" ::
+                     : "memory");
+}
+
+/* 16 bytes into CTA `rank`'s shared memory at the offset of local_dst; the
+ * write completes on that CTA's barrier at the offset of local_bar (tx bytes). */
+FFPA_DEV void st_async_remote_v4(void *local_dst, uint64_t *local_bar, uint32_t rank, float a, float b, float c,
+                                 float d)
+{
+    asm volatile("{\n.reg .b32 rd, rb;\n"
+                 "mapa.shared::cluster.u32 rd, %0, %2;\n"
+                 "mapa.shared::cluster.u32 rb, %1, %2;\n"
+                 "st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.f32 [rd], {%3, %4, %5, %6}, [rb];\n}\n" ::"r"(
+                     smem_u32(local_dst)),
+                 "r"(smem_u32(local_bar)), "r"(rank), "f"(a), "f"(b), "f"(c), "f"(d)
+                 : "memory");
+}
+
+} /* namespace sm90 */
+} /* namespace ffpa */
+
+#endif

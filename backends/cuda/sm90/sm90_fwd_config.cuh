@@ -1,0 +1,83 @@
+/*
+ * Compile-time shape of one Hopper forward instantiation and its
+ * shared-memory layout (host and device agree on it through this file).
+ *
+ * A cluster of kCluster CTAs owns 128 query rows of one (batch, head). CTA
+ * `rank` owns the head-dimension slice [rank*kSlice, (rank+1)*kSlice) of Q, K
+ * and V (Split-D across the cluster): it computes a partial S over its
+ * slice, the partials are summed through distributed shared memory (every
+ * CTA adds them in the same order, so all hold the same S), every CTA runs
+ * the same softmax, and each writes its own kSlice columns of O. The fp32 O
+ * accumulator is then 64 x kSlice per consumer warpgroup, which fits the
+ * register file for D up to kCluster * 256.
+ *
+ * Threads: warpgroup 0 is the producer (one thread issues TMA loads);
+ * warpgroups 1 and 2 are consumers, 64 query rows each.
+ */
+#ifndef FFPA_CUDA_SM90_FWD_CONFIG_CUH
+#define FFPA_CUDA_SM90_FWD_CONFIG_CUH
+
+#include <stddef.h>
+#include <stdint.h>
+
+namespace ffpa {
+namespace sm90 {
+
+/* One TMA box / wgmma atom column: 64 16-bit elements = 128 bytes (the
+ * 128-byte swizzle span), 64 rows. */
+constexpr int kBoxCols = 64;
+constexpr int kBoxRows = 64;
+constexpr uint32_t kBoxBytes = kBoxCols * kBoxRows * 2;
+constexpr size_t kSmemLimit = 232448; /* H100/H200 opt-in shared memory per block */
+
+template <typename T_, int kSlice_, int kCluster_> struct FwdConfig {
+    using T = T_;
+    static constexpr int kSlice = kSlice_;     /* head-dim columns per CTA (Q, K and V) */
+    static constexpr int kCluster = kCluster_; /* CTAs splitting D (1, 2 or 4) */
+    static constexpr int kBoxes = kSlice / kBoxCols;
+    static constexpr int kBr = 128;            /* query rows per cluster */
+    static constexpr int kBc = 64;             /* keys per tile */
+    static constexpr int kConsumers = 2;       /* consumer warpgroups, 64 rows each */
+    static constexpr int kThreads = 128 * (1 + kConsumers);
+    static constexpr int kNT = kBc / 8;        /* S n8-blocks per warp */
+    static constexpr int kOAcc = kSlice / 2;   /* fp32 O accumulators per thread */
+
+    /* Bytes of the pieces of shared memory. */
+    static constexpr size_t kQBytes = (size_t)kConsumers * kBoxes * kBoxBytes;
+    static constexpr size_t kKVStageBytes = 2 * (size_t)kBoxes * kBoxBytes; /* K and V slices */
+    /* S-partial exchange: one 64 x kBc fp32 slot per consumer and butterfly step. */
+    static constexpr int kXSteps = kCluster == 4 ? 2 : (kCluster == 2 ? 1 : 0);
+    static constexpr uint32_t kXSlotBytes = 64 * kBc * 4;
+    static constexpr size_t kXBytes = (size_t)kConsumers * kXSteps * kXSlotBytes;
+    static constexpr size_t kBarBytes = 256;
+    static constexpr size_t kAlignSlack = 1024; /* the dynamic base is rounded up to 1024 */
+
+    static constexpr int stages_that_fit()
+    {
+        int s = 4;
+        while (s > 1 && kQBytes + s * kKVStageBytes + kXBytes + kBarBytes + kAlignSlack > kSmemLimit)
+            --s;
+        return s;
+    }
+    static constexpr int kStages = stages_that_fit();
+    static constexpr size_t kSmemBytes = kQBytes + kStages * kKVStageBytes + kXBytes + kBarBytes + kAlignSlack;
+
+    static_assert(kSlice % kBoxCols == 0 && kSlice <= 256, "a slice is 1-4 boxes (wgmma N <= 256)");
+    static_assert(kCluster == 1 || kCluster == 2 || kCluster == 4, "cluster of 1, 2 or 4");
+    static_assert(kSmemBytes <= kSmemLimit, "fits the opt-in shared memory");
+    static_assert(kStages >= 2, "at least double-buffered K/V");
+};
+
+/* Byte offsets inside the (1024-aligned) dynamic shared memory. */
+template <class Cfg> struct FwdSmemLayout {
+    static constexpr size_t q = 0;                                    /* [consumer][box] */
+    static constexpr size_t k = q + Cfg::kQBytes;                     /* [stage][box] */
+    static constexpr size_t v = k + Cfg::kStages * (size_t)Cfg::kBoxes * kBoxBytes; /* [stage][box] */
+    static constexpr size_t x = v + Cfg::kStages * (size_t)Cfg::kBoxes * kBoxBytes; /* [consumer][step] */
+    static constexpr size_t bars = x + Cfg::kXBytes;
+};
+
+} /* namespace sm90 */
+} /* namespace ffpa */
+
+#endif

@@ -1,0 +1,13 @@
+/* Hopper forward instantiations, f16 (see sm90_fwd_kernels.cuh). */
+#include "sm90_fwd_kernels.cuh"
+
+namespace ffpa {
+namespace sm90 {
+const KernelDesc fwd_f16[kNumShapes] = {
+    desc<FwdConfig<arch::f16, 128, 1>>("sm90 wgmma d128"),
+    desc<FwdConfig<arch::f16, 256, 1>>("sm90 wgmma d256"),
+    desc<FwdConfig<arch::f16, 192, 2>>("sm90 wgmma d192x2 cluster"),
+    desc<FwdConfig<arch::f16, 256, 2>>("sm90 wgmma d256x2 cluster"),
+};
+}
+}

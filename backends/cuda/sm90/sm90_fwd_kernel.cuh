@@ -1,0 +1,221 @@
+/*
+ * The Hopper forward (sm_90a), composed from its pieces:
+ *   sm90_mainloop.cuh  producer TMA ring + consumer wgmma GEMMs
+ *   sm90_exchange.cuh  Split-D across the cluster (partial S through DSMEM)
+ *   ../../gpu/masking.cuh, softmax.cuh, tile_scheduler.cuh   shared with the
+ *                      generic path (the wgmma accumulator of each warp has
+ *                      the mma.sync FragC layout, so they apply unchanged)
+ *   sm90_epilogue.cuh  O and LSE stores
+ *
+ * Warp specialisation: warpgroup 0 gives its registers away (setmaxnreg) and
+ * one of its threads issues every TMA load; warpgroups 1 and 2 each own 64
+ * query rows and run QK^T, the exchange, masking, online softmax (base 2)
+ * and PV per key tile. While one consumer is in its softmax the other's
+ * wgmma keeps the tensor cores busy.
+ */
+#ifndef FFPA_CUDA_SM90_FWD_KERNEL_CUH
+#define FFPA_CUDA_SM90_FWD_KERNEL_CUH
+
+/* The arch layer first: the shared pieces of backends/gpu are written against it. */
+#include "sm90_arch.cuh"
+#include "sm90_epilogue.cuh"
+#include "sm90_exchange.cuh"
+#include "sm90_fwd_config.cuh"
+#include "sm90_mainloop.cuh"
+
+#include "fwd_params.h"
+#include "masking.cuh"
+#include "softmax.cuh"
+#include "tile_scheduler.cuh"
+
+namespace ffpa {
+namespace sm90 {
+
+constexpr int kProducerRegs = 40;
+constexpr int kConsumerRegs = 232; /* 128 x 40 + 256 x 232 <= 64K registers */
+
+/* The work of one CTA: which rows, keys and slice. */
+struct CtaWork {
+    FwdWork w;
+    int64_t q_start; /* packed row of the sequence's first query (varlen), else 0 */
+    int seqlen_q, seqlen_k, q0, rows_valid, n_tiles;
+    TileCoords tc;
+};
+
+template <class Cfg> FFPA_DEV bool cta_work(const ffpa_gpu_fwd_params &p, uint32_t rank, CtaWork &cw)
+{
+    cw.w = fwd_work(p, blockIdx.x / Cfg::kCluster);
+    int64_t k_start = 0;
+    cw.q_start = 0;
+    cw.seqlen_q = p.nq;
+    cw.seqlen_k = p.nkv;
+    if (p.cu_q) {
+        cw.q_start = p.cu_q[cw.w.b];
+        cw.seqlen_q = p.cu_q[cw.w.b + 1] - p.cu_q[cw.w.b];
+        k_start = p.cu_k[cw.w.b];
+        cw.seqlen_k = p.cu_k[cw.w.b + 1] - p.cu_k[cw.w.b];
+    }
+    cw.q0 = cw.w.q_block * Cfg::kBr;
+    if (cw.q0 >= cw.seqlen_q)
+        return false; /* same answer in every CTA of the cluster */
+    cw.rows_valid = min(Cfg::kBr, cw.seqlen_q - cw.q0);
+    cw.n_tiles = (cw.seqlen_k + Cfg::kBc - 1) / Cfg::kBc;
+    if (p.causal) {
+        const int last_col = cw.q0 + cw.rows_valid - 1 + cw.seqlen_k - cw.seqlen_q;
+        cw.n_tiles = min(cw.n_tiles, last_col < 0 ? 0 : last_col / Cfg::kBc + 1);
+    }
+    TileCoords &tc = cw.tc;
+    tc.q_row0 = (int)cw.q_start + cw.q0;
+    tc.k_row0 = (int)k_start;
+    tc.h = cw.w.h;
+    tc.kvh = cw.w.h / p.group;
+    tc.b = p.cu_q ? 0 : cw.w.b;
+    tc.col0 = (int)rank * Cfg::kSlice;
+    tc.q_boxes = min(Cfg::kBoxes, max(0, (p.dqk - tc.col0 + kBoxCols - 1) / kBoxCols));
+    tc.v_boxes = min(Cfg::kBoxes, max(0, (p.dv - tc.col0 + kBoxCols - 1) / kBoxCols));
+    return true;
+}
+
+template <class Cfg>
+FFPA_DEV void consumer(const ffpa_gpu_fwd_params &p, uint8_t *smem, RingBarriers *bars, const CtaWork &cw,
+                       uint32_t rank, int consumer_idx, int ctid)
+{
+    using T = typename Cfg::T;
+    using L = FwdSmemLayout<Cfg>;
+    const int warp = ctid / 32, lane = ctid & 31;
+    const int row_in_block = consumer_idx * 64 + warp * 16; /* the warp's first row */
+
+    float o[Cfg::kOAcc];
+#pragma unroll
+    for (int i = 0; i < Cfg::kOAcc; ++i)
+        o[i] = 0.0f;
+    OnlineSoftmax sm;
+    sm.init();
+    MaskCtx mc;
+    mc.row0 = cw.q0 + row_in_block;
+    mc.seqlen_q = cw.seqlen_q;
+    mc.seqlen_k = cw.seqlen_k;
+    mc.b = cw.w.b;
+    mc.h = cw.w.h;
+    const int diag = cw.seqlen_k - cw.seqlen_q;
+
+    const uint32_t q_addr = smem_u32(smem + L::q + (size_t)consumer_idx * Cfg::kBoxes * kBoxBytes);
+    if (cw.n_tiles > 0)
+        mbar_wait(&bars->q_full, 0);
+    int stage = 0;
+    uint32_t use = 0;
+    for (int t = 0; t < cw.n_tiles; ++t) {
+        float s[32];
+        mbar_wait(&bars->k_full[stage], use & 1);
+        ConsumerGemms<Cfg>::qk(s, q_addr, smem_u32(smem + L::k + (size_t)stage * Cfg::kBoxes * kBoxBytes),
+                               cw.tc.q_boxes);
+        __syncwarp();
+        if (lane == 0)
+            mbar_arrive(&bars->k_empty[stage]);
+        if (Cfg::kCluster > 1)
+            SplitDExchange<Cfg>::reduce(s, smem + L::x, bars, consumer_idx, ctid, rank, t);
+
+        arch::FragC(&sf)[Cfg::kNT] = reinterpret_cast<arch::FragC(&)[Cfg::kNT]>(s);
+        mc.col0 = t * Cfg::kBc;
+        mc.need_bounds = mc.col0 + Cfg::kBc > cw.seqlen_k;
+        mc.need_causal = p.causal && mc.col0 + Cfg::kBc - 1 > mc.row0 + diag;
+        mask_scores<Cfg::kNT>(sf, p, mc, lane);
+        float alpha[2];
+        sm.update<Cfg::kNT>(sf, alpha);
+#pragma unroll
+        for (int nt = 0; nt < Cfg::kOAcc / 4; ++nt) {
+            o[4 * nt] *= alpha[0];
+            o[4 * nt + 1] *= alpha[0];
+            o[4 * nt + 2] *= alpha[1];
+            o[4 * nt + 3] *= alpha[1];
+        }
+        if (p.has_dropout)
+            apply_dropout<Cfg::kNT>(sf, p, mc, lane);
+        uint32_t pf[4][4];
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+            pf[kk][0] = arch::pack_f32x2<T>(s[8 * kk + 0], s[8 * kk + 1]);
+            pf[kk][1] = arch::pack_f32x2<T>(s[8 * kk + 2], s[8 * kk + 3]);
+            pf[kk][2] = arch::pack_f32x2<T>(s[8 * kk + 4], s[8 * kk + 5]);
+            pf[kk][3] = arch::pack_f32x2<T>(s[8 * kk + 6], s[8 * kk + 7]);
+        }
+
+        mbar_wait(&bars->v_full[stage], use & 1);
+        ConsumerGemms<Cfg>::pv(o, pf, smem_u32(smem + L::v + (size_t)stage * Cfg::kBoxes * kBoxBytes));
+        __syncwarp();
+        if (lane == 0)
+            mbar_arrive(&bars->v_empty[stage]);
+        if (++stage == Cfg::kStages) {
+            stage = 0;
+            ++use;
+        }
+    }
+
+    float inv_l[2], lse[2];
+    sm.finish(inv_l, lse);
+    T *og = static_cast<T *>(p.o) + (p.cu_q ? cw.q_start * p.o_sn : (int64_t)cw.w.b * p.o_sb) +
+            (int64_t)cw.w.h * p.o_sh + (int64_t)cw.q0 * p.o_sn;
+    store_o<Cfg>(o, inv_l, og, p.o_sn, row_in_block, cw.rows_valid, cw.tc.col0, p.dv, lane);
+    if (rank == 0 && p.lse) {
+        float *lg = p.lse + (p.cu_q ? cw.q_start * p.lse_sn : (int64_t)cw.w.b * p.lse_sb) +
+                    (int64_t)cw.w.h * p.lse_sh + (int64_t)cw.q0 * p.lse_sn;
+        store_lse(lse, lg, p.lse_sn, row_in_block, cw.rows_valid, lane);
+    }
+}
+
+template <class Cfg> FFPA_DEV void fwd_body(const FwdMaps &maps, const ffpa_gpu_fwd_params &p)
+{
+    extern __shared__ uint8_t smem_dyn[];
+    /* 128-byte swizzled tiles want 1024-byte aligned atoms. */
+    uint8_t *smem = reinterpret_cast<uint8_t *>((reinterpret_cast<uintptr_t>(smem_dyn) + 1023) & ~(uintptr_t)1023);
+    using L = FwdSmemLayout<Cfg>;
+    RingBarriers *bars = reinterpret_cast<RingBarriers *>(smem + L::bars);
+    const uint32_t rank = Cfg::kCluster > 1 ? cluster_rank() : 0;
+    const int tid = threadIdx.x;
+
+    CtaWork cw;
+    if (!cta_work<Cfg>(p, rank, cw))
+        return;
+
+    if (tid == 0) {
+        mbar_init(&bars->q_full, 1);
+        for (int s = 0; s < Cfg::kStages; ++s) {
+            mbar_init(&bars->k_full[s], 1);
+            mbar_init(&bars->v_full[s], 1);
+            mbar_init(&bars->k_empty[s], Cfg::kConsumers * 4);
+            mbar_init(&bars->v_empty[s], Cfg::kConsumers * 4);
+        }
+        for (int c = 0; c < Cfg::kConsumers; ++c)
+            for (int x = 0; x < Cfg::kXSteps; ++x) {
+                mbar_init(&bars->x_full[c][x], 1);
+                mbar_init(&bars->x_empty[c][x], 4);
+            }
+        fence_barrier_init();
+    }
+    if (Cfg::kCluster > 1)
+        cluster_sync(); /* peers arrive on our barriers: they must exist first */
+    else
+        __syncthreads();
+
+    const int wg = tid / 128;
+    if (wg == 0) {
+        setmaxnreg_dec<kProducerRegs>();
+        if (tid == 0 && cw.n_tiles > 0) {
+            prefetch_tensormap(&maps.q);
+            prefetch_tensormap(&maps.k);
+            prefetch_tensormap(&maps.v);
+            Producer<Cfg>::run(maps, smem, bars, cw.tc, cw.n_tiles);
+        }
+        __syncwarp();
+    } else {
+        setmaxnreg_inc<kConsumerRegs>();
+        consumer<Cfg>(p, smem, bars, cw, rank, wg - 1, tid - 128 * wg);
+    }
+    if (Cfg::kCluster > 1)
+        cluster_sync(); /* no CTA leaves while a peer may still write into it */
+}
+
+} /* namespace sm90 */
+} /* namespace ffpa */
+
+#endif

@@ -1,0 +1,71 @@
+/*
+ * Instantiation layer of the Hopper forward: the __global__ entry point, the
+ * instantiated (slice, cluster) shapes and a host descriptor per shape.
+ * Device code is emitted only in the sm_90a pass (other -gencode passes
+ * compile an empty body; the launcher never picks it on those devices).
+ */
+#ifndef FFPA_CUDA_SM90_FWD_KERNELS_CUH
+#define FFPA_CUDA_SM90_FWD_KERNELS_CUH
+
+#include <cuda_runtime.h>
+
+#include "sm90_fwd_kernel.cuh"
+
+namespace ffpa {
+namespace sm90 {
+
+template <class Cfg>
+__global__ void __launch_bounds__(Cfg::kThreads, 1)
+    sm90_fwd_kernel(const __grid_constant__ FwdMaps maps, const ffpa_gpu_fwd_params p)
+{
+#if FFPA_SM90_DEVICE
+    fwd_body<Cfg>(maps, p);
+#endif
+}
+
+struct KernelDesc {
+    int slice, cluster, stages;
+    size_t smem_bytes;
+    const char *name;
+    cudaError_t (*launch)(const FwdMaps &maps, const ffpa_gpu_fwd_params &p, int64_t clusters,
+                          cudaStream_t stream);
+};
+
+template <class Cfg>
+cudaError_t launch(const FwdMaps &maps, const ffpa_gpu_fwd_params &p, int64_t clusters, cudaStream_t stream)
+{
+    auto kernel = sm90_fwd_kernel<Cfg>;
+    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Cfg::kSmemBytes);
+    if (e != cudaSuccess)
+        return e;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)(clusters * Cfg::kCluster), 1, 1);
+    cfg.blockDim = dim3(Cfg::kThreads, 1, 1);
+    cfg.dynamicSmemBytes = Cfg::kSmemBytes;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = Cfg::kCluster;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    e = cudaLaunchKernelEx(&cfg, kernel, maps, p);
+    if (e != cudaSuccess)
+        return e;
+    return cudaGetLastError();
+}
+
+template <class Cfg> constexpr KernelDesc desc(const char *name)
+{
+    return KernelDesc{Cfg::kSlice, Cfg::kCluster, Cfg::kStages, Cfg::kSmemBytes, name, &launch<Cfg>};
+}
+
+/* Slice x cluster shapes, smallest cover first (see sm90_fwd_launch.cu). */
+constexpr int kNumShapes = 4;
+extern const KernelDesc fwd_f16[kNumShapes], fwd_bf16[kNumShapes];
+
+} /* namespace sm90 */
+} /* namespace ffpa */
+
+#endif

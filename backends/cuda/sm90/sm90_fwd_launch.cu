@@ -1,0 +1,124 @@
+/*
+ * Host side of the Hopper forward: coverage, the instantiation for Dqk/Dv,
+ * the TMA tensor maps (built through the driver entry point the runtime
+ * hands out, so the plugin links no driver library) and the cluster launch.
+ */
+#include <cudaTypedefs.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "sm90_fwd_kernels.cuh"
+#include "sm90_fwd_launch.h"
+
+namespace {
+
+using ffpa::sm90::FwdMaps;
+using ffpa::sm90::KernelDesc;
+
+ffpa_status unsupported(char *err, size_t err_len, const char *msg)
+{
+    if (err && err_len)
+        snprintf(err, err_len, "%s", msg);
+    return FFPA_ERR_UNSUPPORTED;
+}
+
+int64_t round_up64(int64_t x)
+{
+    return (x + 63) / 64 * 64;
+}
+
+/* Smallest instantiation whose cluster covers Dqk and Dv, with every CTA
+ * owning at least one column of Dqk (its partial S must not be empty). */
+const KernelDesc *pick(ffpa_dtype dtype, int64_t dqk, int64_t dv)
+{
+    const KernelDesc *table = dtype == FFPA_F16 ? ffpa::sm90::fwd_f16 : ffpa::sm90::fwd_bf16;
+    for (int i = 0; i < ffpa::sm90::kNumShapes; ++i) {
+        const KernelDesc &d = table[i];
+        const int64_t cover = (int64_t)d.slice * d.cluster;
+        if (round_up64(dqk) <= cover && round_up64(dv) <= cover && (int64_t)(d.cluster - 1) * d.slice < dqk)
+            return &d;
+    }
+    return NULL;
+}
+
+PFN_cuTensorMapEncodeTiled_v12000 encode_fn()
+{
+    static PFN_cuTensorMapEncodeTiled_v12000 fn = NULL;
+    if (!fn) {
+        void *p = NULL;
+        cudaDriverEntryPointQueryResult q;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &q) ==
+                cudaSuccess &&
+            q == cudaDriverEntryPointSuccess)
+            fn = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p);
+    }
+    return fn;
+}
+
+/* [D, rows, heads, batch] view of one input, 64 x 64 boxes, 128-byte
+ * swizzle, zero fill outside (key/query tails, D padding). A dimension of
+ * extent 1 gets a harmless stride (TMA wants multiples of 16 bytes). */
+bool encode(CUtensorMap *map, const ffpa_view &v, ffpa_dtype dt, int64_t d, int64_t rows, int64_t heads,
+            int64_t batch)
+{
+    PFN_cuTensorMapEncodeTiled_v12000 fn = encode_fn();
+    if (!fn)
+        return false;
+    const int64_t elt = 2;
+    cuuint64_t dims[4] = {(cuuint64_t)d, (cuuint64_t)rows, (cuuint64_t)heads, (cuuint64_t)batch};
+    int64_t sn = rows > 1 ? v.sn : d, sh = heads > 1 ? v.sh : d * rows, sb = batch > 1 ? v.sb : d * rows * heads;
+    if (sn <= 0 || sh <= 0 || sb <= 0)
+        return false; /* broadcast (stride 0) inputs: the generic kernels handle them */
+    cuuint64_t strides[3] = {(cuuint64_t)(sn * elt), (cuuint64_t)(sh * elt), (cuuint64_t)(sb * elt)};
+    cuuint32_t box[4] = {64, 64, 1, 1};
+    cuuint32_t estride[4] = {1, 1, 1, 1};
+    CUresult r = fn(map, dt == FFPA_F16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, v.data,
+                    dims, strides, box, estride, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                    CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    return r == CUDA_SUCCESS;
+}
+
+} /* namespace */
+
+extern "C" ffpa_status ffpa_cuda_sm90_forward(struct ffpa_cuda_state *st, const ffpa_problem *pb,
+                                              const ffpa_gpu_fwd_params *base, const char **kernel, char *err,
+                                              size_t err_len)
+{
+#ifndef FFPA_CUDA_HAVE_SM90A
+    (void)st, (void)pb, (void)base, (void)kernel;
+    return unsupported(err, err_len, "the sm90 kernels were not built (-Dcuda-archs has no 90a)");
+#else
+    if (st->prop.major != 9 || st->prop.minor != 0)
+        return unsupported(err, err_len, "the sm90 kernels need an sm_90 device (H100/H200)");
+    const KernelDesc *kd = pick(pb->dtype, pb->dqk, pb->dv);
+    if (!kd)
+        return unsupported(err, err_len, "q: no sm90 instantiation covers this Dqk/Dv (up to 512)");
+    if ((size_t)kd->smem_bytes > st->prop.sharedMemPerBlockOptin)
+        return unsupported(err, err_len, "the sm90 kernel needs more shared memory than this device has");
+
+    const bool varlen = pb->cu_q != NULL;
+    FwdMaps maps;
+    memset(&maps, 0, sizeof maps);
+    const int64_t qb = varlen ? 1 : pb->batch;
+    if (!encode(&maps.q, pb->q, pb->dtype, pb->dqk, varlen ? pb->total_q : pb->nq, pb->hq, qb) ||
+        !encode(&maps.k, pb->k, pb->dtype, pb->dqk, varlen ? pb->total_k : pb->nkv, pb->hkv, qb) ||
+        !encode(&maps.v, pb->v, pb->dtype, pb->dv, varlen ? pb->total_k : pb->nkv, pb->hkv, qb))
+        return unsupported(err, err_len,
+                           "q/k/v: strides not expressible as a TMA tensor map (e.g. broadcast stride 0)");
+
+    ffpa_gpu_fwd_params p = *base;
+    p.q_blocks = (int)((pb->nq + 127) / 128);
+    p.kv_splits = 1;
+    p.kv_tiles_per_split = 0;
+    p.longest_first = pb->causal != 0;
+    p.part_o = NULL;
+    p.part_lse = NULL;
+    const int64_t clusters = (int64_t)p.q_blocks * pb->hq * pb->batch;
+    cudaError_t e = kd->launch(maps, p, clusters, st->stream);
+    if (e != cudaSuccess)
+        return ffpa_cuda_error(e, "launching the sm90 forward kernel", err, err_len);
+    if (kernel)
+        *kernel = kd->name;
+    return FFPA_OK;
+#endif
+}

@@ -1,0 +1,84 @@
+#!/bin/bash
+# GPU-machine script for the Hopper (sm90 WGMMA/TMA) forward: build for
+# sm_90a, check every option against the cpu backend (poisoned outputs, all
+# elements) with FFPA_CUDA_KERNEL=sm90, compute-sanitizer memcheck /
+# racecheck / synccheck on small shapes, the oracle test suite on the cuda
+# backend, and timings of sm90 vs generic beside PyTorch SDPA. Short table last.
+#
+#   bash bench/sm90-check.sh          (logs under $OUT or /tmp/ffpa-sm90)
+#   SKIP="tests sanitize" bash bench/sm90-check.sh
+set -u
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/ffpa-sm90}
+mkdir -p "$OUT"
+B=${BUILD:-build-sm90}
+SKIP=${SKIP:-}
+skip() { [[ " $SKIP " == *" $1 "* ]]; }
+[ -d .deps ] && . tools/device-env.sh
+summary=()
+note() { summary+=("$1"); echo "== $1"; }
+
+if [ ! -f "$B/build.ninja" ]; then
+  meson setup "$B" -Dcuda=enabled -Dcuda-archs="${ARCHS:-90a}" -Dhip=disabled >"$OUT/setup.log" 2>&1 ||
+    { tail -20 "$OUT/setup.log"; exit 1; }
+fi
+t0=$(date +%s)
+ninja -C "$B" >"$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
+note "build: $(( $(date +%s) - t0 )) s"
+BENCH="$B/bench/ffpa-bench"
+export FFPA_BACKEND_PATH="$PWD/$B/backends/cuda"
+SO="$B/backends/cuda/libffpa-cuda.so"
+note "SASS: $(cuobjdump -sass "$SO" 2>/dev/null | grep -c HGMMA) HGMMA, $(cuobjdump -sass "$SO" 2>/dev/null | grep -c UTMALDG) UTMALDG"
+
+# Every option at awkward sizes: D 64..512, N not a tile multiple, GQA, cross, causal,
+# bias, dropout, varlen, LSE.
+CHECK_SHAPES=(${CHECK_SHAPES:-
+  1,2,2,77,77,64,64,l 2,4,2,130,200,128,128,cl 1,2,1,70,33,256,256,cl 1,4,4,100,100,72,72,l
+  1,2,2,90,150,320,320,cl 1,2,2,65,65,512,512,l 1,2,2,300,300,512,512,cl 1,2,2,50,80,200,200,bl
+  2,4,2,70,90,128,128,dl 2,2,2,70,90,512,512,bdl 3,4,2,100,120,128,128,vcl 3,2,2,80,100,512,512,vbl
+  1,8,8,3,777,512,512,cl 2,2,2,16,300,320,320,cdl 1,3,1,200,129,384,384,cl 1,2,2,129,257,448,448,l
+  1,2,2,40,40,264,264,l 1,2,2,100,100,512,384,l 1,2,1,1000,1000,512,512,c})
+if ! skip check; then
+  FFPA_CUDA_KERNEL=sm90 timeout 150 "$BENCH" --backend cuda --check --no-time "${CHECK_SHAPES[@]}" >"$OUT/check.log" 2>&1
+  note "check sm90 vs cpu: rc=$? fails=$(grep -c FAIL "$OUT/check.log") of ${#CHECK_SHAPES[@]}"
+  FFPA_CUDA_KERNEL=sm90 timeout 120 "$BENCH" --backend cuda --dtype f16 --check --no-time 1,2,2,90,150,320,320,cl \
+    2,4,2,130,200,128,128,cl 1,2,2,65,65,512,512,bdl >"$OUT/check-f16.log" 2>&1
+  note "check sm90 f16: rc=$? fails=$(grep -c FAIL "$OUT/check-f16.log")"
+fi
+
+SAN_SHAPES=(1,2,1,70,90,128,128,bdl 1,1,1,33,70,256,256,cl 1,1,1,40,70,320,320,l 1,1,1,33,70,512,512,cbl
+            2,2,2,20,40,128,128,vl)
+if ! skip sanitize && command -v compute-sanitizer >/dev/null; then
+  for tool in memcheck racecheck synccheck; do
+    FFPA_CUDA_KERNEL=sm90 timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 "$BENCH" --backend cuda \
+      --no-time --check "${SAN_SHAPES[@]}" >"$OUT/san-$tool.log" 2>&1
+    note "compute-sanitizer $tool: rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/san-$tool.log" | tr '\n' ' ')"
+  done
+fi
+
+if ! skip tests; then
+  FFPA_TEST_BACKEND=cuda CMOCKA_MESSAGE_OUTPUT=TAP timeout 400 meson test -C "$B" --suite oracle --suite validation \
+    --suite unit --print-errorlogs --num-processes 8 >"$OUT/tests.log" 2>&1
+  note "test suite (cuda, auto kernels): rc=$? passed/failed/skipped: $(python3 tools/count_tests.py "$B/meson-logs/testlog.json")"
+fi
+
+PERF_SHAPES=(${PERF_SHAPES:-1,32,32,8192,8192,128,128 1,32,32,8192,8192,256,256 1,32,32,8192,8192,320,320
+  1,32,32,8192,8192,512,512 1,32,32,16384,16384,512,512 1,32,32,8192,8192,512,512,c 1,32,8,8192,8192,512,512})
+if ! skip bench; then
+  for k in sm90 generic; do
+    FFPA_CUDA_KERNEL=$k timeout 300 "$BENCH" --backend cuda --reps 10 --csv "$OUT/ffpa-$k.csv" "${PERF_SHAPES[@]}" \
+      >"$OUT/bench-$k.log" 2>&1
+    note "bench $k rc=$?"
+  done
+  if python3 -c "import torch" 2>/dev/null && ! skip sdpa; then
+    PYTHONUNBUFFERED=1 timeout 300 python3 bench/sdpa_bench.py --merge "$OUT/ffpa-sm90.csv" --csv "$OUT/compare.csv" \
+      >"$OUT/compare.log" 2>&1
+    note "sdpa rc=$?"
+  fi
+fi
+
+echo; echo "================ summary"
+printf '%s\n' "${summary[@]}"
+grep -h FAIL "$OUT"/check*.log | head -20
+for k in sm90 generic; do echo "-- $k"; grep -v "^#" "$OUT/bench-$k.log" 2>/dev/null; done
+tail -15 "$OUT/compare.log" 2>/dev/null
