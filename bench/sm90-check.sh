@@ -37,7 +37,8 @@ CHECK_SHAPES=(${CHECK_SHAPES:-
   1,2,2,90,150,320,320,cl 1,2,2,65,65,512,512,l 1,2,2,300,300,512,512,cl 1,2,2,50,80,200,200,bl
   2,4,2,70,90,128,128,dl 2,2,2,70,90,512,512,bdl 3,4,2,100,120,128,128,vcl 3,2,2,80,100,512,512,vbl
   1,8,8,3,777,512,512,cl 2,2,2,16,300,320,320,cdl 1,3,1,200,129,384,384,cl 1,2,2,129,257,448,448,l
-  1,2,2,40,40,264,264,l 1,2,2,100,100,512,384,l 1,2,1,1000,1000,512,512,c})
+  1,2,2,40,40,264,264,l 1,2,2,100,100,512,384,l 1,2,1,1000,1000,512,512,c 1,2,1,70,150,1024,1024,cl
+  1,2,2,90,90,768,768,bl 1,2,2,100,100,576,512,cl 2,2,2,60,100,1024,1024,vdl 1,2,2,33,70,536,536,l})
 if ! skip check; then
   FFPA_CUDA_KERNEL=sm90 timeout 150 "$BENCH" --backend cuda --check --no-time "${CHECK_SHAPES[@]}" >"$OUT/check.log" 2>&1
   note "check sm90 vs cpu: rc=$? fails=$(grep -c FAIL "$OUT/check.log") of ${#CHECK_SHAPES[@]}"
@@ -47,7 +48,7 @@ if ! skip check; then
 fi
 
 SAN_SHAPES=(1,2,1,70,90,128,128,bdl 1,1,1,33,70,256,256,cl 1,1,1,40,70,320,320,l 1,1,1,33,70,512,512,cbl
-            2,2,2,20,40,128,128,vl)
+            2,2,2,20,40,128,128,vl 1,1,1,40,140,1024,1024,cl)
 if ! skip sanitize && command -v compute-sanitizer >/dev/null; then
   for tool in memcheck racecheck synccheck; do
     FFPA_CUDA_KERNEL=sm90 timeout 240 compute-sanitizer --tool $tool --error-exitcode 9 "$BENCH" --backend cuda \
@@ -63,7 +64,8 @@ if ! skip tests; then
 fi
 
 PERF_SHAPES=(${PERF_SHAPES:-1,32,32,8192,8192,128,128 1,32,32,8192,8192,256,256 1,32,32,8192,8192,320,320
-  1,32,32,8192,8192,512,512 1,32,32,16384,16384,512,512 1,32,32,8192,8192,512,512,c 1,32,8,8192,8192,512,512})
+  1,32,32,8192,8192,512,512 1,32,32,16384,16384,512,512 1,32,32,8192,8192,512,512,c 1,32,8,8192,8192,512,512
+  1,32,32,8192,8192,768,768 1,32,32,8192,8192,1024,1024})
 if ! skip bench; then
   for k in sm90 generic; do
     FFPA_CUDA_KERNEL=$k timeout 300 "$BENCH" --backend cuda --reps 10 --csv "$OUT/ffpa-$k.csv" "${PERF_SHAPES[@]}" \

@@ -157,6 +157,12 @@ FFPA_DEV void named_barrier_sync(int id, int threads)
     asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
+/* Arrive without waiting (the other side of a producer/consumer pair). */
+FFPA_DEV void named_barrier_arrive(int id, int threads)
+{
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
 /* -------------------------------------------------------------- cluster */
 
 FFPA_DEV uint32_t cluster_rank()

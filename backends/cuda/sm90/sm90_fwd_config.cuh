@@ -44,36 +44,38 @@ template <typename T_, int kSlice_, int kCluster_> struct FwdConfig {
 
     /* Bytes of the pieces of shared memory. */
     static constexpr size_t kQBytes = (size_t)kConsumers * kBoxes * kBoxBytes;
-    static constexpr size_t kKVStageBytes = 2 * (size_t)kBoxes * kBoxBytes; /* K and V slices */
+    /* The ring holds slabs: the K slice of a key tile or its V slice, in the
+     * order K0 V0 K1 V1 ...; a consumer's GEMM phase holds two (K(t+1), V(t)). */
+    static constexpr size_t kSlabBytes = (size_t)kBoxes * kBoxBytes;
     /* S-partial exchange: one 64 x kBc fp32 slot per consumer and butterfly step. */
     static constexpr int kXSteps = kCluster == 4 ? 2 : (kCluster == 2 ? 1 : 0);
     static constexpr uint32_t kXSlotBytes = 64 * kBc * 4;
     static constexpr size_t kXBytes = (size_t)kConsumers * kXSteps * kXSlotBytes;
     static constexpr size_t kBarBytes = 256;
     static constexpr size_t kAlignSlack = 1024; /* the dynamic base is rounded up to 1024 */
+    static constexpr int kMaxSlots = 8;
 
-    static constexpr int stages_that_fit()
+    static constexpr int slots_that_fit()
     {
-        int s = 4;
-        while (s > 1 && kQBytes + s * kKVStageBytes + kXBytes + kBarBytes + kAlignSlack > kSmemLimit)
+        int s = kMaxSlots;
+        while (s > 2 && kQBytes + s * kSlabBytes + kXBytes + kBarBytes + kAlignSlack > kSmemLimit)
             --s;
         return s;
     }
-    static constexpr int kStages = stages_that_fit();
-    static constexpr size_t kSmemBytes = kQBytes + kStages * kKVStageBytes + kXBytes + kBarBytes + kAlignSlack;
+    static constexpr int kSlots = slots_that_fit();
+    static constexpr size_t kSmemBytes = kQBytes + kSlots * kSlabBytes + kXBytes + kBarBytes + kAlignSlack;
 
     static_assert(kSlice % kBoxCols == 0 && kSlice <= 256, "a slice is 1-4 boxes (wgmma N <= 256)");
     static_assert(kCluster == 1 || kCluster == 2 || kCluster == 4, "cluster of 1, 2 or 4");
     static_assert(kSmemBytes <= kSmemLimit, "fits the opt-in shared memory");
-    static_assert(kStages >= 2, "at least double-buffered K/V");
+    static_assert(kSlots >= 3, "a GEMM phase holds two slabs; one more is in flight");
 };
 
 /* Byte offsets inside the (1024-aligned) dynamic shared memory. */
 template <class Cfg> struct FwdSmemLayout {
     static constexpr size_t q = 0;                                    /* [consumer][box] */
-    static constexpr size_t k = q + Cfg::kQBytes;                     /* [stage][box] */
-    static constexpr size_t v = k + Cfg::kStages * (size_t)Cfg::kBoxes * kBoxBytes; /* [stage][box] */
-    static constexpr size_t x = v + Cfg::kStages * (size_t)Cfg::kBoxes * kBoxBytes; /* [consumer][step] */
+    static constexpr size_t ring = q + Cfg::kQBytes;                  /* [slot][box] */
+    static constexpr size_t x = ring + Cfg::kSlots * Cfg::kSlabBytes; /* [consumer][step] */
     static constexpr size_t bars = x + Cfg::kXBytes;
 };
 

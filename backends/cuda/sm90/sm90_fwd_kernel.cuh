@@ -31,8 +31,8 @@
 namespace ffpa {
 namespace sm90 {
 
-constexpr int kProducerRegs = 40;
-constexpr int kConsumerRegs = 232; /* 128 x 40 + 256 x 232 <= 64K registers */
+constexpr int kProducerRegs = 24;
+constexpr int kConsumerRegs = 240; /* 128 x 24 + 256 x 240 <= 64K registers */
 
 /* The work of one CTA: which rows, keys and slice. */
 struct CtaWork {
@@ -76,48 +76,23 @@ template <class Cfg> FFPA_DEV bool cta_work(const ffpa_gpu_fwd_params &p, uint32
     return true;
 }
 
-template <class Cfg>
-FFPA_DEV void consumer(const ffpa_gpu_fwd_params &p, uint8_t *smem, RingBarriers *bars, const CtaWork &cw,
-                       uint32_t rank, int consumer_idx, int ctid)
-{
-    using T = typename Cfg::T;
-    using L = FwdSmemLayout<Cfg>;
-    const int warp = ctid / 32, lane = ctid & 31;
-    const int row_in_block = consumer_idx * 64 + warp * 16; /* the warp's first row */
-
-    float o[Cfg::kOAcc];
-#pragma unroll
-    for (int i = 0; i < Cfg::kOAcc; ++i)
-        o[i] = 0.0f;
-    OnlineSoftmax sm;
-    sm.init();
+/* Scores of one key tile -> P (registers, A layout of the PV wgmma): the
+ * cluster sum, scale/bias/mask, online softmax with the O rescale, dropout. */
+template <class Cfg> struct TileSoftmax {
     MaskCtx mc;
-    mc.row0 = cw.q0 + row_in_block;
-    mc.seqlen_q = cw.seqlen_q;
-    mc.seqlen_k = cw.seqlen_k;
-    mc.b = cw.w.b;
-    mc.h = cw.w.h;
-    const int diag = cw.seqlen_k - cw.seqlen_q;
+    int diag;
+    OnlineSoftmax sm;
 
-    const uint32_t q_addr = smem_u32(smem + L::q + (size_t)consumer_idx * Cfg::kBoxes * kBoxBytes);
-    if (cw.n_tiles > 0)
-        mbar_wait(&bars->q_full, 0);
-    int stage = 0;
-    uint32_t use = 0;
-    for (int t = 0; t < cw.n_tiles; ++t) {
-        float s[32];
-        mbar_wait(&bars->k_full[stage], use & 1);
-        ConsumerGemms<Cfg>::qk(s, q_addr, smem_u32(smem + L::k + (size_t)stage * Cfg::kBoxes * kBoxBytes),
-                               cw.tc.q_boxes);
-        __syncwarp();
-        if (lane == 0)
-            mbar_arrive(&bars->k_empty[stage]);
+    FFPA_DEV void run(float (&s)[32], float (&o)[Cfg::kOAcc], uint32_t (&pf)[4][4], const ffpa_gpu_fwd_params &p,
+                      uint8_t *xslots, RingBarriers *bars, int consumer_idx, int ctid, uint32_t rank, int t)
+    {
+        using T = typename Cfg::T;
+        const int lane = ctid & 31;
         if (Cfg::kCluster > 1)
-            SplitDExchange<Cfg>::reduce(s, smem + L::x, bars, consumer_idx, ctid, rank, t);
-
+            SplitDExchange<Cfg>::reduce(s, xslots, bars, consumer_idx, ctid, rank, t);
         arch::FragC(&sf)[Cfg::kNT] = reinterpret_cast<arch::FragC(&)[Cfg::kNT]>(s);
         mc.col0 = t * Cfg::kBc;
-        mc.need_bounds = mc.col0 + Cfg::kBc > cw.seqlen_k;
+        mc.need_bounds = mc.col0 + Cfg::kBc > mc.seqlen_k;
         mc.need_causal = p.causal && mc.col0 + Cfg::kBc - 1 > mc.row0 + diag;
         mask_scores<Cfg::kNT>(sf, p, mc, lane);
         float alpha[2];
@@ -131,7 +106,6 @@ FFPA_DEV void consumer(const ffpa_gpu_fwd_params &p, uint8_t *smem, RingBarriers
         }
         if (p.has_dropout)
             apply_dropout<Cfg::kNT>(sf, p, mc, lane);
-        uint32_t pf[4][4];
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
             pf[kk][0] = arch::pack_f32x2<T>(s[8 * kk + 0], s[8 * kk + 1]);
@@ -139,20 +113,94 @@ FFPA_DEV void consumer(const ffpa_gpu_fwd_params &p, uint8_t *smem, RingBarriers
             pf[kk][2] = arch::pack_f32x2<T>(s[8 * kk + 4], s[8 * kk + 5]);
             pf[kk][3] = arch::pack_f32x2<T>(s[8 * kk + 6], s[8 * kk + 7]);
         }
+    }
+};
 
-        mbar_wait(&bars->v_full[stage], use & 1);
-        ConsumerGemms<Cfg>::pv(o, pf, smem_u32(smem + L::v + (size_t)stage * Cfg::kBoxes * kBoxBytes));
+/*
+ * One consumer warpgroup. GEMM phase k issues QK^T of tile k and PV of tile
+ * k-1 as one wgmma batch (phase 0: QK^T only; phase n: PV only); between
+ * phases the warpgroup runs the exchange and softmax of tile k. The two
+ * consumers take turns issuing (ping-pong on named barriers 1 and 2), so one
+ * warpgroup's softmax and DSMEM exchange overlap the other's tensor-core work.
+ */
+template <class Cfg>
+FFPA_DEV void consumer(const ffpa_gpu_fwd_params &p, uint8_t *smem, RingBarriers *bars, const CtaWork &cw,
+                       uint32_t rank, int consumer_idx, int ctid)
+{
+    using T = typename Cfg::T;
+    using L = FwdSmemLayout<Cfg>;
+    using R = Ring<Cfg>;
+    const int warp = ctid / 32, lane = ctid & 31;
+    const int row_in_block = consumer_idx * 64 + warp * 16; /* the warp's first row */
+    const int bar_mine = 1 + consumer_idx, bar_other = 2 - consumer_idx;
+
+    float o[Cfg::kOAcc];
+#pragma unroll
+    for (int i = 0; i < Cfg::kOAcc; ++i)
+        o[i] = 0.0f;
+    TileSoftmax<Cfg> ts;
+    ts.sm.init();
+    ts.mc.row0 = cw.q0 + row_in_block;
+    ts.mc.seqlen_q = cw.seqlen_q;
+    ts.mc.seqlen_k = cw.seqlen_k;
+    ts.mc.b = cw.w.b;
+    ts.mc.h = cw.w.h;
+    ts.diag = cw.seqlen_k - cw.seqlen_q;
+
+    const int n = cw.n_tiles;
+    const uint32_t q_addr = smem_u32(smem + L::q + (size_t)consumer_idx * Cfg::kBoxes * kBoxBytes);
+    auto release = [&](int slab) {
         __syncwarp();
         if (lane == 0)
-            mbar_arrive(&bars->v_empty[stage]);
-        if (++stage == Cfg::kStages) {
-            stage = 0;
-            ++use;
+            mbar_arrive(&bars->empty[R::slot(slab)]);
+    };
+    if (n > 0) {
+        float s[32];
+        uint32_t pf[4][4];
+        if (consumer_idx == 1)
+            named_barrier_arrive(bar_other, 256); /* consumer 0 issues first */
+        mbar_wait(&bars->q_full, 0);
+        mbar_wait(&bars->full[R::slot(0)], R::parity(0));
+        named_barrier_sync(bar_mine, 256);
+        fence_operands(s);
+        wgmma_fence();
+        ConsumerGemms<Cfg>::qk_issue(s, q_addr, R::addr(smem, 0), cw.tc.q_boxes);
+        wgmma_commit();
+        named_barrier_arrive(bar_other, 256);
+        wgmma_wait<0>();
+        fence_operands(s);
+        release(0);
+        ts.run(s, o, pf, p, smem + L::x, bars, consumer_idx, ctid, rank, 0);
+
+        for (int t = 0; t < n; ++t) {
+            const bool next = t + 1 < n;
+            const int k_next = 2 * t + 2, v_cur = 2 * t + 1;
+            if (next)
+                mbar_wait(&bars->full[R::slot(k_next)], R::parity(k_next));
+            mbar_wait(&bars->full[R::slot(v_cur)], R::parity(v_cur));
+            named_barrier_sync(bar_mine, 256);
+            fence_operands(s);
+            fence_operands(o);
+            wgmma_fence();
+            if (next)
+                ConsumerGemms<Cfg>::qk_issue(s, q_addr, R::addr(smem, k_next), cw.tc.q_boxes);
+            ConsumerGemms<Cfg>::pv_issue(o, pf, R::addr(smem, v_cur));
+            wgmma_commit();
+            if (consumer_idx == 0 || next) /* consumer 1's last turn has no taker */
+                named_barrier_arrive(bar_other, 256);
+            wgmma_wait<0>();
+            fence_operands(s);
+            fence_operands(o);
+            release(v_cur);
+            if (next) {
+                release(k_next);
+                ts.run(s, o, pf, p, smem + L::x, bars, consumer_idx, ctid, rank, t + 1);
+            }
         }
     }
 
     float inv_l[2], lse[2];
-    sm.finish(inv_l, lse);
+    ts.sm.finish(inv_l, lse);
     T *og = static_cast<T *>(p.o) + (p.cu_q ? cw.q_start * p.o_sn : (int64_t)cw.w.b * p.o_sb) +
             (int64_t)cw.w.h * p.o_sh + (int64_t)cw.q0 * p.o_sn;
     store_o<Cfg>(o, inv_l, og, p.o_sn, row_in_block, cw.rows_valid, cw.tc.col0, p.dv, lane);
@@ -179,11 +227,9 @@ template <class Cfg> FFPA_DEV void fwd_body(const FwdMaps &maps, const ffpa_gpu_
 
     if (tid == 0) {
         mbar_init(&bars->q_full, 1);
-        for (int s = 0; s < Cfg::kStages; ++s) {
-            mbar_init(&bars->k_full[s], 1);
-            mbar_init(&bars->v_full[s], 1);
-            mbar_init(&bars->k_empty[s], Cfg::kConsumers * 4);
-            mbar_init(&bars->v_empty[s], Cfg::kConsumers * 4);
+        for (int s = 0; s < Cfg::kSlots; ++s) {
+            mbar_init(&bars->full[s], 1);
+            mbar_init(&bars->empty[s], Cfg::kConsumers * 4);
         }
         for (int c = 0; c < Cfg::kConsumers; ++c)
             for (int x = 0; x < Cfg::kXSteps; ++x) {

@@ -27,15 +27,15 @@ int64_t round_up64(int64_t x)
     return (x + 63) / 64 * 64;
 }
 
-/* Smallest instantiation whose cluster covers Dqk and Dv, with every CTA
- * owning at least one column of Dqk (its partial S must not be empty). */
+/* Smallest instantiation whose cluster covers Dqk and Dv (a CTA whose slice
+ * lies past Dqk contributes a zero partial S). */
 const KernelDesc *pick(ffpa_dtype dtype, int64_t dqk, int64_t dv)
 {
     const KernelDesc *table = dtype == FFPA_F16 ? ffpa::sm90::fwd_f16 : ffpa::sm90::fwd_bf16;
     for (int i = 0; i < ffpa::sm90::kNumShapes; ++i) {
         const KernelDesc &d = table[i];
         const int64_t cover = (int64_t)d.slice * d.cluster;
-        if (round_up64(dqk) <= cover && round_up64(dv) <= cover && (int64_t)(d.cluster - 1) * d.slice < dqk)
+        if (round_up64(dqk) <= cover && round_up64(dv) <= cover)
             return &d;
     }
     return NULL;
@@ -92,7 +92,7 @@ extern "C" ffpa_status ffpa_cuda_sm90_forward(struct ffpa_cuda_state *st, const 
         return unsupported(err, err_len, "the sm90 kernels need an sm_90 device (H100/H200)");
     const KernelDesc *kd = pick(pb->dtype, pb->dqk, pb->dv);
     if (!kd)
-        return unsupported(err, err_len, "q: no sm90 instantiation covers this Dqk/Dv (up to 512)");
+        return unsupported(err, err_len, "q: no sm90 instantiation covers this Dqk/Dv (up to 1024)");
     if ((size_t)kd->smem_bytes > st->prop.sharedMemPerBlockOptin)
         return unsupported(err, err_len, "the sm90 kernel needs more shared memory than this device has");
 

@@ -1,14 +1,16 @@
 /*
  * Main loop pieces of the Hopper forward: the producer's TMA loads into the
- * K/V ring, and the consumers' two warpgroup GEMMs per key tile:
+ * slab ring, and the consumers' two warpgroup GEMMs per key tile:
  *   S(64 x 64)       = Q_slice K_slice^T   (wgmma SS, both K-major)
  *   O(64 x kSlice)  += P V_slice           (wgmma RS: P from registers, V MN-major)
  *
- * Ring protocol (per stage s, use u = tile / stages):
- *   full[s]:  the producer's arrive.expect_tx + TMA bytes; consumers wait parity u & 1;
- *   empty[s]: one arrival per consumer warp once its wgmma read the stage;
- *             the producer waits parity (u - 1) & 1 before refilling.
- * K and V have separate barriers, so QK^T of a tile starts before its V lands.
+ * Ring of slabs (slab 2t = K slice of key tile t, 2t+1 = its V slice); slab
+ * i sits in slot i % kSlots, use u = i / kSlots:
+ *   full[slot]:  the producer's arrive.expect_tx + TMA bytes; consumers wait parity u & 1;
+ *   empty[slot]: one arrival per consumer warp once its wgmma read the slab;
+ *                the producer waits parity (u - 1) & 1 before refilling.
+ * The GEMM functions only issue: the caller fences, commits and waits, so a
+ * consumer can issue QK^T of tile t+1 and PV of tile t as one batch.
  */
 #ifndef FFPA_CUDA_SM90_MAINLOOP_CUH
 #define FFPA_CUDA_SM90_MAINLOOP_CUH
@@ -27,8 +29,8 @@ struct FwdMaps {
 
 struct RingBarriers {
     uint64_t q_full;
-    uint64_t k_full[4], k_empty[4], v_full[4], v_empty[4];
-    uint64_t x_full[2][2], x_empty[2][2]; /* [consumer][butterfly step] */
+    uint64_t full[8], empty[8];            /* per ring slot (kMaxSlots) */
+    uint64_t x_full[2][2], x_empty[2][2];  /* [consumer][butterfly step] */
 };
 
 /* Where a CTA's work sits in the global tensors (TMA coordinates). */
@@ -41,8 +43,17 @@ struct TileCoords {
     int v_boxes;   /* boxes of the slice inside Dv */
 };
 
+template <class Cfg> struct Ring {
+    static FFPA_DEV uint32_t slot(int slab) { return (uint32_t)slab % Cfg::kSlots; }
+    static FFPA_DEV uint32_t parity(int slab) { return ((uint32_t)slab / Cfg::kSlots) & 1; }
+    static FFPA_DEV uint32_t addr(uint8_t *smem, int slab)
+    {
+        return smem_u32(smem + FwdSmemLayout<Cfg>::ring + (size_t)slot(slab) * Cfg::kSlabBytes);
+    }
+};
+
 template <class Cfg> struct Producer {
-    /* Q of both consumers once, then K and V of every tile through the ring. */
+    /* Q of both consumers once, then the K and V slabs of every tile. */
     static FFPA_DEV void run(const FwdMaps &maps, uint8_t *smem, RingBarriers *bars, const TileCoords &tc,
                              int n_tiles)
     {
@@ -52,26 +63,18 @@ template <class Cfg> struct Producer {
             for (int box = 0; box < tc.q_boxes; ++box)
                 tma_load_4d(smem + L::q + (size_t)(c * Cfg::kBoxes + box) * kBoxBytes, &maps.q, &bars->q_full,
                             tc.col0 + box * kBoxCols, tc.q_row0 + c * 64, tc.h, tc.b);
-        int stage = 0;
-        uint32_t use = 0;
-        for (int t = 0; t < n_tiles; ++t) {
-            const int key = tc.k_row0 + t * Cfg::kBc;
-            if (use > 0)
-                mbar_wait(&bars->k_empty[stage], (use - 1) & 1);
-            mbar_arrive_expect_tx(&bars->k_full[stage], (uint32_t)tc.q_boxes * kBoxBytes);
-            for (int box = 0; box < tc.q_boxes; ++box)
-                tma_load_4d(smem + L::k + (size_t)(stage * Cfg::kBoxes + box) * kBoxBytes, &maps.k,
-                            &bars->k_full[stage], tc.col0 + box * kBoxCols, key, tc.kvh, tc.b);
-            if (use > 0)
-                mbar_wait(&bars->v_empty[stage], (use - 1) & 1);
-            mbar_arrive_expect_tx(&bars->v_full[stage], (uint32_t)tc.v_boxes * kBoxBytes);
-            for (int box = 0; box < tc.v_boxes; ++box)
-                tma_load_4d(smem + L::v + (size_t)(stage * Cfg::kBoxes + box) * kBoxBytes, &maps.v,
-                            &bars->v_full[stage], tc.col0 + box * kBoxCols, key, tc.kvh, tc.b);
-            if (++stage == Cfg::kStages) {
-                stage = 0;
-                ++use;
-            }
+        for (int i = 0; i < 2 * n_tiles; ++i) {
+            const bool is_v = i & 1;
+            const int key = tc.k_row0 + (i >> 1) * Cfg::kBc;
+            const uint32_t slot = Ring<Cfg>::slot(i);
+            if (i >= Cfg::kSlots)
+                mbar_wait(&bars->empty[slot], Ring<Cfg>::parity(i) ^ 1);
+            const int boxes = is_v ? tc.v_boxes : tc.q_boxes;
+            mbar_arrive_expect_tx(&bars->full[slot], (uint32_t)boxes * kBoxBytes);
+            uint8_t *dst = smem + L::ring + (size_t)slot * Cfg::kSlabBytes;
+            for (int box = 0; box < boxes; ++box)
+                tma_load_4d(dst + (size_t)box * kBoxBytes, is_v ? &maps.v : &maps.k, &bars->full[slot],
+                            tc.col0 + box * kBoxCols, key, tc.kvh, tc.b);
         }
     }
 };
@@ -79,11 +82,16 @@ template <class Cfg> struct Producer {
 template <class Cfg> struct ConsumerGemms {
     using T = typename Cfg::T;
 
-    /* s = Q_c K_stage^T over the slice's valid boxes (4 k16 steps each). */
-    static FFPA_DEV void qk(float (&s)[32], uint32_t q_addr, uint32_t k_addr, int q_boxes)
+    /* s = Q_c K^T over the slice's valid boxes (4 k16 steps each); a CTA
+     * whose slice lies past Dqk contributes zeros. */
+    static FFPA_DEV void qk_issue(float (&s)[32], uint32_t q_addr, uint32_t k_addr, int q_boxes)
     {
-        fence_operands(s);
-        wgmma_fence();
+        if (q_boxes == 0) {
+#pragma unroll
+            for (int i = 0; i < 32; ++i)
+                s[i] = 0.0f;
+            return;
+        }
 #pragma unroll 1
         for (int box = 0; box < q_boxes; ++box) {
 #pragma unroll
@@ -93,24 +101,16 @@ template <class Cfg> struct ConsumerGemms {
                                 box > 0 || kk > 0);
             }
         }
-        wgmma_commit();
-        wgmma_wait<0>();
-        fence_operands(s);
     }
 
-    /* o += P V_stage: per k16 step of the 64 keys, one m64 n(kSlice) wgmma;
-     * V rows are 128 bytes apart, so 16 keys = 2048 bytes; the slice's boxes
-     * are kBoxBytes apart (the descriptor's leading byte offset). */
-    static FFPA_DEV void pv(float (&o)[Cfg::kOAcc], const uint32_t (&pf)[4][4], uint32_t v_addr)
+    /* o += P V: per k16 step of the 64 keys, one m64 n(kSlice) wgmma; V rows
+     * are 128 bytes apart, so 16 keys = 2048 bytes; the slice's boxes are
+     * kBoxBytes apart (the descriptor's leading byte offset). */
+    static FFPA_DEV void pv_issue(float (&o)[Cfg::kOAcc], const uint32_t (&pf)[4][4], uint32_t v_addr)
     {
-        fence_operands(o);
-        wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk)
             wgmma_rs<T, Cfg::kSlice>(o, pf[kk], make_desc_sw128(v_addr + kk * 2048, kBoxBytes, 1024), 1);
-        wgmma_commit();
-        wgmma_wait<0>();
-        fence_operands(o);
     }
 };
 
