@@ -71,8 +71,6 @@ template <class Cfg> FFPA_DEV bool cta_work(const ffpa_gpu_fwd_params &p, uint32
     tc.kvh = cw.w.h / p.group;
     tc.b = p.cu_q ? 0 : cw.w.b;
     tc.col0 = (int)rank * Cfg::kSlice;
-    tc.q_boxes = min(Cfg::kBoxes, max(0, (p.dqk - tc.col0 + kBoxCols - 1) / kBoxCols));
-    tc.v_boxes = min(Cfg::kBoxes, max(0, (p.dv - tc.col0 + kBoxCols - 1) / kBoxCols));
     return true;
 }
 
@@ -164,7 +162,7 @@ FFPA_DEV void consumer(const ffpa_gpu_fwd_params &p, uint8_t *smem, RingBarriers
         named_barrier_sync(bar_mine, 256);
         fence_operands(s);
         wgmma_fence();
-        ConsumerGemms<Cfg>::qk_issue(s, q_addr, R::addr(smem, 0), cw.tc.q_boxes);
+        ConsumerGemms<Cfg>::qk_issue(s, q_addr, R::addr(smem, 0));
         wgmma_commit();
         named_barrier_arrive(bar_other, 256);
         wgmma_wait<0>();
@@ -172,31 +170,39 @@ FFPA_DEV void consumer(const ffpa_gpu_fwd_params &p, uint8_t *smem, RingBarriers
         release(0);
         ts.run(s, o, pf, p, smem + L::x, bars, consumer_idx, ctid, rank, 0);
 
-        for (int t = 0; t < n; ++t) {
-            const bool next = t + 1 < n;
+        /* Steady state (straight-line wgmma batches: no branch around them). */
+        for (int t = 0; t + 1 < n; ++t) {
             const int k_next = 2 * t + 2, v_cur = 2 * t + 1;
-            if (next)
-                mbar_wait(&bars->full[R::slot(k_next)], R::parity(k_next));
+            mbar_wait(&bars->full[R::slot(k_next)], R::parity(k_next));
             mbar_wait(&bars->full[R::slot(v_cur)], R::parity(v_cur));
             named_barrier_sync(bar_mine, 256);
             fence_operands(s);
             fence_operands(o);
             wgmma_fence();
-            if (next)
-                ConsumerGemms<Cfg>::qk_issue(s, q_addr, R::addr(smem, k_next), cw.tc.q_boxes);
+            ConsumerGemms<Cfg>::qk_issue(s, q_addr, R::addr(smem, k_next));
             ConsumerGemms<Cfg>::pv_issue(o, pf, R::addr(smem, v_cur));
             wgmma_commit();
-            if (consumer_idx == 0 || next) /* consumer 1's last turn has no taker */
-                named_barrier_arrive(bar_other, 256);
+            named_barrier_arrive(bar_other, 256);
             wgmma_wait<0>();
             fence_operands(s);
             fence_operands(o);
             release(v_cur);
-            if (next) {
-                release(k_next);
-                ts.run(s, o, pf, p, smem + L::x, bars, consumer_idx, ctid, rank, t + 1);
-            }
+            release(k_next);
+            ts.run(s, o, pf, p, smem + L::x, bars, consumer_idx, ctid, rank, t + 1);
         }
+        /* Last phase: PV of the last tile (consumer 1's turn has no taker). */
+        const int v_last = 2 * n - 1;
+        mbar_wait(&bars->full[R::slot(v_last)], R::parity(v_last));
+        named_barrier_sync(bar_mine, 256);
+        fence_operands(o);
+        wgmma_fence();
+        ConsumerGemms<Cfg>::pv_issue(o, pf, R::addr(smem, v_last));
+        wgmma_commit();
+        if (consumer_idx == 0)
+            named_barrier_arrive(bar_other, 256);
+        wgmma_wait<0>();
+        fence_operands(o);
+        release(v_last);
     }
 
     float inv_l[2], lse[2];

@@ -38,9 +38,8 @@ struct TileCoords {
     int q_row0;    /* first query row of the cluster's block (packed row for varlen) */
     int k_row0;    /* first key row of the sequence */
     int h, kvh, b; /* head, kv head, batch coordinate (0 for varlen) */
-    int col0;      /* first head-dim column of this CTA's slice */
-    int q_boxes;   /* boxes of the slice inside Dqk (the rest is not loaded) */
-    int v_boxes;   /* boxes of the slice inside Dv */
+    int col0;      /* first head-dim column of this CTA's slice; columns past
+                      Dqk / Dv (even whole boxes) are zero-filled by TMA */
 };
 
 template <class Cfg> struct Ring {
@@ -53,14 +52,16 @@ template <class Cfg> struct Ring {
 };
 
 template <class Cfg> struct Producer {
-    /* Q of both consumers once, then the K and V slabs of every tile. */
+    /* Q of both consumers once, then the K and V slabs of every tile. Every
+     * box is loaded, also those past D: TMA zero-fills them and counts their
+     * bytes, which keeps the consumers' wgmma sequence branch-free. */
     static FFPA_DEV void run(const FwdMaps &maps, uint8_t *smem, RingBarriers *bars, const TileCoords &tc,
                              int n_tiles)
     {
         using L = FwdSmemLayout<Cfg>;
-        mbar_arrive_expect_tx(&bars->q_full, (uint32_t)(Cfg::kConsumers * tc.q_boxes) * kBoxBytes);
+        mbar_arrive_expect_tx(&bars->q_full, (uint32_t)(Cfg::kConsumers * Cfg::kBoxes) * kBoxBytes);
         for (int c = 0; c < Cfg::kConsumers; ++c)
-            for (int box = 0; box < tc.q_boxes; ++box)
+            for (int box = 0; box < Cfg::kBoxes; ++box)
                 tma_load_4d(smem + L::q + (size_t)(c * Cfg::kBoxes + box) * kBoxBytes, &maps.q, &bars->q_full,
                             tc.col0 + box * kBoxCols, tc.q_row0 + c * 64, tc.h, tc.b);
         for (int i = 0; i < 2 * n_tiles; ++i) {
@@ -69,10 +70,9 @@ template <class Cfg> struct Producer {
             const uint32_t slot = Ring<Cfg>::slot(i);
             if (i >= Cfg::kSlots)
                 mbar_wait(&bars->empty[slot], Ring<Cfg>::parity(i) ^ 1);
-            const int boxes = is_v ? tc.v_boxes : tc.q_boxes;
-            mbar_arrive_expect_tx(&bars->full[slot], (uint32_t)boxes * kBoxBytes);
+            mbar_arrive_expect_tx(&bars->full[slot], (uint32_t)Cfg::kSlabBytes);
             uint8_t *dst = smem + L::ring + (size_t)slot * Cfg::kSlabBytes;
-            for (int box = 0; box < boxes; ++box)
+            for (int box = 0; box < Cfg::kBoxes; ++box)
                 tma_load_4d(dst + (size_t)box * kBoxBytes, is_v ? &maps.v : &maps.k, &bars->full[slot],
                             tc.col0 + box * kBoxCols, key, tc.kvh, tc.b);
         }
@@ -82,18 +82,13 @@ template <class Cfg> struct Producer {
 template <class Cfg> struct ConsumerGemms {
     using T = typename Cfg::T;
 
-    /* s = Q_c K^T over the slice's valid boxes (4 k16 steps each); a CTA
-     * whose slice lies past Dqk contributes zeros. */
-    static FFPA_DEV void qk_issue(float (&s)[32], uint32_t q_addr, uint32_t k_addr, int q_boxes)
+    /* s = Q_c K^T over the slice: 4 k16 steps per box. Straight-line on
+     * purpose: a branch around wgmma makes ptxas serialise them (C7520).
+     * Boxes past Dqk were zero-filled by TMA, so they add nothing. */
+    static FFPA_DEV void qk_issue(float (&s)[32], uint32_t q_addr, uint32_t k_addr)
     {
-        if (q_boxes == 0) {
 #pragma unroll
-            for (int i = 0; i < 32; ++i)
-                s[i] = 0.0f;
-            return;
-        }
-#pragma unroll 1
-        for (int box = 0; box < q_boxes; ++box) {
+        for (int box = 0; box < Cfg::kBoxes; ++box) {
 #pragma unroll
             for (int kk = 0; kk < 4; ++kk) {
                 const uint32_t off = (uint32_t)box * kBoxBytes + kk * 32;
