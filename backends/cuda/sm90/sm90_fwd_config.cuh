@@ -65,7 +65,7 @@ template <typename T_, int kSlice_, int kCluster_> struct FwdConfig {
     static constexpr int kSlots = slots_that_fit();
     static constexpr size_t kSmemBytes = kQBytes + kSlots * kSlabBytes + kXBytes + kBarBytes + kAlignSlack;
 
-    static_assert(kSlice % kBoxCols == 0 && kSlice <= 256, "a slice is 1-4 boxes (wgmma N <= 256)");
+    static_assert(kSlice % kBoxCols == 0 && kSlice <= 320, "a slice is 1-5 boxes");
     static_assert(kCluster == 1 || kCluster == 2 || kCluster == 4, "cluster of 1, 2 or 4");
     static_assert(kSmemBytes <= kSmemLimit, "fits the opt-in shared memory");
     static_assert(kSlots >= 3, "a GEMM phase holds two slabs; one more is in flight");

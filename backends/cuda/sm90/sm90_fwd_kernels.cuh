@@ -62,7 +62,7 @@ template <class Cfg> constexpr KernelDesc desc(const char *name)
 }
 
 /* Slice x cluster shapes, smallest cover first (see sm90_fwd_launch.cu). */
-constexpr int kNumShapes = 6;
+constexpr int kNumShapes = 7;
 extern const KernelDesc fwd_f16[kNumShapes], fwd_bf16[kNumShapes];
 
 } /* namespace sm90 */

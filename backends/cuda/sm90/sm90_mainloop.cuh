@@ -98,14 +98,23 @@ template <class Cfg> struct ConsumerGemms {
         }
     }
 
-    /* o += P V: per k16 step of the 64 keys, one m64 n(kSlice) wgmma; V rows
+    /* o += P V: per k16 step of the 64 keys, one m64 n(kSlice) wgmma (two,
+     * 256 + the rest, when the slice is wider than wgmma's N of 256); V rows
      * are 128 bytes apart, so 16 keys = 2048 bytes; the slice's boxes are
      * kBoxBytes apart (the descriptor's leading byte offset). */
     static FFPA_DEV void pv_issue(float (&o)[Cfg::kOAcc], const uint32_t (&pf)[4][4], uint32_t v_addr)
     {
+        constexpr int kN0 = Cfg::kSlice < 256 ? Cfg::kSlice : 256;
+        constexpr int kN1 = Cfg::kSlice - kN0;
 #pragma unroll
-        for (int kk = 0; kk < 4; ++kk)
-            wgmma_rs<T, Cfg::kSlice>(o, pf[kk], make_desc_sw128(v_addr + kk * 2048, kBoxBytes, 1024), 1);
+        for (int kk = 0; kk < 4; ++kk) {
+            wgmma_rs<T, kN0>(reinterpret_cast<float(&)[kN0 / 2]>(o[0]), pf[kk],
+                             make_desc_sw128(v_addr + kk * 2048, kBoxBytes, 1024), 1);
+            if constexpr (kN1 > 0)
+                wgmma_rs<T, kN1>(reinterpret_cast<float(&)[kN1 / 2]>(o[kN0 / 2]), pf[kk],
+                                 make_desc_sw128(v_addr + (kN0 / kBoxCols) * kBoxBytes + kk * 2048, kBoxBytes, 1024),
+                                 1);
+        }
     }
 };
 
