@@ -28,7 +28,8 @@ note "build: $(( $(date +%s) - t0 )) s"
 BENCH="$B/bench/ffpa-bench"
 export FFPA_BACKEND_PATH="$PWD/$B/backends/cuda"
 SO="$B/backends/cuda/libffpa-cuda.so"
-note "SASS: $(cuobjdump -sass "$SO" 2>/dev/null | grep -c HGMMA) HGMMA, $(cuobjdump -sass "$SO" 2>/dev/null | grep -c UTMALDG) UTMALDG"
+meson test -C "$B" sm90-sass >"$OUT/sass.log" 2>&1
+note "SASS test (meson sm90-sass): rc=$? $(grep -h 'HGMMA' "$B/meson-logs/testlog.txt" | head -1)"
 
 # Every option at awkward sizes: D 64..512, N not a tile multiple, GQA, cross, causal,
 # bias, dropout, varlen, LSE.
