@@ -84,16 +84,10 @@ template <class Cfg> struct TileSoftmax {
     FFPA_DEV void run(float (&s)[32], float (&o)[Cfg::kOAcc], uint32_t (&pf)[4][4], const ffpa_gpu_fwd_params &p,
                       uint8_t *xslots, RingBarriers *bars, int consumer_idx, int ctid, uint32_t rank, int t)
     {
+        using T = typename Cfg::T;
+        const int lane = ctid & 31;
         if (Cfg::kCluster > 1)
             SplitDExchange<Cfg>::reduce(s, xslots, bars, consumer_idx, ctid, rank, t);
-        softmax(s, o, pf, p, ctid & 31, t);
-    }
-
-    /* The part after the cluster sum. */
-    FFPA_DEV void softmax(float (&s)[32], float (&o)[Cfg::kOAcc], uint32_t (&pf)[4][4], const ffpa_gpu_fwd_params &p,
-                          int lane, int t)
-    {
-        using T = typename Cfg::T;
         arch::FragC(&sf)[Cfg::kNT] = reinterpret_cast<arch::FragC(&)[Cfg::kNT]>(s);
         mc.col0 = t * Cfg::kBc;
         mc.need_bounds = mc.col0 + Cfg::kBc > mc.seqlen_k;
@@ -120,24 +114,6 @@ template <class Cfg> struct TileSoftmax {
     }
 };
 
-/* O and LSE of one consumer's 64 rows. */
-template <class Cfg>
-FFPA_DEV void store_tile(TileSoftmax<Cfg> &ts, const float (&o)[Cfg::kOAcc], const ffpa_gpu_fwd_params &p,
-                         const CtaWork &cw, uint32_t rank, int row_in_block, int lane)
-{
-    using T = typename Cfg::T;
-    float inv_l[2], lse[2];
-    ts.sm.finish(inv_l, lse);
-    T *og = static_cast<T *>(p.o) + (p.cu_q ? cw.q_start * p.o_sn : (int64_t)cw.w.b * p.o_sb) +
-            (int64_t)cw.w.h * p.o_sh + (int64_t)cw.q0 * p.o_sn;
-    store_o<Cfg>(o, inv_l, og, p.o_sn, row_in_block, cw.rows_valid, cw.tc.col0, p.dv, lane);
-    if (rank == 0 && p.lse) {
-        float *lg = p.lse + (p.cu_q ? cw.q_start * p.lse_sn : (int64_t)cw.w.b * p.lse_sb) +
-                    (int64_t)cw.w.h * p.lse_sh + (int64_t)cw.q0 * p.lse_sn;
-        store_lse(lse, lg, p.lse_sn, row_in_block, cw.rows_valid, lane);
-    }
-}
-
 /*
  * One consumer warpgroup. GEMM phase k issues QK^T of tile k and PV of tile
  * k-1 as one wgmma batch (phase 0: QK^T only; phase n: PV only); between
@@ -146,8 +122,8 @@ FFPA_DEV void store_tile(TileSoftmax<Cfg> &ts, const float (&o)[Cfg::kOAcc], con
  * warpgroup's softmax and DSMEM exchange overlap the other's tensor-core work.
  */
 template <class Cfg>
-FFPA_DEV void consumer_pingpong(const ffpa_gpu_fwd_params &p, uint8_t *smem, RingBarriers *bars, const CtaWork &cw,
-                                uint32_t rank, int consumer_idx, int ctid)
+FFPA_DEV void consumer(const ffpa_gpu_fwd_params &p, uint8_t *smem, RingBarriers *bars, const CtaWork &cw,
+                       uint32_t rank, int consumer_idx, int ctid)
 {
     using T = typename Cfg::T;
     using L = FwdSmemLayout<Cfg>;
@@ -229,112 +205,16 @@ FFPA_DEV void consumer_pingpong(const ffpa_gpu_fwd_params &p, uint8_t *smem, Rin
         release(v_last);
     }
 
-    store_tile<Cfg>(ts, o, p, cw, rank, row_in_block, lane);
-}
-
-/*
- * One consumer warpgroup of a cluster kernel (C > 1): intra-warpgroup
- * pipelining instead of ping-pong. QK^T of tile t+1 is issued before the
- * DSMEM exchange and softmax of tile t, so the exchange's latency (the peer
- * CTA's partial) overlaps this warpgroup's own tensor-core work:
- *   wait PV(t-1) | issue QK(t+1) | exchange + softmax(t) | issue PV(t) | wait QK(t+1)
- * Slabs held at once: K(t+1) and V(t) (a ring of 3 slots suffices).
- */
-template <class Cfg>
-FFPA_DEV void consumer_pipelined(const ffpa_gpu_fwd_params &p, uint8_t *smem, RingBarriers *bars,
-                                 const CtaWork &cw, uint32_t rank, int consumer_idx, int ctid)
-{
-    using L = FwdSmemLayout<Cfg>;
-    using R = Ring<Cfg>;
-    const int warp = ctid / 32, lane = ctid & 31;
-    const int row_in_block = consumer_idx * 64 + warp * 16;
-
-    float o[Cfg::kOAcc];
-#pragma unroll
-    for (int i = 0; i < Cfg::kOAcc; ++i)
-        o[i] = 0.0f;
-    TileSoftmax<Cfg> ts;
-    ts.sm.init();
-    ts.mc.row0 = cw.q0 + row_in_block;
-    ts.mc.seqlen_q = cw.seqlen_q;
-    ts.mc.seqlen_k = cw.seqlen_k;
-    ts.mc.b = cw.w.b;
-    ts.mc.h = cw.w.h;
-    ts.diag = cw.seqlen_k - cw.seqlen_q;
-
-    const int n = cw.n_tiles;
-    const uint32_t q_addr = smem_u32(smem + L::q + (size_t)consumer_idx * Cfg::kBoxes * kBoxBytes);
-    uint8_t *xslots = smem + L::x;
-    auto release = [&](int slab) {
-        __syncwarp();
-        if (lane == 0)
-            mbar_arrive(&bars->empty[R::slot(slab)]);
-    };
-    if (n > 0) {
-        float s_cur[32], s_next[32];
-        uint32_t pf[4][4];
-        mbar_wait(&bars->q_full, 0);
-        mbar_wait(&bars->full[R::slot(0)], R::parity(0));
-        fence_operands(s_cur);
-        wgmma_fence();
-        ConsumerGemms<Cfg>::qk_issue(s_cur, q_addr, R::addr(smem, 0));
-        wgmma_commit();
-        wgmma_wait<0>();
-        fence_operands(s_cur);
-        release(0);
-
-        for (int t = 0; t + 1 < n; ++t) {
-            const int k_next = 2 * t + 2, v_cur = 2 * t + 1;
-            wgmma_wait<0>(); /* PV(t-1) */
-            fence_operands(o);
-            if (t > 0)
-                release(v_cur - 2);
-            mbar_wait(&bars->full[R::slot(k_next)], R::parity(k_next));
-            fence_operands(s_next);
-            wgmma_fence();
-            ConsumerGemms<Cfg>::qk_issue(s_next, q_addr, R::addr(smem, k_next));
-            wgmma_commit();
-            SplitDExchange<Cfg>::reduce(s_cur, xslots, bars, consumer_idx, ctid, rank, t);
-            ts.softmax(s_cur, o, pf, p, lane, t);
-            mbar_wait(&bars->full[R::slot(v_cur)], R::parity(v_cur));
-            fence_operands(o);
-            wgmma_fence();
-            ConsumerGemms<Cfg>::pv_issue(o, pf, R::addr(smem, v_cur));
-            wgmma_commit();
-            wgmma_wait<1>(); /* QK(t+1) */
-            fence_operands(s_next);
-            release(k_next);
-#pragma unroll
-            for (int i = 0; i < 32; ++i)
-                s_cur[i] = s_next[i];
-        }
-        const int v_last = 2 * n - 1;
-        wgmma_wait<0>();
-        fence_operands(o);
-        if (n > 1)
-            release(v_last - 2);
-        SplitDExchange<Cfg>::reduce(s_cur, xslots, bars, consumer_idx, ctid, rank, n - 1);
-        ts.softmax(s_cur, o, pf, p, lane, n - 1);
-        mbar_wait(&bars->full[R::slot(v_last)], R::parity(v_last));
-        fence_operands(o);
-        wgmma_fence();
-        ConsumerGemms<Cfg>::pv_issue(o, pf, R::addr(smem, v_last));
-        wgmma_commit();
-        wgmma_wait<0>();
-        fence_operands(o);
-        release(v_last);
+    float inv_l[2], lse[2];
+    ts.sm.finish(inv_l, lse);
+    T *og = static_cast<T *>(p.o) + (p.cu_q ? cw.q_start * p.o_sn : (int64_t)cw.w.b * p.o_sb) +
+            (int64_t)cw.w.h * p.o_sh + (int64_t)cw.q0 * p.o_sn;
+    store_o<Cfg>(o, inv_l, og, p.o_sn, row_in_block, cw.rows_valid, cw.tc.col0, p.dv, lane);
+    if (rank == 0 && p.lse) {
+        float *lg = p.lse + (p.cu_q ? cw.q_start * p.lse_sn : (int64_t)cw.w.b * p.lse_sb) +
+                    (int64_t)cw.w.h * p.lse_sh + (int64_t)cw.q0 * p.lse_sn;
+        store_lse(lse, lg, p.lse_sn, row_in_block, cw.rows_valid, lane);
     }
-    store_tile<Cfg>(ts, o, p, cw, rank, row_in_block, lane);
-}
-
-template <class Cfg>
-FFPA_DEV void consumer(const ffpa_gpu_fwd_params &p, uint8_t *smem, RingBarriers *bars, const CtaWork &cw,
-                       uint32_t rank, int consumer_idx, int ctid)
-{
-    if constexpr (Cfg::kCluster > 1)
-        consumer_pipelined<Cfg>(p, smem, bars, cw, rank, consumer_idx, ctid);
-    else
-        consumer_pingpong<Cfg>(p, smem, bars, cw, rank, consumer_idx, ctid);
 }
 
 template <class Cfg> FFPA_DEV void fwd_body(const FwdMaps &maps, const ffpa_gpu_fwd_params &p)
