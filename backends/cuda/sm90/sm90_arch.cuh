@@ -180,25 +180,6 @@ FFPA_DEV void cluster_sync()
                      : "memory");
 }
 
-/* Generic-proxy writes to shared memory made visible to the async proxy
- * (bulk copies, wgmma) that reads them next. */
-FFPA_DEV void fence_proxy_async_shared() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-
-/* Bulk copy of `bytes` from this CTA's shared memory into CTA `rank`'s, at
- * the offset of local_dst there, completing on that CTA's barrier at the
- * offset of local_bar (transaction bytes). Issued by one thread. */
-FFPA_DEV void bulk_copy_to_peer(void *local_dst, const void *local_src, uint32_t bytes, uint64_t *local_bar,
-                                uint32_t rank)
-{
-    asm volatile("{\n.reg .b32 rd, rb;\n"
-                 "mapa.shared::cluster.u32 rd, %0, %3;\n"
-                 "mapa.shared::cluster.u32 rb, %2, %3;\n"
-                 "cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [rd], [%1], %4, [rb];\n}\n" ::"r"(
-                     smem_u32(local_dst)),
-                 "r"(smem_u32(local_src)), "r"(smem_u32(local_bar)), "r"(rank), "r"(bytes)
-                 : "memory");
-}
-
 /* 16 bytes into CTA `rank`'s shared memory at the offset of local_dst; the
  * write completes on that CTA's barrier at the offset of local_bar (tx bytes). */
 FFPA_DEV void st_async_remote_v4(void *local_dst, uint64_t *local_bar, uint32_t rank, float a, float b, float c,

@@ -7,8 +7,7 @@
  * one step, with 4 CTAs two. a + b == b + a in IEEE arithmetic, so every CTA
  * ends with bit-identical S, hence identical softmax, P, and LSE.
  *
- * Per consumer warpgroup and step, one 64 x 64 fp32 slot in each CTA (C = 2
- * sends it with one bulk copy from a local staging slot instead of st.async):
+ * Per consumer warpgroup and step, one 64 x 64 fp32 slot in each CTA:
  *   the sender waits x_empty (its previous write was consumed), writes its
  *   32 values per thread with st.async into the peer's slot, completing on
  *   the peer's x_full (transaction bytes); the receiver arms its own x_full
@@ -30,59 +29,6 @@ template <class Cfg> struct SplitDExchange {
     static FFPA_DEV void reduce(float (&s)[32], uint8_t *slots, RingBarriers *bars, int consumer, int tid,
                                 uint32_t rank, int tile)
     {
-        if constexpr (Cfg::kBulkExchange)
-            reduce_pair_bulk(s, slots, bars, consumer, tid, rank, tile);
-        else
-            reduce_butterfly(s, slots, bars, consumer, tid, rank, tile);
-    }
-
-    /* Receive side shared by both: wait for the peer's slot, add, free it. */
-    static FFPA_DEV void receive_add(float (&s)[32], const float4 *slot, uint64_t *full, uint64_t *empty, int tid,
-                                     uint32_t peer, int tile)
-    {
-        mbar_wait_cluster(full, tile & 1);
-#pragma unroll
-        for (int q = 0; q < 8; ++q) {
-            const float4 x = slot[q * 128 + tid];
-            s[4 * q] += x.x;
-            s[4 * q + 1] += x.y;
-            s[4 * q + 2] += x.z;
-            s[4 * q + 3] += x.w;
-        }
-        __syncwarp();
-        if ((tid & 31) == 0)
-            mbar_arrive_remote(empty, peer);
-    }
-
-    /* C = 2: write the partial into a local staging slot (16-byte stores,
-     * conflict-free), then one thread sends all 16 KB with a bulk copy. The
-     * staging slot is free again once the peer freed its receive slot. */
-    static FFPA_DEV void reduce_pair_bulk(float (&s)[32], uint8_t *slots, RingBarriers *bars, int consumer, int tid,
-                                          uint32_t rank, int tile)
-    {
-        const uint32_t peer = rank ^ 1u;
-        float4 *slot = reinterpret_cast<float4 *>(slots + (size_t)consumer * Cfg::kXSlotBytes);
-        float4 *stage = reinterpret_cast<float4 *>(slots + (size_t)(Cfg::kConsumers + consumer) * Cfg::kXSlotBytes);
-        uint64_t *full = &bars->x_full[consumer][0];
-        uint64_t *empty = &bars->x_empty[consumer][0];
-        if (tile > 0)
-            mbar_wait_cluster(empty, (tile - 1) & 1);
-#pragma unroll
-        for (int q = 0; q < 8; ++q)
-            stage[q * 128 + tid] = make_float4(s[4 * q], s[4 * q + 1], s[4 * q + 2], s[4 * q + 3]);
-        fence_proxy_async_shared();
-        named_barrier_sync(3 + consumer, 128);
-        if (tid == 0) {
-            bulk_copy_to_peer(slot, stage, Cfg::kXSlotBytes, full, peer);
-            mbar_arrive_expect_tx(full, Cfg::kXSlotBytes);
-        }
-        receive_add(s, slot, full, empty, tid, peer, tile);
-    }
-
-    /* C = 4: two butterfly steps, 16-byte st.async stores into the peer. */
-    static FFPA_DEV void reduce_butterfly(float (&s)[32], uint8_t *slots, RingBarriers *bars, int consumer, int tid,
-                                          uint32_t rank, int tile)
-    {
 #pragma unroll
         for (int step = 0; step < Cfg::kXSteps; ++step) {
             const uint32_t peer = rank ^ (1u << step);
@@ -97,7 +43,18 @@ template <class Cfg> struct SplitDExchange {
                                    s[4 * q + 3]);
             if (tid == 0)
                 mbar_arrive_expect_tx(full, Cfg::kXSlotBytes);
-            receive_add(s, slot, full, empty, tid, peer, tile);
+            mbar_wait_cluster(full, tile & 1);
+#pragma unroll
+            for (int q = 0; q < 8; ++q) {
+                const float4 x = slot[q * 128 + tid];
+                s[4 * q] += x.x;
+                s[4 * q + 1] += x.y;
+                s[4 * q + 2] += x.z;
+                s[4 * q + 3] += x.w;
+            }
+            __syncwarp();
+            if ((tid & 31) == 0)
+                mbar_arrive_remote(empty, peer);
         }
     }
 };

@@ -50,10 +50,7 @@ template <typename T_, int kSlice_, int kCluster_> struct FwdConfig {
     /* S-partial exchange: one 64 x kBc fp32 slot per consumer and butterfly step. */
     static constexpr int kXSteps = kCluster == 4 ? 2 : (kCluster == 2 ? 1 : 0);
     static constexpr uint32_t kXSlotBytes = 64 * kBc * 4;
-    /* Pairs (C = 2) stage the outgoing partial locally and send it with one
-     * bulk copy; the 4-CTA butterfly stores it remotely with st.async. */
-    static constexpr bool kBulkExchange = kCluster == 2;
-    static constexpr size_t kXBytes = (size_t)kConsumers * (kXSteps + (kBulkExchange ? 1 : 0)) * kXSlotBytes;
+    static constexpr size_t kXBytes = (size_t)kConsumers * kXSteps * kXSlotBytes;
     static constexpr size_t kBarBytes = 256;
     static constexpr size_t kAlignSlack = 1024; /* the dynamic base is rounded up to 1024 */
     static constexpr int kMaxSlots = 8;
