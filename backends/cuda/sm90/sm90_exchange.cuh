@@ -29,6 +29,11 @@ template <class Cfg> struct SplitDExchange {
     static FFPA_DEV void reduce(float (&s)[32], uint8_t *slots, RingBarriers *bars, int consumer, int tid,
                                 uint32_t rank, int tile)
     {
+#ifdef FFPA_SM90_DIAG_SKIP_EXCHANGE
+        /* Diagnostic builds only (bench/sm90-check.sh DIAG=1): wrong results,
+         * measures what the exchange costs. Never defined by meson. */
+        return;
+#endif
 #pragma unroll
         for (int step = 0; step < Cfg::kXSteps; ++step) {
             const uint32_t peer = rank ^ (1u << step);
