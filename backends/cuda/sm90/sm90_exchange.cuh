@@ -25,8 +25,59 @@ namespace ffpa {
 namespace sm90 {
 
 template <class Cfg> struct SplitDExchange {
-    /* s += sum of the peers' partial S for key tile `tile` (tile counts from 0). */
-    static FFPA_DEV void reduce(float (&s)[32], uint8_t *slots, RingBarriers *bars, int consumer, int tid,
+    static FFPA_DEV float4 *slot_of(uint8_t *slots, int consumer, int step)
+    {
+        return reinterpret_cast<float4 *>(slots + (size_t)(consumer * Cfg::kXSteps + step) * Cfg::kXSlotBytes);
+    }
+
+    /* Butterfly step `step`, sending half: wait until the peer freed its slot
+     * (it consumed our previous tile), store our values into it. */
+    static FFPA_DEV void send(const float (&s)[32], uint8_t *slots, RingBarriers *bars, int consumer, int tid,
+                              uint32_t rank, int tile, int step)
+    {
+        const uint32_t peer = rank ^ (1u << step);
+        float4 *slot = slot_of(slots, consumer, step);
+        uint64_t *full = &bars->x_full[consumer][step];
+        if (tile > 0)
+            mbar_wait_cluster(&bars->x_empty[consumer][step], (tile - 1) & 1);
+#pragma unroll
+        for (int q = 0; q < 8; ++q)
+            st_async_remote_v4(slot + q * 128 + tid, full, peer, s[4 * q], s[4 * q + 1], s[4 * q + 2], s[4 * q + 3]);
+        if (tid == 0)
+            mbar_arrive_expect_tx(full, Cfg::kXSlotBytes);
+    }
+
+    /* Receiving half: wait for the peer's values, add them, free the slot. */
+    static FFPA_DEV void receive(float (&s)[32], uint8_t *slots, RingBarriers *bars, int consumer, int tid,
+                                 uint32_t rank, int tile, int step)
+    {
+        const uint32_t peer = rank ^ (1u << step);
+        const float4 *slot = slot_of(slots, consumer, step);
+        mbar_wait_cluster(&bars->x_full[consumer][step], tile & 1);
+#pragma unroll
+        for (int q = 0; q < 8; ++q) {
+            const float4 x = slot[q * 128 + tid];
+            s[4 * q] += x.x;
+            s[4 * q + 1] += x.y;
+            s[4 * q + 2] += x.z;
+            s[4 * q + 3] += x.w;
+        }
+        __syncwarp();
+        if ((tid & 31) == 0)
+            mbar_arrive_remote(&bars->x_empty[consumer][step], peer);
+    }
+
+    /* First send as soon as the partial S exists (the caller may still have
+     * PV in flight); finish() completes the sum. */
+    static FFPA_DEV void start(const float (&s)[32], uint8_t *slots, RingBarriers *bars, int consumer, int tid,
+                               uint32_t rank, int tile)
+    {
+#ifndef FFPA_SM90_DIAG_SKIP_EXCHANGE
+        send(s, slots, bars, consumer, tid, rank, tile, 0);
+#endif
+    }
+
+    static FFPA_DEV void finish(float (&s)[32], uint8_t *slots, RingBarriers *bars, int consumer, int tid,
                                 uint32_t rank, int tile)
     {
 #ifdef FFPA_SM90_DIAG_SKIP_EXCHANGE
@@ -34,32 +85,11 @@ template <class Cfg> struct SplitDExchange {
          * measures what the exchange costs. Never defined by meson. */
         return;
 #endif
+        receive(s, slots, bars, consumer, tid, rank, tile, 0);
 #pragma unroll
-        for (int step = 0; step < Cfg::kXSteps; ++step) {
-            const uint32_t peer = rank ^ (1u << step);
-            float4 *slot = reinterpret_cast<float4 *>(slots + (size_t)(consumer * Cfg::kXSteps + step) * Cfg::kXSlotBytes);
-            uint64_t *full = &bars->x_full[consumer][step];
-            uint64_t *empty = &bars->x_empty[consumer][step];
-            if (tile > 0)
-                mbar_wait_cluster(empty, (tile - 1) & 1);
-#pragma unroll
-            for (int q = 0; q < 8; ++q)
-                st_async_remote_v4(slot + q * 128 + tid, full, peer, s[4 * q], s[4 * q + 1], s[4 * q + 2],
-                                   s[4 * q + 3]);
-            if (tid == 0)
-                mbar_arrive_expect_tx(full, Cfg::kXSlotBytes);
-            mbar_wait_cluster(full, tile & 1);
-#pragma unroll
-            for (int q = 0; q < 8; ++q) {
-                const float4 x = slot[q * 128 + tid];
-                s[4 * q] += x.x;
-                s[4 * q + 1] += x.y;
-                s[4 * q + 2] += x.z;
-                s[4 * q + 3] += x.w;
-            }
-            __syncwarp();
-            if ((tid & 31) == 0)
-                mbar_arrive_remote(empty, peer);
+        for (int step = 1; step < Cfg::kXSteps; ++step) {
+            send(s, slots, bars, consumer, tid, rank, tile, step);
+            receive(s, slots, bars, consumer, tid, rank, tile, step);
         }
     }
 };

@@ -86,8 +86,8 @@ template <class Cfg> struct TileSoftmax {
     {
         using T = typename Cfg::T;
         const int lane = ctid & 31;
-        if (Cfg::kCluster > 1)
-            SplitDExchange<Cfg>::reduce(s, xslots, bars, consumer_idx, ctid, rank, t);
+        if (Cfg::kCluster > 1) /* start() was called when the partial was ready */
+            SplitDExchange<Cfg>::finish(s, xslots, bars, consumer_idx, ctid, rank, t);
         arch::FragC(&sf)[Cfg::kNT] = reinterpret_cast<arch::FragC(&)[Cfg::kNT]>(s);
         mc.col0 = t * Cfg::kBc;
         mc.need_bounds = mc.col0 + Cfg::kBc > mc.seqlen_k;
@@ -168,6 +168,8 @@ FFPA_DEV void consumer(const ffpa_gpu_fwd_params &p, uint8_t *smem, RingBarriers
         wgmma_wait<0>();
         fence_operands(s);
         release(0);
+        if (Cfg::kCluster > 1)
+            SplitDExchange<Cfg>::start(s, smem + L::x, bars, consumer_idx, ctid, rank, 0);
         ts.run(s, o, pf, p, smem + L::x, bars, consumer_idx, ctid, rank, 0);
 
         /* Steady state (straight-line wgmma batches: no branch around them). */
@@ -180,14 +182,19 @@ FFPA_DEV void consumer(const ffpa_gpu_fwd_params &p, uint8_t *smem, RingBarriers
             fence_operands(o);
             wgmma_fence();
             ConsumerGemms<Cfg>::qk_issue(s, q_addr, R::addr(smem, k_next));
+            wgmma_commit(); /* group 1: QK(t+1) */
             ConsumerGemms<Cfg>::pv_issue(o, pf, R::addr(smem, v_cur));
-            wgmma_commit();
+            wgmma_commit(); /* group 2: PV(t) */
             named_barrier_arrive(bar_other, 256);
-            wgmma_wait<0>();
+            /* The partial S leaves for the peer CTAs while PV(t) still runs. */
+            wgmma_wait<1>();
             fence_operands(s);
+            release(k_next);
+            if (Cfg::kCluster > 1)
+                SplitDExchange<Cfg>::start(s, smem + L::x, bars, consumer_idx, ctid, rank, t + 1);
+            wgmma_wait<0>();
             fence_operands(o);
             release(v_cur);
-            release(k_next);
             ts.run(s, o, pf, p, smem + L::x, bars, consumer_idx, ctid, rank, t + 1);
         }
         /* Last phase: PV of the last tile (consumer 1's turn has no taker). */
