@@ -33,6 +33,7 @@ struct ffpa_context {
     void *user_ws;         /* caller-provided workspace, when set */
     size_t user_ws_bytes;
     ffpa_tuning_table *tuning; /* this device's tuned plans, or NULL: heuristics */
+    int forwarded;         /* a forward has succeeded on this context */
 };
 
 /* Message of the last failed ffpa_create (or call with a NULL context). */
@@ -217,8 +218,10 @@ const char *ffpa_device_name(const ffpa_context *ctx)
 
 const char *ffpa_last_kernel(const ffpa_context *ctx)
 {
-    if (!ctx || !ctx->backend->iface->last_kernel)
-        return ctx ? ctx->backend->iface->name : "";
+    if (!ctx || !ctx->forwarded)
+        return "";
+    if (!ctx->backend->iface->last_kernel)
+        return ctx->backend->iface->name; /* one kernel family: the backend */
     const char *k = ctx->backend->iface->last_kernel(ctx->state);
     return k ? k : "";
 }
@@ -421,7 +424,10 @@ ffpa_status ffpa_forward(ffpa_context *ctx, const ffpa_tensor *q, const ffpa_ten
     st = acquire_workspace(ctx, workspace_bytes(ctx, &pb, 0), &ws, &ws_bytes);
     if (st != FFPA_OK)
         return st;
-    return ctx->backend->iface->forward(ctx->state, &pb, ws, ws_bytes, ctx->err, sizeof ctx->err);
+    st = ctx->backend->iface->forward(ctx->state, &pb, ws, ws_bytes, ctx->err, sizeof ctx->err);
+    if (st == FFPA_OK)
+        ctx->forwarded = 1;
+    return st;
 }
 
 ffpa_status ffpa_backward(ffpa_context *ctx, const ffpa_tensor *dout, const ffpa_tensor *q,

@@ -284,6 +284,21 @@ static void test_contexts_independent(void **state)
 
 /* ------------------------------------------------------------ workspace */
 
+/* Random q, k, v (fp16, BHND) and o, lse views of a small GQA problem. */
+static void make_small_problem(th_tensor *q, th_tensor *k, th_tensor *v, th_tensor *o, th_tensor *lse,
+                               ffpa_dtype dt, int64_t hq, int64_t hkv, int64_t n, int64_t d, uint64_t seed)
+{
+    th_tensor_make(q, dt, TH_BHND, 1, hq, n, d);
+    th_tensor_make(k, dt, TH_BHND, 1, hkv, n, d);
+    th_tensor_make(v, dt, TH_BHND, 1, hkv, n, d);
+    th_tensor_make(o, dt, TH_BHND, 1, hq, n, d);
+    th_tensor_lse(lse, TH_BHND, 1, hq, n);
+    th_rng rng = th_rng_seeded(seed);
+    th_tensor_random(q, &rng, -1, 1, 0);
+    th_tensor_random(k, &rng, -1, 1, 0);
+    th_tensor_random(v, &rng, -1, 1, 0);
+}
+
 static void test_caller_workspace(void **state)
 {
     (void)state;
@@ -294,15 +309,7 @@ static void test_caller_workspace(void **state)
     c.hkv = 2;
 
     th_tensor q, k, v, o, lse;
-    th_tensor_make(&q, c.dtype, TH_BHND, 1, c.hq, c.nq, c.dqk);
-    th_tensor_make(&k, c.dtype, TH_BHND, 1, c.hkv, c.nkv, c.dqk);
-    th_tensor_make(&v, c.dtype, TH_BHND, 1, c.hkv, c.nkv, c.dv);
-    th_tensor_make(&o, c.dtype, TH_BHND, 1, c.hq, c.nq, c.dv);
-    th_tensor_lse(&lse, TH_BHND, 1, c.hq, c.nq);
-    th_rng rng = th_rng_seeded(5);
-    th_tensor_random(&q, &rng, -1, 1, 0);
-    th_tensor_random(&k, &rng, -1, 1, 0);
-    th_tensor_random(&v, &rng, -1, 1, 0);
+    make_small_problem(&q, &k, &v, &o, &lse, c.dtype, c.hq, c.hkv, c.nq, c.dqk, 5);
     ffpa_options opt = ffpa_options_default();
     opt.causal = 1;
 
@@ -351,6 +358,52 @@ static void test_caller_workspace(void **state)
     attn_run_forward(&c);
 }
 
+/* ffpa_last_kernel: "" before any forward, the kernel after one; on cuda,
+ * FFPA_CUDA_KERNEL picks the family and a bogus value is refused, writing nothing. */
+static void test_last_kernel(void **state)
+{
+    (void)state;
+    assert_string_equal(ffpa_last_kernel(NULL), "");
+    ffpa_context *fresh = NULL;
+    assert_int_equal(ffpa_create(&fresh, th_backend()), FFPA_OK);
+    assert_string_equal(ffpa_last_kernel(fresh), "");
+    ffpa_destroy(fresh);
+
+    ffpa_context *ctx = th_ctx();
+    th_tensor q, k, v, o, lse;
+    make_small_problem(&q, &k, &v, &o, &lse, FFPA_F16, 4, 2, 70, 128, 11);
+    ffpa_options opt = ffpa_options_default();
+    opt.causal = 1;
+
+    th_expect_ok(ctx, ffpa_forward(ctx, &q.dev, &k.dev, &v.dev, &o.dev, &lse.dev, &opt), "ffpa_forward");
+    const char *kernel = ffpa_last_kernel(ctx);
+    print_message("# last kernel on %s: %s\n", th_backend(), kernel);
+    if (strcmp(th_backend(), "cuda") == 0) {
+        if (strncmp(kernel, "sm90", 4) != 0 && strncmp(kernel, "generic", 7) != 0)
+            fail_msg("unexpected cuda kernel name '%s'", kernel);
+        setenv("FFPA_CUDA_KERNEL", "generic", 1);
+        th_expect_ok(ctx, ffpa_forward(ctx, &q.dev, &k.dev, &v.dev, &o.dev, &lse.dev, &opt), "ffpa_forward");
+        assert_int_equal(strncmp(ffpa_last_kernel(ctx), "generic", 7), 0);
+        setenv("FFPA_CUDA_KERNEL", "bogus", 1);
+        th_tensor_fill_bytes(&o, 0xA5);
+        ffpa_status status = ffpa_forward(ctx, &q.dev, &k.dev, &v.dev, &o.dev, &lse.dev, &opt);
+        unsetenv("FFPA_CUDA_KERNEL");
+        assert_int_equal(status, FFPA_ERR_INVALID_ARGUMENT);
+        if (!strstr(ffpa_last_error(ctx), "FFPA_CUDA_KERNEL"))
+            fail_msg("the message does not name FFPA_CUDA_KERNEL: '%s'", ffpa_last_error(ctx));
+        unsigned char *pattern = malloc(o.bytes);
+        assert_non_null(pattern);
+        memset(pattern, 0xA5, o.bytes);
+        th_expect_unchanged("o (bogus FFPA_CUDA_KERNEL)", &o, pattern);
+        free(pattern);
+    } else {
+        assert_string_equal(kernel, th_backend()); /* cpu, hip: one kernel family */
+    }
+    th_tensor *all[] = {&q, &k, &v, &o, &lse};
+    for (int i = 0; i < 5; ++i)
+        th_tensor_free(all[i]);
+}
+
 int main(void)
 {
     int unavailable = th_backend_unavailable_exit();
@@ -370,6 +423,7 @@ int main(void)
         cmocka_unit_test(test_memory_round_trip),
         cmocka_unit_test(test_contexts_independent),
         cmocka_unit_test(test_caller_workspace),
+        cmocka_unit_test(test_last_kernel),
     };
     return th_exit_code(cmocka_run_group_tests_name("backend", tests, NULL, NULL),
                         (int)(sizeof tests / sizeof tests[0]));

@@ -65,27 +65,20 @@ FFPA_DEV void mbar_arrive_remote(uint64_t *bar, uint32_t rank)
                  : "memory");
 }
 
-/* Spin until the phase with the given parity has completed (acquire, CTA). */
-FFPA_DEV void mbar_wait(uint64_t *bar, uint32_t parity)
-{
-    asm volatile("{\n.reg .pred done;\n"
-                 "WAIT_%=:\n"
-                 "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-                 "@!done bra WAIT_%=;\n}\n" ::"r"(smem_u32(bar)),
-                 "r"(parity)
-                 : "memory");
-}
+/* Spin until the phase with the given parity has completed; SEM picks the
+ * acquire scope ("" = CTA, the default). */
+#define FFPA_SM90_MBAR_WAIT(SEM)                                                                       \
+    asm volatile("{\n.reg .pred done;\n"                                                              \
+                 "WAIT_%=:\n"                                                                        \
+                 "mbarrier.try_wait.parity" SEM ".shared::cta.b64 done, [%0], %1;\n"                  \
+                 "@!done bra WAIT_%=;\n}\n" ::"r"(smem_u32(bar)),                                     \
+                 "r"(parity)                                                                         \
+                 : "memory")
+
+FFPA_DEV void mbar_wait(uint64_t *bar, uint32_t parity) { FFPA_SM90_MBAR_WAIT(""); }
 
 /* The same with cluster-scope acquire (the arrivals came from a peer CTA). */
-FFPA_DEV void mbar_wait_cluster(uint64_t *bar, uint32_t parity)
-{
-    asm volatile("{\n.reg .pred done;\n"
-                 "WAIT_%=:\n"
-                 "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 done, [%0], %1;\n"
-                 "@!done bra WAIT_%=;\n}\n" ::"r"(smem_u32(bar)),
-                 "r"(parity)
-                 : "memory");
-}
+FFPA_DEV void mbar_wait_cluster(uint64_t *bar, uint32_t parity) { FFPA_SM90_MBAR_WAIT(".acquire.cluster"); }
 
 /* ----------------------------------------------------------------- TMA */
 
