@@ -82,19 +82,21 @@ fi
 
 # Diagnostic (DIAG=1): the cluster kernels without their DSMEM exchange (wrong
 # results; timing only) - how much of a tile the exchange costs.
-if [ "${DIAG:-0}" = 1 ]; then
+# DIAG=2: a clock64 breakdown of the steady loop (first cluster's consumers).
+if [ "${DIAG:-0}" != 0 ]; then
+  flag=$([ "$DIAG" = 2 ] && echo -DFFPA_SM90_DIAG_TIMELINE || echo -DFFPA_SM90_DIAG_SKIP_EXCHANGE)
   if [ ! -f "$B-diag/build.ninja" ]; then
-    meson setup "$B-diag" -Dcuda=enabled -Dcuda-archs=90a -Dhip=disabled \
-      -Dcuda_args=-DFFPA_SM90_DIAG_SKIP_EXCHANGE >"$OUT/setup-diag.log" 2>&1
+    meson setup "$B-diag" -Dcuda=enabled -Dcuda-archs=90a -Dhip=disabled -Dcuda_args=$flag >"$OUT/setup-diag.log" 2>&1
   fi
   ninja -C "$B-diag" backends/cuda/libffpa-cuda.so bench/ffpa-bench >"$OUT/build-diag.log" 2>&1
   FFPA_BACKEND_PATH="$PWD/$B-diag/backends/cuda" FFPA_CUDA_KERNEL=sm90 timeout 120 "$B-diag/bench/ffpa-bench" \
-    --backend cuda --reps 10 1,32,32,8192,8192,512,512 1,32,32,8192,8192,1024,1024 >"$OUT/bench-diag.log" 2>&1
+    --backend cuda --reps 1 --iters 1 --warmup 0 1,32,32,8192,8192,256,256 1,32,32,8192,8192,512,512 \
+    1,32,32,8192,8192,1024,1024 >"$OUT/bench-diag.log" 2>&1
   note "diag (no exchange) rc=$?"
 fi
 
 echo; echo "================ summary"
 printf '%s\n' "${summary[@]}"
 grep -h FAIL "$OUT"/check*.log | head -20
-for k in sm90 generic diag; do echo "-- $k"; grep -v "^#" "$OUT/bench-$k.log" 2>/dev/null; done
+for k in sm90 generic diag; do echo "-- $k"; grep -v "^#" "$OUT/bench-$k.log" 2>/dev/null | head -30; done
 tail -15 "$OUT/compare.log" 2>/dev/null

@@ -84,10 +84,16 @@ template <class Cfg> struct TileSoftmax {
     FFPA_DEV void run(float (&s)[32], float (&o)[Cfg::kOAcc], uint32_t (&pf)[4][4], const ffpa_gpu_fwd_params &p,
                       uint8_t *xslots, RingBarriers *bars, int consumer_idx, int ctid, uint32_t rank, int t)
     {
-        using T = typename Cfg::T;
-        const int lane = ctid & 31;
         if (Cfg::kCluster > 1) /* start() was called when the partial was ready */
             SplitDExchange<Cfg>::finish(s, xslots, bars, consumer_idx, ctid, rank, t);
+        softmax(s, o, pf, p, ctid & 31, t);
+    }
+
+    /* The part after the cluster sum. */
+    FFPA_DEV void softmax(float (&s)[32], float (&o)[Cfg::kOAcc], uint32_t (&pf)[4][4], const ffpa_gpu_fwd_params &p,
+                          int lane, int t)
+    {
+        using T = typename Cfg::T;
         arch::FragC(&sf)[Cfg::kNT] = reinterpret_cast<arch::FragC(&)[Cfg::kNT]>(s);
         mc.col0 = t * Cfg::kBc;
         mc.need_bounds = mc.col0 + Cfg::kBc > mc.seqlen_k;
@@ -172,12 +178,28 @@ FFPA_DEV void consumer(const ffpa_gpu_fwd_params &p, uint8_t *smem, RingBarriers
             SplitDExchange<Cfg>::start(s, smem + L::x, bars, consumer_idx, ctid, rank, 0);
         ts.run(s, o, pf, p, smem + L::x, bars, consumer_idx, ctid, rank, 0);
 
+#ifdef FFPA_SM90_DIAG_TIMELINE
+        /* Diagnostic builds only: mean cycles per tile of each step of the
+         * steady loop, printed by the first cluster's consumers. */
+        long long diag[8] = {0, 0, 0, 0, 0, 0, 0, 0}, diag_t = clock64();
+#define FFPA_SM90_DIAG_MARK(i)                                                                         \
+    do {                                                                                               \
+        const long long now = clock64();                                                               \
+        diag[i] += now - diag_t;                                                                       \
+        diag_t = now;                                                                                  \
+    } while (0)
+#else
+#define FFPA_SM90_DIAG_MARK(i) ((void)0)
+#endif
         /* Steady state (straight-line wgmma batches: no branch around them). */
         for (int t = 0; t + 1 < n; ++t) {
             const int k_next = 2 * t + 2, v_cur = 2 * t + 1;
+            FFPA_SM90_DIAG_MARK(7);
             mbar_wait(&bars->full[R::slot(k_next)], R::parity(k_next));
             mbar_wait(&bars->full[R::slot(v_cur)], R::parity(v_cur));
+            FFPA_SM90_DIAG_MARK(0);
             named_barrier_sync(bar_mine, 256);
+            FFPA_SM90_DIAG_MARK(1);
             fence_operands(s);
             fence_operands(o);
             wgmma_fence();
@@ -186,17 +208,31 @@ FFPA_DEV void consumer(const ffpa_gpu_fwd_params &p, uint8_t *smem, RingBarriers
             ConsumerGemms<Cfg>::pv_issue(o, pf, R::addr(smem, v_cur));
             wgmma_commit(); /* group 2: PV(t) */
             named_barrier_arrive(bar_other, 256);
+            FFPA_SM90_DIAG_MARK(2);
             /* The partial S leaves for the peer CTAs while PV(t) still runs. */
             wgmma_wait<1>();
             fence_operands(s);
             release(k_next);
+            FFPA_SM90_DIAG_MARK(3);
             if (Cfg::kCluster > 1)
                 SplitDExchange<Cfg>::start(s, smem + L::x, bars, consumer_idx, ctid, rank, t + 1);
+            FFPA_SM90_DIAG_MARK(4);
             wgmma_wait<0>();
             fence_operands(o);
             release(v_cur);
-            ts.run(s, o, pf, p, smem + L::x, bars, consumer_idx, ctid, rank, t + 1);
+            FFPA_SM90_DIAG_MARK(5);
+            if (Cfg::kCluster > 1)
+                SplitDExchange<Cfg>::finish(s, smem + L::x, bars, consumer_idx, ctid, rank, t + 1);
+            FFPA_SM90_DIAG_MARK(6);
+            ts.softmax(s, o, pf, p, lane, t + 1);
         }
+#ifdef FFPA_SM90_DIAG_TIMELINE
+        if (ctid == 0 && blockIdx.x < Cfg::kCluster && n > 1)
+            printf("diag slice %d cta %u consumer %d tiles %d cycles/tile: data %lld turn %lld issue %lld "
+                   "qk-wait %lld send %lld pv-wait %lld receive %lld softmax %lld\n",
+                   Cfg::kSlice, rank, consumer_idx, n - 1, diag[0] / (n - 1), diag[1] / (n - 1), diag[2] / (n - 1),
+                   diag[3] / (n - 1), diag[4] / (n - 1), diag[5] / (n - 1), diag[6] / (n - 1), diag[7] / (n - 1));
+#endif
         /* Last phase: PV of the last tile (consumer 1's turn has no taker). */
         const int v_last = 2 * n - 1;
         mbar_wait(&bars->full[R::slot(v_last)], R::parity(v_last));
