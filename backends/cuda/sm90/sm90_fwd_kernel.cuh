@@ -137,6 +137,12 @@ FFPA_DEV void consumer(const ffpa_gpu_fwd_params &p, uint8_t *smem, RingBarriers
     const int warp = ctid / 32, lane = ctid & 31;
     const int row_in_block = consumer_idx * 64 + warp * 16; /* the warp's first row */
     const int bar_mine = 1 + consumer_idx, bar_other = 2 - consumer_idx;
+#ifdef FFPA_SM90_NO_PINGPONG_CLUSTERS
+    /* Experiment (DIAG=3): cluster kernels without the ping-pong. */
+    constexpr bool kPingPong = Cfg::kCluster == 1;
+#else
+    constexpr bool kPingPong = true;
+#endif
 
     float o[Cfg::kOAcc];
 #pragma unroll
@@ -161,16 +167,19 @@ FFPA_DEV void consumer(const ffpa_gpu_fwd_params &p, uint8_t *smem, RingBarriers
     if (n > 0) {
         float s[32];
         uint32_t pf[4][4];
-        if (consumer_idx == 1)
+        if (kPingPong && consumer_idx == 1)
             named_barrier_arrive(bar_other, 256); /* consumer 0 issues first */
         mbar_wait(&bars->q_full, 0);
         mbar_wait(&bars->full[R::slot(0)], R::parity(0));
-        named_barrier_sync(bar_mine, 256);
+        if (kPingPong)
+            if (kPingPong)
+                named_barrier_sync(bar_mine, 256);
         fence_operands(s);
         wgmma_fence();
         ConsumerGemms<Cfg>::qk_issue(s, q_addr, R::addr(smem, 0));
         wgmma_commit();
-        named_barrier_arrive(bar_other, 256);
+        if (kPingPong)
+            named_barrier_arrive(bar_other, 256);
         wgmma_wait<0>();
         fence_operands(s);
         release(0);
@@ -198,7 +207,9 @@ FFPA_DEV void consumer(const ffpa_gpu_fwd_params &p, uint8_t *smem, RingBarriers
             mbar_wait(&bars->full[R::slot(k_next)], R::parity(k_next));
             mbar_wait(&bars->full[R::slot(v_cur)], R::parity(v_cur));
             FFPA_SM90_DIAG_MARK(0);
-            named_barrier_sync(bar_mine, 256);
+            if (kPingPong)
+            if (kPingPong)
+                named_barrier_sync(bar_mine, 256);
             FFPA_SM90_DIAG_MARK(1);
             fence_operands(s);
             fence_operands(o);
@@ -207,7 +218,8 @@ FFPA_DEV void consumer(const ffpa_gpu_fwd_params &p, uint8_t *smem, RingBarriers
             wgmma_commit(); /* group 1: QK(t+1) */
             ConsumerGemms<Cfg>::pv_issue(o, pf, R::addr(smem, v_cur));
             wgmma_commit(); /* group 2: PV(t) */
-            named_barrier_arrive(bar_other, 256);
+            if (kPingPong)
+                named_barrier_arrive(bar_other, 256);
             FFPA_SM90_DIAG_MARK(2);
             /* The partial S leaves for the peer CTAs while PV(t) still runs. */
             wgmma_wait<1>();
@@ -236,12 +248,14 @@ FFPA_DEV void consumer(const ffpa_gpu_fwd_params &p, uint8_t *smem, RingBarriers
         /* Last phase: PV of the last tile (consumer 1's turn has no taker). */
         const int v_last = 2 * n - 1;
         mbar_wait(&bars->full[R::slot(v_last)], R::parity(v_last));
-        named_barrier_sync(bar_mine, 256);
+        if (kPingPong)
+            if (kPingPong)
+                named_barrier_sync(bar_mine, 256);
         fence_operands(o);
         wgmma_fence();
         ConsumerGemms<Cfg>::pv_issue(o, pf, R::addr(smem, v_last));
         wgmma_commit();
-        if (consumer_idx == 0)
+        if (kPingPong && consumer_idx == 0)
             named_barrier_arrive(bar_other, 256);
         wgmma_wait<0>();
         fence_operands(o);
