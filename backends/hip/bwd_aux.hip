@@ -69,14 +69,17 @@ hipError_t bwd_launch_dbias_convert(const float *acc, const int64_t (&grid)[4], 
     return hipGetLastError();
 }
 
-hipError_t bwd_launch_dkdv(int dtype, int bc, const ffpa_bwd_params &p, size_t smem, hipStream_t stream)
+hipError_t bwd_launch_dkdv(int dtype, int kernel, const ffpa_bwd_params &p, size_t smem, hipStream_t stream)
 {
-    return dtype == FFPA_F16 ? bwd_launch_dkdv_f16(bc, p, smem, stream) : bwd_launch_dkdv_bf16(bc, p, smem, stream);
+    return dtype == FFPA_F16 ? bwd_launch_dkdv_f16(kernel, p, smem, stream)
+                             : bwd_launch_dkdv_bf16(kernel, p, smem, stream);
 }
 
-hipError_t bwd_launch_dq(int dtype, const ffpa_bwd_params &p, int64_t blocks, size_t smem, hipStream_t stream)
+hipError_t bwd_launch_dq(int dtype, int kernel, const ffpa_bwd_params &p, int64_t blocks, size_t smem,
+                         hipStream_t stream)
 {
-    return dtype == FFPA_F16 ? bwd_launch_dq_f16(p, blocks, smem, stream) : bwd_launch_dq_bf16(p, blocks, smem, stream);
+    return dtype == FFPA_F16 ? bwd_launch_dq_f16(kernel, p, blocks, smem, stream)
+                             : bwd_launch_dq_bf16(kernel, p, blocks, smem, stream);
 }
 
 } /* namespace hip */

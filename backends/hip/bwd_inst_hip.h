@@ -2,8 +2,9 @@
  * HIP entry points of the backward kernels of one element type over the
  * vendor-neutral bodies (backends/gpu/bwd/), compiled with arch_hip.h;
  * bwd_inst_f16.hip and bwd_inst_bf16.hip include this with FFPA_BWD_T set.
- * Per dtype: dK/dV with 64- and 32-row key tiles, and dQ (D is a run-time
- * loop bound).
+ * Per dtype: dK/dV with 64- and 32-row key tiles and dQ of BigCfg (more
+ * than 64 KiB of LDS: NVIDIA), and dK/dV (K/V streamed) and dQ of SmallCfg
+ * (at most 64 KiB: gfx90a, gfx942, gfx1100). D is a run-time loop bound.
  */
 #include "hip_port.h"
 
@@ -16,18 +17,33 @@
 namespace ffpa {
 namespace hip {
 
+using bwd::BigCfg;
+using bwd::SmallCfg;
+
 template <typename T, int kBc>
-__global__ void __launch_bounds__(bwd::kThreads) bwd_dkdv_kernel(const ffpa_bwd_params p)
+__global__ void __launch_bounds__(BigCfg::kThreads) bwd_dkdv_kernel(const ffpa_bwd_params p)
 {
-    bwd::dkdv_body<T, kBc>(p);
+    bwd::dkdv_body<T, kBc, BigCfg>(p);
 }
 
-template <typename T> __global__ void __launch_bounds__(bwd::kThreads) bwd_dq_kernel(const ffpa_bwd_params p)
+template <typename T> __global__ void __launch_bounds__(BigCfg::kThreads) bwd_dq_kernel(const ffpa_bwd_params p)
 {
-    bwd::dq_body<T>(p);
+    bwd::dq_body<T, BigCfg>(p);
 }
 
-template <typename K>
+template <typename T>
+__global__ void __launch_bounds__(SmallCfg::kThreads) bwd_dkdv_small_kernel(const ffpa_bwd_params p)
+{
+    bwd::dkdv_body<T, 64, SmallCfg>(p);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(SmallCfg::kThreads) bwd_dq_small_kernel(const ffpa_bwd_params p)
+{
+    bwd::dq_body<T, SmallCfg>(p);
+}
+
+template <class B, typename K>
 static hipError_t bwd_launch_with_smem(K kernel, dim3 grid, size_t smem, hipStream_t stream, const ffpa_bwd_params &p)
 {
 #if defined(__HIP_PLATFORM_NVIDIA__)
@@ -36,21 +52,26 @@ static hipError_t bwd_launch_with_smem(K kernel, dim3 grid, size_t smem, hipStre
     if (e != hipSuccess)
         return e;
 #endif
-    kernel<<<grid, dim3(bwd::kThreads), smem, stream>>>(p);
+    kernel<<<grid, dim3(B::kThreads), smem, stream>>>(p);
     return hipGetLastError();
 }
 
-hipError_t FFPA_BWD_LAUNCH_DKDV(int bc, const ffpa_bwd_params &p, size_t smem, hipStream_t stream)
+hipError_t FFPA_BWD_LAUNCH_DKDV(int kernel, const ffpa_bwd_params &p, size_t smem, hipStream_t stream)
 {
     dim3 grid((unsigned)p.kv_blocks, (unsigned)p.hkv, (unsigned)p.batch);
-    if (bc == 64)
-        return bwd_launch_with_smem(bwd_dkdv_kernel<FFPA_BWD_T, 64>, grid, smem, stream, p);
-    return bwd_launch_with_smem(bwd_dkdv_kernel<FFPA_BWD_T, 32>, grid, smem, stream, p);
+    if (kernel == bwd::kDkdvSmall)
+        return bwd_launch_with_smem<SmallCfg>(bwd_dkdv_small_kernel<FFPA_BWD_T>, grid, smem, stream, p);
+    if (kernel == bwd::kDkdv64)
+        return bwd_launch_with_smem<BigCfg>(bwd_dkdv_kernel<FFPA_BWD_T, 64>, grid, smem, stream, p);
+    return bwd_launch_with_smem<BigCfg>(bwd_dkdv_kernel<FFPA_BWD_T, 32>, grid, smem, stream, p);
 }
 
-hipError_t FFPA_BWD_LAUNCH_DQ(const ffpa_bwd_params &p, int64_t blocks, size_t smem, hipStream_t stream)
+hipError_t FFPA_BWD_LAUNCH_DQ(int kernel, const ffpa_bwd_params &p, int64_t blocks, size_t smem, hipStream_t stream)
 {
-    return bwd_launch_with_smem(bwd_dq_kernel<FFPA_BWD_T>, dim3((unsigned)blocks), smem, stream, p);
+    if (kernel == bwd::kDqSmall)
+        return bwd_launch_with_smem<SmallCfg>(bwd_dq_small_kernel<FFPA_BWD_T>, dim3((unsigned)blocks), smem, stream,
+                                              p);
+    return bwd_launch_with_smem<BigCfg>(bwd_dq_kernel<FFPA_BWD_T>, dim3((unsigned)blocks), smem, stream, p);
 }
 
 } /* namespace hip */

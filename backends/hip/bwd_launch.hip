@@ -3,7 +3,8 @@
  * host logic (backends/gpu/bwd/bwd_host.h: checks, workspace, tile choice,
  * launch sequence) and the plugin's extern "C" entry points.
  * Shared memory per block is what the probe reported (64 KiB on gfx90a,
- * gfx942, gfx1100; the opt-in limit on NVIDIA).
+ * gfx942, gfx1100: bwd_host.h then picks the small-shared-memory kernels;
+ * the opt-in limit on NVIDIA), or less with FFPA_BWD_SMEM_LIMIT.
  */
 #include "hip_port.h"
 
@@ -29,13 +30,13 @@ struct HipRuntime {
     }
     static Error zero(void *dst, size_t bytes, Stream s) { return hipMemsetAsync(dst, 0, bytes, s); }
     static Error delta(int dtype, const ffpa_bwd_params &p, Stream s) { return bwd_launch_delta(dtype, p, s); }
-    static Error dkdv(int dtype, int bc, const ffpa_bwd_params &p, size_t smem, Stream s)
+    static Error dkdv(int dtype, int kernel, const ffpa_bwd_params &p, size_t smem, Stream s)
     {
-        return bwd_launch_dkdv(dtype, bc, p, smem, s);
+        return bwd_launch_dkdv(dtype, kernel, p, smem, s);
     }
-    static Error dq(int dtype, const ffpa_bwd_params &p, int64_t blocks, size_t smem, Stream s)
+    static Error dq(int dtype, int kernel, const ffpa_bwd_params &p, int64_t blocks, size_t smem, Stream s)
     {
-        return bwd_launch_dq(dtype, p, blocks, smem, s);
+        return bwd_launch_dq(dtype, kernel, p, blocks, smem, s);
     }
     static Error convert(int dtype, const ConvertJob &job, Stream s) { return bwd_launch_convert(dtype, job, s); }
     static Error dbias_convert(const float *acc, const int64_t (&grid)[4], void *out, int out_dtype,

@@ -9,12 +9,15 @@
 #        copies libcmocka beside the tests so the build runs where cmocka is
 #        not installed (the GPU machine).
 #   bash backends/hip/nvidia-check.sh test [BUILD]    oracle tests with
-#        FFPA_TEST_BACKEND=hip (forward, validation, backward), ffpa-bench
+#        FFPA_TEST_BACKEND=hip (forward, validation, backward, and backward64k:
+#        the backward again with FFPA_BWD_SMEM_LIMIT=65536, i.e. the
+#        small-shared-memory kernels a 64 KiB-LDS AMD part runs), ffpa-bench
 #        --check (hip vs cpu) on shapes covering every forward instantiation
 #        and option, compute-sanitizer memcheck on small backwards (ffpa-run
-#        vs the float64 oracle). Logs to $OUT (or /tmp).
+#        vs the float64 oracle; both backward configurations). Logs to $OUT
+#        (or /tmp).
 # Environment: NVCC (nvcc), HIPNV_SM (90: the SASS target), HIPNV_STEPS
-# (default "forward validation backward bench memcheck": the test steps).
+# (default "backward backward64k forward validation bench memcheck": the test steps).
 set -u
 cd "$(dirname "$0")/../.."
 STEP=${1:-build}
@@ -62,17 +65,18 @@ fi
 export LD_LIBRARY_PATH="$PWD/$B/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export FFPA_BACKEND_PATH="$PWD/$B/backends/hip"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null
-STEPS=${HIPNV_STEPS:-backward forward validation bench memcheck}
+STEPS=${HIPNV_STEPS:-backward backward64k forward validation bench memcheck}
 want() { case " $STEPS " in *" $1 "*) return 0 ;; esac; return 1; }
 rc_all=0
 for t in $STEPS; do
-  case $t in forward | validation | backward) ;; *) continue ;; esac
-  want $t || continue
+  # backward64k: test_backward with the backward planner capped at 64 KiB.
+  case $t in forward | validation | backward) prog=$t lim= ;; backward64k) prog=backward lim=65536 ;; *) continue ;; esac
   t0=$(date +%s)
-  FFPA_TEST_BACKEND=hip timeout "${HIPNV_TEST_TIMEOUT:-200}" "$B/tests/test_$t" >"$LOG/test_$t.log" 2>&1
+  FFPA_BWD_SMEM_LIMIT=$lim FFPA_TEST_BACKEND=hip timeout "${HIPNV_TEST_TIMEOUT:-200}" "$B/tests/test_$prog" \
+    >"$LOG/test_$t.log" 2>&1
   rc=$?
   [ $rc -ne 0 ] && rc_all=1
-  echo "== test_$t (FFPA_TEST_BACKEND=hip): rc=$rc, $(( $(date +%s) - t0 )) s," \
+  echo "== test_$prog (FFPA_TEST_BACKEND=hip${lim:+ FFPA_BWD_SMEM_LIMIT=$lim}): rc=$rc, $(( $(date +%s) - t0 )) s," \
        "$(grep -c '^\[       OK \]' "$LOG/test_$t.log") ok, $(grep -c '^\[  FAILED  \]' "$LOG/test_$t.log") failed lines," \
        "$(grep -c 'refused by hip as unsupported' "$LOG/test_$t.log") refusals"
   grep -E "FAILED|SKIP|error|refused" "$LOG/test_$t.log" | head -12
@@ -90,18 +94,21 @@ if want bench && [ -x "$B/bench/ffpa-bench" ]; then
 fi
 # Small backwards (forward + backward, checked against the float64 oracle)
 # under compute-sanitizer memcheck: Bc=64 and Bc=32 dK/dV, dQ with dbias,
-# dropout, GQA, causal with Nq != Nkv.
+# dropout, GQA, causal with Nq != Nkv; then the same with
+# FFPA_BWD_SMEM_LIMIT=65536 (small-shared-memory dK/dV and dQ).
 if want memcheck && command -v compute-sanitizer >/dev/null && [ -x "$B/tools/ffpa-run" ]; then
   n=0
-  for args in "-b 2 --hq 4 --hkv 2 --nq 77 --nkv 90 -d 64 --causal --bias --dropout 0.1" \
-              "-b 1 --hq 2 --hkv 1 --nq 40 --nkv 33 -d 512 --causal"; do
-    n=$((n + 1))
-    timeout "${HIPNV_SAN_TIMEOUT:-120}" compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tools/ffpa-run" --backend hip --iters 1 \
-      --check $args >"$LOG/memcheck-$n.log" 2>&1
-    rc=$?
-    [ $rc -ne 0 ] && rc_all=1
-    echo "== memcheck ffpa-run $args: rc=$rc; $(grep -E 'ERROR SUMMARY' "$LOG/memcheck-$n.log")"
-    grep -E -i "backward|forward|check|error" "$LOG/memcheck-$n.log" | grep -v "ERROR SUMMARY" | head -6
+  for lim in "" 65536; do
+    for args in "-b 2 --hq 4 --hkv 2 --nq 77 --nkv 90 -d 64 --causal --bias --dropout 0.1" \
+                "-b 1 --hq 2 --hkv 1 --nq 40 --nkv 33 -d 512 --causal"; do
+      n=$((n + 1))
+      FFPA_BWD_SMEM_LIMIT=$lim timeout "${HIPNV_SAN_TIMEOUT:-120}" compute-sanitizer --tool memcheck --error-exitcode 9 \
+        "$B/tools/ffpa-run" --backend hip --iters 1 --check $args >"$LOG/memcheck-$n.log" 2>&1
+      rc=$?
+      [ $rc -ne 0 ] && rc_all=1
+      echo "== memcheck${lim:+ FFPA_BWD_SMEM_LIMIT=$lim} ffpa-run $args: rc=$rc; $(grep -E 'ERROR SUMMARY' "$LOG/memcheck-$n.log")"
+      grep -E -i "backward|forward|check|error" "$LOG/memcheck-$n.log" | grep -v "ERROR SUMMARY" | head -6
+    done
   done
 fi
 exit $rc_all

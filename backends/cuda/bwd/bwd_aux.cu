@@ -67,14 +67,16 @@ cudaError_t launch_dbias_convert(const float *acc, const int64_t (&grid)[4], voi
     return cudaGetLastError();
 }
 
-cudaError_t launch_dkdv(int dtype, int bc, const ffpa_bwd_params &p, size_t smem, cudaStream_t stream)
+cudaError_t launch_dkdv(int dtype, int kernel, const ffpa_bwd_params &p, size_t smem, cudaStream_t stream)
 {
-    return dtype == FFPA_F16 ? launch_dkdv_f16(bc, p, smem, stream) : launch_dkdv_bf16(bc, p, smem, stream);
+    return dtype == FFPA_F16 ? launch_dkdv_f16(kernel, p, smem, stream) : launch_dkdv_bf16(kernel, p, smem, stream);
 }
 
-cudaError_t launch_dq(int dtype, const ffpa_bwd_params &p, int64_t blocks, size_t smem, cudaStream_t stream)
+cudaError_t launch_dq(int dtype, int kernel, const ffpa_bwd_params &p, int64_t blocks, size_t smem,
+                      cudaStream_t stream)
 {
-    return dtype == FFPA_F16 ? launch_dq_f16(p, blocks, smem, stream) : launch_dq_bf16(p, blocks, smem, stream);
+    return dtype == FFPA_F16 ? launch_dq_f16(kernel, p, blocks, smem, stream)
+                             : launch_dq_bf16(kernel, p, blocks, smem, stream);
 }
 
 cudaError_t kernel_attributes(int dtype, int which, cudaFuncAttributes *attr)

@@ -3,8 +3,11 @@
  * bwd_inst_bf16.cu include this with FFPA_BWD_T set, so the two dtypes
  * compile in parallel. Instantiated per dtype: dK/dV with 64-row key tiles
  * (Dqk + Dv up to 1152 on a 227 KB device), with 32-row key tiles (the
- * rest, up to 2 x 1024), and one dQ kernel: every head dimension routes to
- * these three (D is a run-time loop bound, not a template argument).
+ * rest, up to 2 x 1024), and one dQ kernel, all of BigCfg; and the
+ * small-shared-memory configuration (SmallCfg: at most 64 KiB per block,
+ * chosen by bwd_host.h only where BigCfg does not fit): dK/dV with K/V
+ * streamed, and dQ. Every head dimension routes to these (D is a run-time
+ * loop bound, not a template argument).
  * The bodies are vendor-neutral (backends/gpu/bwd/), compiled here with the
  * CUDA arch layer.
  */
@@ -22,47 +25,71 @@ namespace ffpa {
 namespace bwd {
 
 template <typename T, int kBc>
-__global__ void __launch_bounds__(kThreads, 1) dkdv_kernel(const __grid_constant__ ffpa_bwd_params p)
+__global__ void __launch_bounds__(BigCfg::kThreads, 1) dkdv_kernel(const __grid_constant__ ffpa_bwd_params p)
 {
-    dkdv_body<T, kBc>(p);
+    dkdv_body<T, kBc, BigCfg>(p);
 }
 
 template <typename T>
-__global__ void __launch_bounds__(kThreads, 1) dq_kernel(const __grid_constant__ ffpa_bwd_params p)
+__global__ void __launch_bounds__(BigCfg::kThreads, 1) dq_kernel(const __grid_constant__ ffpa_bwd_params p)
 {
-    dq_body<T>(p);
+    dq_body<T, BigCfg>(p);
 }
 
-template <typename K> static cudaError_t launch_with_smem(K kernel, dim3 grid, size_t smem, cudaStream_t stream,
-                                                          const ffpa_bwd_params &p)
+template <typename T>
+__global__ void __launch_bounds__(SmallCfg::kThreads, 1) dkdv_small_kernel(const __grid_constant__ ffpa_bwd_params p)
+{
+    dkdv_body<T, 64, SmallCfg>(p);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(SmallCfg::kThreads, 1) dq_small_kernel(const __grid_constant__ ffpa_bwd_params p)
+{
+    dq_body<T, SmallCfg>(p);
+}
+
+template <class B, typename K>
+static cudaError_t launch_with_smem(K kernel, dim3 grid, size_t smem, cudaStream_t stream, const ffpa_bwd_params &p)
 {
     cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != cudaSuccess)
         return e;
-    kernel<<<grid, kThreads, smem, stream>>>(p);
+    kernel<<<grid, B::kThreads, smem, stream>>>(p);
     return cudaGetLastError();
 }
 
-cudaError_t FFPA_BWD_LAUNCH_DKDV(int bc, const ffpa_bwd_params &p, size_t smem, cudaStream_t stream)
+cudaError_t FFPA_BWD_LAUNCH_DKDV(int kernel, const ffpa_bwd_params &p, size_t smem, cudaStream_t stream)
 {
     dim3 grid((unsigned)p.kv_blocks, (unsigned)p.hkv, (unsigned)p.batch);
-    if (bc == 64)
-        return launch_with_smem(dkdv_kernel<FFPA_BWD_T, 64>, grid, smem, stream, p);
-    return launch_with_smem(dkdv_kernel<FFPA_BWD_T, 32>, grid, smem, stream, p);
+    if (kernel == kDkdvSmall)
+        return launch_with_smem<SmallCfg>(dkdv_small_kernel<FFPA_BWD_T>, grid, smem, stream, p);
+    if (kernel == kDkdv64)
+        return launch_with_smem<BigCfg>(dkdv_kernel<FFPA_BWD_T, 64>, grid, smem, stream, p);
+    return launch_with_smem<BigCfg>(dkdv_kernel<FFPA_BWD_T, 32>, grid, smem, stream, p);
 }
 
-cudaError_t FFPA_BWD_LAUNCH_DQ(const ffpa_bwd_params &p, int64_t blocks, size_t smem, cudaStream_t stream)
+cudaError_t FFPA_BWD_LAUNCH_DQ(int kernel, const ffpa_bwd_params &p, int64_t blocks, size_t smem,
+                               cudaStream_t stream)
 {
-    return launch_with_smem(dq_kernel<FFPA_BWD_T>, dim3((unsigned)blocks), smem, stream, p);
+    if (kernel == kDqSmall)
+        return launch_with_smem<SmallCfg>(dq_small_kernel<FFPA_BWD_T>, dim3((unsigned)blocks), smem, stream, p);
+    return launch_with_smem<BigCfg>(dq_kernel<FFPA_BWD_T>, dim3((unsigned)blocks), smem, stream, p);
 }
 
 cudaError_t FFPA_BWD_ATTR(int which, cudaFuncAttributes *attr)
 {
-    if (which == 0)
+    switch (which) {
+    case kDkdv64:
         return cudaFuncGetAttributes(attr, dkdv_kernel<FFPA_BWD_T, 64>);
-    if (which == 1)
+    case kDkdv32:
         return cudaFuncGetAttributes(attr, dkdv_kernel<FFPA_BWD_T, 32>);
-    return cudaFuncGetAttributes(attr, dq_kernel<FFPA_BWD_T>);
+    case kDkdvSmall:
+        return cudaFuncGetAttributes(attr, dkdv_small_kernel<FFPA_BWD_T>);
+    case kDqSmall:
+        return cudaFuncGetAttributes(attr, dq_small_kernel<FFPA_BWD_T>);
+    default:
+        return cudaFuncGetAttributes(attr, dq_kernel<FFPA_BWD_T>);
+    }
 }
 
 } /* namespace bwd */

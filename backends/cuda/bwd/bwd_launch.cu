@@ -27,13 +27,13 @@ struct CudaRuntime {
     }
     static Error zero(void *dst, size_t bytes, Stream s) { return cudaMemsetAsync(dst, 0, bytes, s); }
     static Error delta(int dtype, const ffpa_bwd_params &p, Stream s) { return launch_delta(dtype, p, s); }
-    static Error dkdv(int dtype, int bc, const ffpa_bwd_params &p, size_t smem, Stream s)
+    static Error dkdv(int dtype, int kernel, const ffpa_bwd_params &p, size_t smem, Stream s)
     {
-        return launch_dkdv(dtype, bc, p, smem, s);
+        return launch_dkdv(dtype, kernel, p, smem, s);
     }
-    static Error dq(int dtype, const ffpa_bwd_params &p, int64_t blocks, size_t smem, Stream s)
+    static Error dq(int dtype, int kernel, const ffpa_bwd_params &p, int64_t blocks, size_t smem, Stream s)
     {
-        return launch_dq(dtype, p, blocks, smem, s);
+        return launch_dq(dtype, kernel, p, blocks, smem, s);
     }
     static Error convert(int dtype, const ConvertJob &job, Stream s) { return launch_convert(dtype, job, s); }
     static Error dbias_convert(const float *acc, const int64_t (&grid)[4], void *out, int out_dtype,

@@ -15,10 +15,30 @@
 namespace ffpa {
 namespace bwd {
 
-constexpr int kWarps = 8;
-constexpr int kThreads = kWarps * arch::kWarpSize;
-constexpr int kBr = 16 * kWarps;  /* query rows of a tile: 16 per warp */
-constexpr int kChunk = 2 * kSlab; /* columns streamed per pipeline item */
+/*
+ * Block shape of a backward configuration: kWarps warps of 16 query rows
+ * each (kBr rows per query tile), D streamed through the ring in kChunk
+ * columns per item (kSlabs slabs of 64), and, for dK/dV, K_j/V_j either
+ * resident in shared memory for the whole block or streamed beside the
+ * Q/dO chunk of every item (recomputed per chunk, as Split-D does).
+ */
+template <int kWarps_, int kChunk_, bool kStreamKV_> struct BwdCfg {
+    static constexpr int kWarps = kWarps_;
+    static constexpr int kThreads = kWarps * arch::kWarpSize;
+    static constexpr int kBr = 16 * kWarps;  /* query rows of a tile: 16 per warp */
+    static constexpr int kChunk = kChunk_;   /* columns streamed per pipeline item */
+    static constexpr int kSlabs = kChunk / kSlab;
+    static constexpr bool kStreamKV = kStreamKV_;
+    static_assert(kChunk % kSlab == 0, "whole slabs per item");
+};
+
+/* The configuration of devices with ~130 KiB or more per block (H100: 227 KB):
+ * 8 warps, 128-row query tiles, 128-column chunks, K/V resident. */
+using BigCfg = BwdCfg<8, 2 * kSlab, false>;
+/* Chosen only where BigCfg does not fit (64 KiB LDS of gfx90a/gfx942/gfx1100,
+ * ~99 KiB of sm_86/89 for large D, FFPA_BWD_SMEM_LIMIT): 4 warps, 64-row
+ * query tiles, 64-column chunks, K/V streamed; at most 64 KiB for every D. */
+using SmallCfg = BwdCfg<4, kSlab, true>;
 
 /* Rows of sequence b and where they start in the packed tensors. */
 struct SeqGeom {

@@ -2,14 +2,17 @@
  * dK/dV kernel (paper Algorithm 2, dKdV half). A block owns kBc key rows of
  * one kv head: K_j and V_j (all of Dqk / Dv, as 64-column slabs) stay in
  * shared memory while the query blocks of every query head of the group
- * stream through a cp.async ring in 128-column chunks:
+ * stream through a cp.async ring in B::kChunk-column chunks:
  *   Q chunks   S = Q K^T (Split-D over Dqk)           -> P from the saved LSE
  *   dO chunks  dP = dO V^T (Split-D over Dv), and dV_c += P_dropped^T dO_c
  *   Q chunks   dK_c += scale * dS^T Q_c
+ * With B::kStreamKV (the small-shared-memory configuration) K_j and V_j are
+ * not resident: the K (resp. V) chunk travels in the same ring slot as the
+ * Q (resp. dO) chunk it multiplies, so shared memory does not grow with D.
  * dK/dV partial sums live in the gradient accumulator (fp32 workspace or the
  * output), read-modify-written once per query tile by this block only: no
  * atomics, a fixed order, the same bits on every run. Warp w owns query rows
- * [16 w, 16 w + 16) of S/dP; for dV/dK the warps tile the kBc x 128 chunk.
+ * [16 w, 16 w + 16) of S/dP; for dV/dK the warps tile the kBc x kChunk chunk.
  */
 #ifndef FFPA_GPU_BWD_DKDV_CUH
 #define FFPA_GPU_BWD_DKDV_CUH
@@ -19,28 +22,34 @@
 namespace ffpa {
 namespace bwd {
 
-template <int kBc_> struct DkdvCfg {
+template <int kBc_, class B> struct DkdvCfg {
     static constexpr int kBc = kBc_;
     static constexpr int kNT = kBc / 8;               /* S n-tiles per warp */
-    static constexpr int kPElems = ptile_elems<kBc>(kBr); /* P or dS tile (swizzled or padded) */
+    static constexpr int kPElems = ptile_elems<kBc>(B::kBr); /* P or dS tile (swizzled or padded) */
     static constexpr int kGridRows = kBc / 32;        /* dV/dK warp grid: 32 key rows per warp */
-    static constexpr int kGridCols = kWarps / kGridRows;
-    static constexpr int kGCols = kChunk / kGridCols; /* chunk columns per warp */
+    static constexpr int kGridCols = B::kWarps / kGridRows;
+    static constexpr int kGCols = B::kChunk / kGridCols; /* chunk columns per warp */
     static constexpr int kGNT = kGCols / 8;
+    /* Ring slot: [Q or dO chunk: kBr x kChunk][K or V chunk: kBc x kChunk, streamed only]. */
+    static constexpr int kSlotElems = (B::kBr + (B::kStreamKV ? kBc : 0)) * B::kChunk;
     static_assert(kBc == 32 || kBc == 64, "key tile");
+    static_assert(kGNT % 2 == 0 && kSlab % kGCols == 0, "a warp's dV/dK columns lie in one slab");
 };
 
-/* Shared memory of the dK/dV kernel: [K slabs][V slabs][P][dS][ring]. */
-inline size_t dkdv_smem_bytes(int bc, int dqk, int dv, int stages, size_t elt)
+/* Shared memory of the dK/dV kernel: [K slabs][V slabs][P][dS][ring]
+ * (no K/V slabs when streamed: the ring slots carry them). */
+template <class B> inline size_t dkdv_smem_bytes(int bc, int dqk, int dv, int stages, size_t elt)
 {
     size_t kslabs = (size_t)(dqk + kSlab - 1) / kSlab, vslabs = (size_t)(dv + kSlab - 1) / kSlab;
-    const size_t ptile = bc % 64 == 0 ? (size_t)kBr * bc : (size_t)kBr * (bc + 8);
-    return ((kslabs + vslabs) * bc * kSlab + 2 * ptile + (size_t)stages * kBr * kChunk) * elt;
+    const size_t ptile = bc % 64 == 0 ? (size_t)B::kBr * bc : (size_t)B::kBr * (bc + 8);
+    const size_t resident = B::kStreamKV ? 0 : (kslabs + vslabs) * bc * kSlab;
+    const size_t slot = (size_t)(B::kBr + (B::kStreamKV ? bc : 0)) * B::kChunk;
+    return (resident + 2 * ptile + (size_t)stages * slot) * elt;
 }
 
-template <typename T, int kBc> __device__ __forceinline__ void dkdv_body(const ffpa_bwd_params &p)
+template <typename T, int kBc, class B> __device__ __forceinline__ void dkdv_body(const ffpa_bwd_params &p)
 {
-    using Cfg = DkdvCfg<kBc>;
+    using Cfg = DkdvCfg<kBc, B>;
     extern __shared__ __align__(128) unsigned char smem_raw[];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int kb = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
@@ -51,30 +60,30 @@ template <typename T, int kBc> __device__ __forceinline__ void dkdv_body(const f
     const int kv_valid = min(kBc, g.seqlen_k - kv0);
     const bool varlen = p.cu_q != nullptr;
     const int kslabs = (p.dqk + kSlab - 1) / kSlab, vslabs = (p.dv + kSlab - 1) / kSlab;
-    const int nq2 = (p.dqk + kChunk - 1) / kChunk, nv2 = (p.dv + kChunk - 1) / kChunk;
+    const int nq2 = (p.dqk + B::kChunk - 1) / B::kChunk, nv2 = (p.dv + B::kChunk - 1) / B::kChunk;
 
     const int64_t dk_base = acc_row0(p.dk, p.cu_k, b, hk) + (int64_t)kv0 * p.dk.sn;
     const int64_t dv_base = acc_row0(p.dv_acc, p.cu_k, b, hk) + (int64_t)kv0 * p.dv_acc.sn;
 
     /* Query blocks that see this key block (causal: from the diagonal on). */
-    const int first_qb = p.causal ? first_row_seeing(kv0, g) / kBr : 0;
-    const int n_qb = max(0, (g.seqlen_q + kBr - 1) / kBr - first_qb);
+    const int first_qb = p.causal ? first_row_seeing(kv0, g) / B::kBr : 0;
+    const int n_qb = max(0, (g.seqlen_q + B::kBr - 1) / B::kBr - first_qb);
     const int n_tiles = n_qb * p.group;
     if (n_tiles == 0) { /* no query row sees these keys: zero gradients */
-        for (int i = tid; i < kv_valid * (p.dqk / 2); i += kThreads)
+        for (int i = tid; i < kv_valid * (p.dqk / 2); i += B::kThreads)
             AccPair<T>::store(p.dk, dk_base + (int64_t)(i / (p.dqk / 2)) * p.dk.sn + 2 * (i % (p.dqk / 2)), 0.f, 0.f);
-        for (int i = tid; i < kv_valid * (p.dv / 2); i += kThreads)
+        for (int i = tid; i < kv_valid * (p.dv / 2); i += B::kThreads)
             AccPair<T>::store(p.dv_acc, dv_base + (int64_t)(i / (p.dv / 2)) * p.dv_acc.sn + 2 * (i % (p.dv / 2)), 0.f,
                               0.f);
         return;
     }
 
     T *ks = reinterpret_cast<T *>(smem_raw);
-    T *vs = ks + kslabs * kBc * kSlab;
-    T *ps = vs + vslabs * kBc * kSlab;
+    T *vs = ks + (B::kStreamKV ? 0 : kslabs * kBc * kSlab);
+    T *ps = vs + (B::kStreamKV ? 0 : vslabs * kBc * kSlab);
     T *dss = ps + Cfg::kPElems;
     T *ring = dss + Cfg::kPElems;
-    constexpr int kSlotElems = kBr * kChunk;
+    constexpr int kSlotElems = Cfg::kSlotElems;
 
     const T *kg = static_cast<const T *>(p.k) + row0_offset(p.k_sb, p.k_sh, p.k_sn, g.k_start, varlen, b, hk) +
                   (int64_t)kv0 * p.k_sn;
@@ -88,7 +97,7 @@ template <typename T, int kBc> __device__ __forceinline__ void dkdv_body(const f
     auto load_item = [&](int t) {
         const int tile = t / items_per_tile, it = t % items_per_tile;
         const int h = hk * p.group + tile / n_qb;
-        const int q0 = (first_qb + tile % n_qb) * kBr;
+        const int q0 = (first_qb + tile % n_qb) * B::kBr;
         const bool is_do = it >= nq2 && it < nq2 + nv2;
         const int chunk = it < nq2 ? it : is_do ? it - nq2 : it - nq2 - nv2;
         const T *base;
@@ -106,19 +115,30 @@ template <typename T, int kBc> __device__ __forceinline__ void dkdv_body(const f
         base += (int64_t)q0 * stride;
         T *slot = ring + (t % p.stages) * kSlotElems;
 #pragma unroll
-        for (int sl = 0; sl < 2; ++sl) {
-            const int col0 = chunk * kChunk + sl * kSlab;
+        for (int sl = 0; sl < B::kSlabs; ++sl) {
+            const int col0 = chunk * B::kChunk + sl * kSlab;
             if (col0 < dim)
-                load_tile_async<T, kBr, kSlab, kThreads>(slot + sl * kBr * kSlab, base, stride, g.seqlen_q - q0, col0,
-                                                         dim, tid);
+                load_tile_async<T, B::kBr, kSlab, B::kThreads>(slot + sl * B::kBr * kSlab, base, stride,
+                                                               g.seqlen_q - q0, col0, dim, tid);
+            /* Streamed: the K (S phase) or V (dP phase) chunk of the same columns. */
+            if constexpr (B::kStreamKV) {
+                if (col0 < dim && it < nq2 + nv2)
+                    load_tile_async<T, kBc, kSlab, B::kThreads>(slot + B::kBr * B::kChunk + sl * kBc * kSlab,
+                                                                is_do ? vg : kg, is_do ? p.v_sn : p.k_sn, kv_valid,
+                                                                col0, dim, tid);
+            }
         }
     };
 
-    /* Prologue: K_j and V_j join the first group. */
-    for (int s = 0; s < kslabs; ++s)
-        load_tile_async<T, kBc, kSlab, kThreads>(ks + s * kBc * kSlab, kg, p.k_sn, kv_valid, s * kSlab, p.dqk, tid);
-    for (int s = 0; s < vslabs; ++s)
-        load_tile_async<T, kBc, kSlab, kThreads>(vs + s * kBc * kSlab, vg, p.v_sn, kv_valid, s * kSlab, p.dv, tid);
+    /* Prologue: K_j and V_j (resident) join the first group. */
+    if constexpr (!B::kStreamKV) {
+        for (int s = 0; s < kslabs; ++s)
+            load_tile_async<T, kBc, kSlab, B::kThreads>(ks + s * kBc * kSlab, kg, p.k_sn, kv_valid, s * kSlab,
+                                                        p.dqk, tid);
+        for (int s = 0; s < vslabs; ++s)
+            load_tile_async<T, kBc, kSlab, B::kThreads>(vs + s * kBc * kSlab, vg, p.v_sn, kv_valid, s * kSlab, p.dv,
+                                                        tid);
+    }
     for (int i = 0; i < p.stages - 1; ++i) {
         if (i < total_items)
             load_item(i);
@@ -138,7 +158,7 @@ template <typename T, int kBc> __device__ __forceinline__ void dkdv_body(const f
     const int gcol = wn2 * Cfg::kGCols;
     auto grad_chunk = [&](const ffpa_bwd_acc &acc, int64_t base, const T *slot, const T *atile, int c, int dim,
                           bool first) {
-        const int col0 = c * kChunk + gcol;
+        const int col0 = c * B::kChunk + gcol;
         if (col0 >= dim)
             return;
         AccTile<T, 2, Cfg::kGNT> at;
@@ -149,8 +169,8 @@ template <typename T, int kBc> __device__ __forceinline__ void dkdv_body(const f
 #pragma unroll
             for (int nt = 0; nt < Cfg::kGNT; ++nt)
                 cc[mt][nt] = arch::FragC{{0.f, 0.f, 0.f, 0.f}};
-        warp_atb<T, Cfg::kGNT, kBr, kBc>(cc, atile, wm2 * 32, slot + (gcol / kSlab) * kBr * kSlab, gcol % kSlab,
-                                         lane);
+        warp_atb<T, Cfg::kGNT, B::kBr, kBc>(cc, atile, wm2 * 32, slot + (gcol / kSlab) * B::kBr * kSlab,
+                                            gcol % kSlab, lane);
         at.commit(cc, acc, base, wm2 * 32, kv_valid, col0, dim, lane);
     };
 
@@ -158,7 +178,7 @@ template <typename T, int kBc> __device__ __forceinline__ void dkdv_body(const f
     int t = 0;
     for (int tile = 0; tile < n_tiles; ++tile) {
         const int h = hk * p.group + tile / n_qb;
-        const int q0 = (first_qb + tile % n_qb) * kBr;
+        const int q0 = (first_qb + tile % n_qb) * B::kBr;
         const bool first = tile == 0;
 
         /* S = Q K^T over Dqk chunks. */
@@ -170,11 +190,14 @@ template <typename T, int kBc> __device__ __forceinline__ void dkdv_body(const f
             item_begin(t);
             const T *slot = ring + (t % p.stages) * kSlotElems;
 #pragma unroll
-            for (int sl = 0; sl < 2; ++sl) {
-                const int slab = 2 * c + sl;
+            for (int sl = 0; sl < B::kSlabs; ++sl) {
+                const int slab = B::kSlabs * c + sl;
                 if (slab * kSlab >= p.dqk)
                     break;
-                warp_abt<T, Cfg::kNT>(s, slot + sl * kBr * kSlab, warp * 16, ks + slab * kBc * kSlab,
+                /* K: a resident slab, or streamed beside the Q chunk. */
+                warp_abt<T, Cfg::kNT>(s, slot + sl * B::kBr * kSlab, warp * 16,
+                                      B::kStreamKV ? slot + B::kBr * B::kChunk + sl * kBc * kSlab
+                                                   : ks + slab * kBc * kSlab,
                                       p.dqk - slab * kSlab, lane);
             }
         }
@@ -220,11 +243,13 @@ template <typename T, int kBc> __device__ __forceinline__ void dkdv_body(const f
             item_begin(t);
             const T *slot = ring + (t % p.stages) * kSlotElems;
 #pragma unroll
-            for (int sl = 0; sl < 2; ++sl) {
-                const int slab = 2 * c + sl;
+            for (int sl = 0; sl < B::kSlabs; ++sl) {
+                const int slab = B::kSlabs * c + sl;
                 if (slab * kSlab >= p.dv)
                     break;
-                warp_abt<T, Cfg::kNT>(dp, slot + sl * kBr * kSlab, warp * 16, vs + slab * kBc * kSlab,
+                warp_abt<T, Cfg::kNT>(dp, slot + sl * B::kBr * kSlab, warp * 16,
+                                      B::kStreamKV ? slot + B::kBr * B::kChunk + sl * kBc * kSlab
+                                                   : vs + slab * kBc * kSlab,
                                       p.dv - slab * kSlab, lane);
             }
             grad_chunk(p.dv_acc, dv_base, slot, ps, c, p.dv, first);

@@ -1,6 +1,6 @@
 /*
  * dQ kernel (paper Algorithm 2, dQ half, split launch) and d(bias). A block
- * owns kBr query rows of one query head and walks the key tiles it sees
+ * owns B::kBr query rows of one query head and walks the key tiles it sees
  * (causal: up to the diagonal), streaming per key tile through the ring:
  *   (Q, K) chunks    S = Q K^T                      -> P from the saved LSE
  *   (dO, V) chunks   dP = dO V^T                    -> dS in registers
@@ -23,11 +23,11 @@ constexpr int kDqBc = 64;
 constexpr int kDqNT = kDqBc / 8;
 constexpr int kDbLd = kDqBc + 4; /* fp32 dS tile row (dbias) */
 
-/* Shared memory of the dQ kernel: [ring of (kBr + kBc) x 128 slots][dbias tile]. */
-inline size_t dq_smem_bytes(int stages, int has_dbias, size_t elt)
+/* Shared memory of the dQ kernel: [ring of (kBr + kDqBc) x kChunk slots][dbias tile]. */
+template <class B> inline size_t dq_smem_bytes(int stages, int has_dbias, size_t elt)
 {
-    size_t ring = (size_t)stages * (kBr + kDqBc) * kChunk * elt;
-    size_t db = has_dbias ? ((size_t)kBr * kDbLd + kBr) * sizeof(float) : 0;
+    size_t ring = (size_t)stages * (B::kBr + kDqBc) * B::kChunk * elt;
+    size_t db = has_dbias ? ((size_t)B::kBr * kDbLd + B::kBr) * sizeof(float) : 0;
     return ring + db;
 }
 
@@ -40,6 +40,7 @@ __device__ __forceinline__ void dbias_add(float *ptr, float v, bool atomic)
 }
 
 /* Adds the block's unscaled dS tile (in dst, rows x cols valid) to dbias. */
+template <class B>
 __device__ __forceinline__ void dbias_tile(const ffpa_bwd_params &p, const float *dst, float *rowsum, int b, int h,
                                            int q0, int kv0, int rows, int cols, int tid)
 {
@@ -47,20 +48,20 @@ __device__ __forceinline__ void dbias_tile(const ffpa_bwd_params &p, const float
     const int64_t gb = p.dbias_gb > 1 ? b : 0, gh = p.dbias_gh > 1 ? h : 0;
     float *base = p.dbias + (gb * p.dbias_gh + gh) * p.dbias_gn * p.dbias_gk;
     if (p.dbias_gn > 1 && p.dbias_gk > 1) {
-        for (int e = tid; e < kBr * kDqBc; e += kThreads) {
+        for (int e = tid; e < B::kBr * kDqBc; e += B::kThreads) {
             const int r = e / kDqBc, c = e % kDqBc;
             if (r < rows && c < cols)
                 dbias_add(base + (int64_t)(q0 + r) * p.dbias_gk + kv0 + c, dst[r * kDbLd + c], atomic);
         }
     } else if (p.dbias_gk > 1) { /* summed over query rows */
-        for (int c = tid; c < cols; c += kThreads) {
+        for (int c = tid; c < cols; c += B::kThreads) {
             float sum = 0.f;
             for (int r = 0; r < rows; ++r)
                 sum += dst[r * kDbLd + c];
             dbias_add(base + kv0 + c, sum, atomic);
         }
     } else { /* summed over key columns (and over rows when gn == 1) */
-        for (int r = tid; r < rows; r += kThreads) {
+        for (int r = tid; r < rows; r += B::kThreads) {
             float sum = 0.f;
             for (int c = 0; c < cols; ++c)
                 sum += dst[r * kDbLd + c];
@@ -81,18 +82,18 @@ __device__ __forceinline__ void dbias_tile(const ffpa_bwd_params &p, const float
     }
 }
 
-template <typename T>
+template <typename T, class B>
 __device__ __forceinline__ void dq_item(const ffpa_bwd_params &p, int b, int h, int qb, unsigned char *smem_raw)
 {
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const SeqGeom g = seq_geom(p, b);
-    const int q0 = qb * kBr;
+    const int q0 = qb * B::kBr;
     if (q0 >= g.seqlen_q)
         return;
-    const int rows_valid = min(kBr, g.seqlen_q - q0);
+    const int rows_valid = min(B::kBr, g.seqlen_q - q0);
     const bool varlen = p.cu_q != nullptr;
     const int kvh = h / p.group;
-    const int nq2 = (p.dqk + kChunk - 1) / kChunk, nv2 = (p.dv + kChunk - 1) / kChunk;
+    const int nq2 = (p.dqk + B::kChunk - 1) / B::kChunk, nv2 = (p.dv + B::kChunk - 1) / B::kChunk;
     const int diag = g.seqlen_k - g.seqlen_q;
     const int64_t dq_base = acc_row0(p.dq, p.cu_q, b, h) + (int64_t)q0 * p.dq.sn;
 
@@ -102,7 +103,7 @@ __device__ __forceinline__ void dq_item(const ffpa_bwd_params &p, int b, int h, 
         tile_end = min(tile_end, last_col < 0 ? 0 : last_col / kDqBc + 1);
     }
     if (tile_end == 0) { /* these rows see no key: dQ = 0 (dS = 0: no dbias) */
-        for (int i = tid; i < rows_valid * (p.dqk / 2); i += kThreads)
+        for (int i = tid; i < rows_valid * (p.dqk / 2); i += B::kThreads)
             AccPair<T>::store(p.dq, dq_base + (int64_t)(i / (p.dqk / 2)) * p.dq.sn + 2 * (i % (p.dqk / 2)), 0.f, 0.f);
         return;
     }
@@ -115,41 +116,43 @@ __device__ __forceinline__ void dq_item(const ffpa_bwd_params &p, int b, int h, 
     const T *vg = static_cast<const T *>(p.v) + row0_offset(p.v_sb, p.v_sh, p.v_sn, g.k_start, varlen, b, kvh);
 
     T *ring = reinterpret_cast<T *>(smem_raw);
-    constexpr int kSlotElems = (kBr + kDqBc) * kChunk;
+    constexpr int kSlotElems = (B::kBr + kDqBc) * B::kChunk;
     float *dst = reinterpret_cast<float *>(smem_raw + (size_t)p.stages * kSlotElems * sizeof(T));
-    float *rowsum = dst + kBr * kDbLd;
+    float *rowsum = dst + B::kBr * kDbLd;
 
     const int items_per_tile = 2 * nq2 + nv2;
     const int total_items = tile_end * items_per_tile;
 
-    /* Slot = [query-side chunk: kBr x 128][key-side chunk: kBc x 128]. */
+    /* Slot = [query-side chunk: kBr x kChunk][key-side chunk: kDqBc x kChunk]. */
     auto load_item = [&](int t) {
         const int tile = t / items_per_tile, it = t % items_per_tile;
         const int kv0 = tile * kDqBc;
         T *slot = ring + (t % p.stages) * kSlotElems;
-        T *kslot = slot + kBr * kChunk;
+        T *kslot = slot + B::kBr * B::kChunk;
         const bool is_v = it >= nq2 && it < nq2 + nv2;
         const int chunk = it < nq2 ? it : is_v ? it - nq2 : it - nq2 - nv2;
         const int dim = is_v ? p.dv : p.dqk;
 #pragma unroll
-        for (int sl = 0; sl < 2; ++sl) {
-            const int col0 = chunk * kChunk + sl * kSlab;
+        for (int sl = 0; sl < B::kSlabs; ++sl) {
+            const int col0 = chunk * B::kChunk + sl * kSlab;
             if (col0 >= dim)
                 break;
             if (it < nq2 + nv2) {
                 if (is_v)
-                    load_tile_async<T, kBr, kSlab, kThreads>(slot + sl * kBr * kSlab, dog, p.do_sn, rows_valid, col0,
-                                                             dim, tid);
+                    load_tile_async<T, B::kBr, kSlab, B::kThreads>(slot + sl * B::kBr * kSlab, dog, p.do_sn,
+                                                                   rows_valid, col0, dim, tid);
                 else
-                    load_tile_async<T, kBr, kSlab, kThreads>(slot + sl * kBr * kSlab, qg, p.q_sn, rows_valid, col0,
-                                                             dim, tid);
+                    load_tile_async<T, B::kBr, kSlab, B::kThreads>(slot + sl * B::kBr * kSlab, qg, p.q_sn,
+                                                                   rows_valid, col0, dim, tid);
             }
             if (is_v)
-                load_tile_async<T, kDqBc, kSlab, kThreads>(kslot + sl * kDqBc * kSlab, vg + (int64_t)kv0 * p.v_sn,
-                                                           p.v_sn, g.seqlen_k - kv0, col0, dim, tid);
+                load_tile_async<T, kDqBc, kSlab, B::kThreads>(kslot + sl * kDqBc * kSlab,
+                                                              vg + (int64_t)kv0 * p.v_sn, p.v_sn, g.seqlen_k - kv0,
+                                                              col0, dim, tid);
             else
-                load_tile_async<T, kDqBc, kSlab, kThreads>(kslot + sl * kDqBc * kSlab, kg + (int64_t)kv0 * p.k_sn,
-                                                           p.k_sn, g.seqlen_k - kv0, col0, dim, tid);
+                load_tile_async<T, kDqBc, kSlab, B::kThreads>(kslot + sl * kDqBc * kSlab,
+                                                              kg + (int64_t)kv0 * p.k_sn, p.k_sn, g.seqlen_k - kv0,
+                                                              col0, dim, tid);
         }
     };
 
@@ -186,12 +189,12 @@ __device__ __forceinline__ void dq_item(const ffpa_bwd_params &p, int b, int h, 
             item_begin(t);
             const T *slot = ring + (t % p.stages) * kSlotElems;
 #pragma unroll
-            for (int sl = 0; sl < 2; ++sl) {
-                const int slab = 2 * c + sl;
+            for (int sl = 0; sl < B::kSlabs; ++sl) {
+                const int slab = B::kSlabs * c + sl;
                 if (slab * kSlab >= p.dqk)
                     break;
-                warp_abt<T, kDqNT>(s, slot + sl * kBr * kSlab, warp * 16, slot + kBr * kChunk + sl * kDqBc * kSlab,
-                                   p.dqk - slab * kSlab, lane);
+                warp_abt<T, kDqNT>(s, slot + sl * B::kBr * kSlab, warp * 16,
+                                   slot + B::kBr * B::kChunk + sl * kDqBc * kSlab, p.dqk - slab * kSlab, lane);
             }
         }
         mc.col0 = kv0;
@@ -208,12 +211,12 @@ __device__ __forceinline__ void dq_item(const ffpa_bwd_params &p, int b, int h, 
             item_begin(t);
             const T *slot = ring + (t % p.stages) * kSlotElems;
 #pragma unroll
-            for (int sl = 0; sl < 2; ++sl) {
-                const int slab = 2 * c + sl;
+            for (int sl = 0; sl < B::kSlabs; ++sl) {
+                const int slab = B::kSlabs * c + sl;
                 if (slab * kSlab >= p.dv)
                     break;
-                warp_abt<T, kDqNT>(dp, slot + sl * kBr * kSlab, warp * 16, slot + kBr * kChunk + sl * kDqBc * kSlab,
-                                   p.dv - slab * kSlab, lane);
+                warp_abt<T, kDqNT>(dp, slot + sl * B::kBr * kSlab, warp * 16,
+                                   slot + B::kBr * B::kChunk + sl * kDqBc * kSlab, p.dv - slab * kSlab, lane);
             }
         }
 
@@ -248,7 +251,7 @@ __device__ __forceinline__ void dq_item(const ffpa_bwd_params &p, int b, int h, 
                         make_float2(dp[nt].r[2 * half], dp[nt].r[2 * half + 1]);
                 }
             __syncthreads();
-            dbias_tile(p, dst, rowsum, b, h, q0, kv0, rows_valid, min(kDqBc, g.seqlen_k - kv0), tid);
+            dbias_tile<B>(p, dst, rowsum, b, h, q0, kv0, rows_valid, min(kDqBc, g.seqlen_k - kv0), tid);
             /* The next writes of dst follow at least one item barrier. */
         }
 
@@ -264,10 +267,10 @@ __device__ __forceinline__ void dq_item(const ffpa_bwd_params &p, int b, int h, 
 
         for (int c = 0; c < nq2; ++c, ++t) {
             item_begin(t);
-            const T *kslot = ring + (t % p.stages) * kSlotElems + kBr * kChunk;
+            const T *kslot = ring + (t % p.stages) * kSlotElems + B::kBr * B::kChunk;
 #pragma unroll
-            for (int sl = 0; sl < 2; ++sl) {
-                const int col0 = c * kChunk + sl * kSlab;
+            for (int sl = 0; sl < B::kSlabs; ++sl) {
+                const int col0 = c * B::kChunk + sl * kSlab;
                 if (col0 >= p.dqk)
                     break;
                 AccTile<T, 1, kSlab / 8> at;
@@ -285,7 +288,7 @@ __device__ __forceinline__ void dq_item(const ffpa_bwd_params &p, int b, int h, 
 }
 
 /* A block runs the work items of one dbias group in a fixed order. */
-template <typename T> __device__ __forceinline__ void dq_body(const ffpa_bwd_params &p)
+template <typename T, class B> __device__ __forceinline__ void dq_body(const ffpa_bwd_params &p)
 {
     extern __shared__ __align__(128) unsigned char smem_raw[];
     const int64_t dims[3] = {p.hq, p.batch, p.q_blocks};
@@ -304,7 +307,7 @@ template <typename T> __device__ __forceinline__ void dq_body(const ffpa_bwd_par
         const int qb = p.causal ? p.q_blocks - 1 - (int)idx[2] : (int)idx[2];
         if (m > 0)
             __syncthreads(); /* shared memory of the previous item is free */
-        dq_item<T>(p, (int)idx[1], (int)idx[0], qb, smem_raw);
+        dq_item<T, B>(p, (int)idx[1], (int)idx[0], qb, smem_raw);
     }
 }
 

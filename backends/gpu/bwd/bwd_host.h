@@ -1,17 +1,17 @@
 /*
  * Host side of the backward, written once for the CUDA and HIP launchers:
- * what the kernels support, the workspace layout, the key-tile size and
- * ring depths that fit the device's shared memory, the kernel parameters,
- * and the launch sequence
+ * what the kernels support, the workspace layout, the configuration, tile
+ * sizes and ring depths that fit the device's shared memory, the kernel
+ * parameters, and the launch sequence
  *   delta -> dK/dV -> dQ (+ dbias) -> [fp32 buffers -> dq, dk, dv, dbias].
  *
  * The runtime is a template argument Rt (the launcher's shim):
  *   Rt::Error, Rt::Stream; static bool ok(Error); const char *error_string(Error);
  *   bool out_of_memory(Error); Error copy_to_device(void *, const void *, size_t, Stream);
  *   Error zero(void *, size_t, Stream); and the kernel launches
- *   delta(dtype, p, s), dkdv(dtype, bc, p, smem, s), dq(dtype, p, blocks, smem, s),
+ *   delta(dtype, p, s), dkdv(dtype, kernel, p, smem, s), dq(dtype, kernel, p, blocks, smem, s),
  *   convert(dtype, job, s), dbias_convert(acc, grid, out, dtype, stride, s).
- * Every call is asynchronous on the stream.
+ * (kernel: a bwd::Kernel of bwd_params.h). Every call is asynchronous on the stream.
  *
  * Requires the arch layer (ffpa::arch) to be included first: the shared
  * memory sizes come from the kernel headers.
@@ -19,8 +19,10 @@
 #ifndef FFPA_GPU_BWD_HOST_H
 #define FFPA_GPU_BWD_HOST_H
 
+#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "problem.h"
@@ -136,42 +138,76 @@ inline ffpa_status check(const ffpa_problem *pb, const char *who, char *err, siz
     return FFPA_OK;
 }
 
-/* Key tile of the dK/dV kernel and ring depths: K_j/V_j must fit whole. */
+/* FFPA_BWD_SMEM_LIMIT=<bytes> caps the shared memory per block the
+ * planner believes the device has (FFPA_BWD_SMEM_LIMIT=65536 runs the
+ * small-shared-memory configuration on any GPU, as on a 64 KiB-LDS AMD
+ * part). Unset, malformed or above the device's limit: the device's limit. */
+inline size_t smem_limit_of(size_t device_limit)
+{
+    const char *v = getenv("FFPA_BWD_SMEM_LIMIT");
+    if (!v || *v < '0' || *v > '9')
+        return device_limit;
+    char *end = nullptr;
+    errno = 0;
+    const unsigned long long cap = strtoull(v, &end, 10);
+    if (errno || *end != '\0' || cap >= device_limit)
+        return device_limit;
+    return (size_t)cap;
+}
+
+/* The kernels (bwd::Kernel), tiles and ring depths of one backward, and the
+ * shared memory each launch gets. */
 struct Tiles {
-    int bc, dkdv_stages, dq_stages;
+    int dkdv, bc, dkdv_stages; /* dK/dV kernel, its key tile, ring depth */
+    int dq, br, dq_stages;     /* dQ kernel, its query tile, ring depth */
+    size_t dkdv_smem, dq_smem;
 };
 
+/*
+ * Per kernel, the first candidate (deepest ring first) that fits smem_limit:
+ * dK/dV with resident K/V tiles of 64 then 32 rows (BigCfg), then SmallCfg
+ * (K/V streamed, at most 64 KiB for every D); dQ with BigCfg, then SmallCfg.
+ * Where BigCfg fits (H100: 227 KB) the choice is the one made before
+ * SmallCfg existed.
+ */
 inline ffpa_status choose_tiles(const ffpa_problem *pb, size_t smem_limit, const char *who, Tiles &t, char *err,
                                 size_t err_len)
 {
     const size_t elt = 2;
-    t.bc = t.dkdv_stages = t.dq_stages = 0;
-    for (int cand : {64, 32}) {
-        for (int s = 3; s >= 2 && !t.bc; --s)
-            if (dkdv_smem_bytes(cand, (int)pb->dqk, (int)pb->dv, s, elt) <= smem_limit) {
-                t.bc = cand;
+    const int dqk = (int)pb->dqk, dv = (int)pb->dv;
+    memset(&t, 0, sizeof t);
+    const struct {
+        int kernel, bc;
+        size_t (*bytes)(int, int, int, int, size_t);
+    } dkdv[] = {{kDkdv64, 64, dkdv_smem_bytes<BigCfg>},
+                {kDkdv32, 32, dkdv_smem_bytes<BigCfg>},
+                {kDkdvSmall, 64, dkdv_smem_bytes<SmallCfg>}};
+    for (const auto &c : dkdv)
+        for (int s = 3; s >= 2 && !t.dkdv_stages; --s)
+            if ((t.dkdv_smem = c.bytes(c.bc, dqk, dv, s, elt)) <= smem_limit) {
+                t.dkdv = c.kernel;
+                t.bc = c.bc;
                 t.dkdv_stages = s;
             }
-        if (t.bc)
-            break;
-    }
-    for (int s = 3; s >= 2 && !t.dq_stages; --s)
-        if (dq_smem_bytes(s, pb->has_dbias, elt) <= smem_limit)
-            t.dq_stages = s;
-    if (!t.dq_stages) {
-        /* Independent of D: the dQ ring of 128-row tiles (64 KiB LDS devices
-         * such as gfx90a/gfx942/gfx1100 end here for every shape). */
+    const struct {
+        int kernel, br;
+        size_t (*bytes)(int, int, size_t);
+    } dq[] = {{kDq, BigCfg::kBr, dq_smem_bytes<BigCfg>}, {kDqSmall, SmallCfg::kBr, dq_smem_bytes<SmallCfg>}};
+    for (const auto &c : dq)
+        for (int s = 3; s >= 2 && !t.dq_stages; --s)
+            if ((t.dq_smem = c.bytes(s, pb->has_dbias, elt)) <= smem_limit) {
+                t.dq = c.kernel;
+                t.br = c.br;
+                t.dq_stages = s;
+            }
+    /* Left: devices with less than the small configuration's 2-stage ring
+     * (or an FFPA_BWD_SMEM_LIMIT below it); t.*_smem holds that need. */
+    if (!t.dkdv_stages || !t.dq_stages) {
         snprintf(err, err_len,
-                 "q: the %s backward's dQ kernel needs %zu bytes of shared memory per block%s; this device has %zu; "
+                 "q: the %s backward's %s kernel needs %zu bytes of shared memory per block%s; this device has %zu; "
                  "expected a device with more shared memory per block",
-                 who, dq_smem_bytes(2, pb->has_dbias, elt), pb->has_dbias ? " (with dbias)" : "", smem_limit);
-        return FFPA_ERR_UNSUPPORTED;
-    }
-    if (!t.bc) {
-        snprintf(err, err_len,
-                 "q: Dqk=%lld, Dv=%lld need more shared memory per block than this device has (%zu bytes) in the "
-                 "%s backward; expected Dqk + Dv small enough for K and V tiles of 32 rows",
-                 (long long)pb->dqk, (long long)pb->dv, smem_limit, who);
+                 who, t.dq_stages ? "dK/dV" : "dQ", t.dq_stages ? t.dkdv_smem : t.dq_smem,
+                 !t.dq_stages && pb->has_dbias ? " (with dbias)" : "", smem_limit);
         return FFPA_ERR_UNSUPPORTED;
     }
     return FFPA_OK;
@@ -262,7 +298,7 @@ inline void fill_params(const ffpa_problem *pb, unsigned char *base, const Layou
         p.dv_acc = acc_of_view(pb->grad_v);
     }
 
-    p.q_blocks = (int)((pb->nq + kBr - 1) / kBr);
+    p.q_blocks = (int)((pb->nq + t.br - 1) / t.br);
     p.kv_blocks = (int)((pb->nkv + t.bc - 1) / t.bc);
     p.stages = t.dkdv_stages;
 
@@ -315,11 +351,15 @@ ffpa_status run(typename Rt::Stream stream, size_t smem_limit, const char *who, 
         return FFPA_ERR_INVALID_ARGUMENT;
     }
     Tiles t;
-    if ((status = choose_tiles(pb, smem_limit, who, t, err, err_len)) != FFPA_OK)
+    const size_t limit = smem_limit_of(smem_limit);
+    if ((status = choose_tiles(pb, limit, who, t, err, err_len)) != FFPA_OK) {
+        const size_t n = err ? strnlen(err, err_len) : err_len;
+        if (limit < smem_limit && n + 1 < err_len)
+            snprintf(err + n, err_len - n, " (capped by FFPA_BWD_SMEM_LIMIT; the device has %zu)", smem_limit);
         return status;
+    }
 
     unsigned char *base = static_cast<unsigned char *>(ws);
-    const size_t elt = 2;
     const bool varlen = pb->cu_q != nullptr;
     ffpa_bwd_params p;
     int64_t g[4];
@@ -340,13 +380,11 @@ ffpa_status run(typename Rt::Stream stream, size_t smem_limit, const char *who, 
     const int dtype = (int)pb->dtype;
     if (pb->nq > 0 && !Rt::ok(e = Rt::delta(dtype, p, stream)))
         return device_error<Rt>(e, who, "delta kernel", err, err_len);
-    if (pb->nkv > 0 &&
-        !Rt::ok(e = Rt::dkdv(dtype, t.bc, p, dkdv_smem_bytes(t.bc, p.dqk, p.dv, t.dkdv_stages, elt), stream)))
+    if (pb->nkv > 0 && !Rt::ok(e = Rt::dkdv(dtype, t.dkdv, p, t.dkdv_smem, stream)))
         return device_error<Rt>(e, who, "dK/dV kernel", err, err_len);
     ffpa_bwd_params pq = p;
     pq.stages = t.dq_stages;
-    if (pb->nq > 0 && dq_blocks > 0 &&
-        !Rt::ok(e = Rt::dq(dtype, pq, dq_blocks, dq_smem_bytes(t.dq_stages, pb->has_dbias, elt), stream)))
+    if (pb->nq > 0 && dq_blocks > 0 && !Rt::ok(e = Rt::dq(dtype, t.dq, pq, dq_blocks, t.dq_smem, stream)))
         return device_error<Rt>(e, who, "dQ kernel", err, err_len);
 
     if (pb->grad_accum == FFPA_GRAD_ACCUM_F32) {

@@ -73,6 +73,11 @@ typedef struct ffpa_bwd_params {
 namespace ffpa {
 namespace bwd {
 
+/* The dK/dV and dQ kernels a launcher instantiates (bwd_host.h picks; the
+ * CUDA plugin's kernel_attributes takes the same numbers). *Small: the
+ * small-shared-memory configuration (SmallCfg of bwd_common.cuh). */
+enum Kernel { kDkdv64 = 0, kDkdv32 = 1, kDq = 2, kDkdvSmall = 3, kDqSmall = 4 };
+
 /* fp32 gradient buffer [heads][rows_total][dim] -> strided output view.
  * nlen: rows per sequence of a dense batch (row r is (r / nlen, r % nlen)),
  * 0 for varlen (views then have sb = 0 and packed row r is row r). */
