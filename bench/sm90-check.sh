@@ -84,27 +84,18 @@ fi
 # results; timing only) - how much of a tile the exchange costs.
 # DIAG=2: a clock64 breakdown of the steady loop (first cluster's consumers).
 if [ "${DIAG:-0}" != 0 ]; then
-  # DIAG=3: the cluster kernels without the consumer ping-pong (checked, then timed).
-  case "$DIAG" in
-    2) flag=-DFFPA_SM90_DIAG_TIMELINE ;;
-    3) flag=-DFFPA_SM90_NO_PINGPONG_CLUSTERS ;;
-    *) flag=-DFFPA_SM90_DIAG_SKIP_EXCHANGE ;;
-  esac
-  if [ ! -f "$B-diag/build.ninja" ]; then
-    meson setup "$B-diag" -Dcuda=enabled -Dcuda-archs=90a -Dhip=disabled -Dcuda_args=$flag >"$OUT/setup-diag.log" 2>&1
+  flag=$([ "$DIAG" = 2 ] && echo -DFFPA_SM90_DIAG_TIMELINE || echo -DFFPA_SM90_DIAG_SKIP_EXCHANGE)
+  D="$B-diag$DIAG"
+  if [ ! -f "$D/build.ninja" ]; then
+    meson setup "$D" -Dcuda=enabled -Dcuda-archs=90a -Dhip=disabled -Dcuda_args=$flag >"$OUT/setup-diag.log" 2>&1
   fi
-  ninja -C "$B-diag" backends/cuda/libffpa-cuda.so bench/ffpa-bench >"$OUT/build-diag.log" 2>&1
+  ninja -C "$D" backends/cuda/libffpa-cuda.so bench/ffpa-bench >"$OUT/build-diag.log" 2>&1
   reps="--reps 1 --iters 1 --warmup 0"
-  if [ "$DIAG" = 3 ]; then
-    reps="--reps 10"
-    FFPA_BACKEND_PATH="$PWD/$B-diag/backends/cuda" FFPA_CUDA_KERNEL=sm90 timeout 150 "$B-diag/bench/ffpa-bench" \
-      --backend cuda --check --no-time "${CHECK_SHAPES[@]}" >"$OUT/check-diag.log" 2>&1
-    note "diag check: rc=$? fails=$(grep -c FAIL "$OUT/check-diag.log")"
-  fi
-  FFPA_BACKEND_PATH="$PWD/$B-diag/backends/cuda" FFPA_CUDA_KERNEL=sm90 timeout 120 "$B-diag/bench/ffpa-bench" \
+  [ "$DIAG" = 1 ] && reps="--reps 10"
+  FFPA_BACKEND_PATH="$PWD/$D/backends/cuda" FFPA_CUDA_KERNEL=sm90 timeout 120 "$D/bench/ffpa-bench" \
     --backend cuda $reps 1,32,32,8192,8192,256,256 1,32,32,8192,8192,512,512 1,32,32,8192,8192,512,512,c \
     1,32,32,8192,8192,768,768 1,32,32,8192,8192,1024,1024 >"$OUT/bench-diag.log" 2>&1
-  note "diag (no exchange) rc=$?"
+  note "diag $DIAG ($flag) rc=$?"
 fi
 
 echo; echo "================ summary"

@@ -74,22 +74,13 @@ template <class Cfg> FFPA_DEV bool cta_work(const ffpa_gpu_fwd_params &p, uint32
     return true;
 }
 
-/* Scores of one key tile -> P (registers, A layout of the PV wgmma): the
- * cluster sum, scale/bias/mask, online softmax with the O rescale, dropout. */
+/* Scores of one key tile (summed over the cluster) -> P (registers, A layout
+ * of the PV wgmma): scale/bias/mask, online softmax with the O rescale, dropout. */
 template <class Cfg> struct TileSoftmax {
     MaskCtx mc;
     int diag;
     OnlineSoftmax sm;
 
-    FFPA_DEV void run(float (&s)[32], float (&o)[Cfg::kOAcc], uint32_t (&pf)[4][4], const ffpa_gpu_fwd_params &p,
-                      uint8_t *xslots, RingBarriers *bars, int consumer_idx, int ctid, uint32_t rank, int t)
-    {
-        if (Cfg::kCluster > 1) /* start() was called when the partial was ready */
-            SplitDExchange<Cfg>::finish(s, xslots, bars, consumer_idx, ctid, rank, t);
-        softmax(s, o, pf, p, ctid & 31, t);
-    }
-
-    /* The part after the cluster sum. */
     FFPA_DEV void softmax(float (&s)[32], float (&o)[Cfg::kOAcc], uint32_t (&pf)[4][4], const ffpa_gpu_fwd_params &p,
                           int lane, int t)
     {
@@ -122,8 +113,10 @@ template <class Cfg> struct TileSoftmax {
 
 /*
  * One consumer warpgroup. GEMM phase k issues QK^T of tile k and PV of tile
- * k-1 as one wgmma batch (phase 0: QK^T only; phase n: PV only); between
- * phases the warpgroup runs the exchange and softmax of tile k. The two
+ * k-1 back to back, as two wgmma groups (phase 0: QK^T only; phase n: PV
+ * only); the partial S leaves for the peer CTAs as soon as its group is done,
+ * and between phases the warpgroup completes the exchange and the softmax of
+ * tile k. The two
  * consumers take turns issuing (ping-pong on named barriers 1 and 2), so one
  * warpgroup's softmax and DSMEM exchange overlap the other's tensor-core work.
  */
@@ -137,12 +130,6 @@ FFPA_DEV void consumer(const ffpa_gpu_fwd_params &p, uint8_t *smem, RingBarriers
     const int warp = ctid / 32, lane = ctid & 31;
     const int row_in_block = consumer_idx * 64 + warp * 16; /* the warp's first row */
     const int bar_mine = 1 + consumer_idx, bar_other = 2 - consumer_idx;
-#ifdef FFPA_SM90_NO_PINGPONG_CLUSTERS
-    /* Experiment (DIAG=3): cluster kernels without the ping-pong. */
-    constexpr bool kPingPong = Cfg::kCluster == 1;
-#else
-    constexpr bool kPingPong = true;
-#endif
 
     float o[Cfg::kOAcc];
 #pragma unroll
@@ -167,25 +154,24 @@ FFPA_DEV void consumer(const ffpa_gpu_fwd_params &p, uint8_t *smem, RingBarriers
     if (n > 0) {
         float s[32];
         uint32_t pf[4][4];
-        if (kPingPong && consumer_idx == 1)
+        if (consumer_idx == 1)
             named_barrier_arrive(bar_other, 256); /* consumer 0 issues first */
         mbar_wait(&bars->q_full, 0);
         mbar_wait(&bars->full[R::slot(0)], R::parity(0));
-        if (kPingPong)
-            if (kPingPong)
-                named_barrier_sync(bar_mine, 256);
+        named_barrier_sync(bar_mine, 256);
         fence_operands(s);
         wgmma_fence();
         ConsumerGemms<Cfg>::qk_issue(s, q_addr, R::addr(smem, 0));
         wgmma_commit();
-        if (kPingPong)
-            named_barrier_arrive(bar_other, 256);
+        named_barrier_arrive(bar_other, 256);
         wgmma_wait<0>();
         fence_operands(s);
         release(0);
-        if (Cfg::kCluster > 1)
+        if (Cfg::kCluster > 1) {
             SplitDExchange<Cfg>::start(s, smem + L::x, bars, consumer_idx, ctid, rank, 0);
-        ts.run(s, o, pf, p, smem + L::x, bars, consumer_idx, ctid, rank, 0);
+            SplitDExchange<Cfg>::finish(s, smem + L::x, bars, consumer_idx, ctid, rank, 0);
+        }
+        ts.softmax(s, o, pf, p, lane, 0);
 
 #ifdef FFPA_SM90_DIAG_TIMELINE
         /* Diagnostic builds only: mean cycles per tile of each step of the
@@ -207,9 +193,7 @@ FFPA_DEV void consumer(const ffpa_gpu_fwd_params &p, uint8_t *smem, RingBarriers
             mbar_wait(&bars->full[R::slot(k_next)], R::parity(k_next));
             mbar_wait(&bars->full[R::slot(v_cur)], R::parity(v_cur));
             FFPA_SM90_DIAG_MARK(0);
-            if (kPingPong)
-            if (kPingPong)
-                named_barrier_sync(bar_mine, 256);
+            named_barrier_sync(bar_mine, 256);
             FFPA_SM90_DIAG_MARK(1);
             fence_operands(s);
             fence_operands(o);
@@ -218,8 +202,7 @@ FFPA_DEV void consumer(const ffpa_gpu_fwd_params &p, uint8_t *smem, RingBarriers
             wgmma_commit(); /* group 1: QK(t+1) */
             ConsumerGemms<Cfg>::pv_issue(o, pf, R::addr(smem, v_cur));
             wgmma_commit(); /* group 2: PV(t) */
-            if (kPingPong)
-                named_barrier_arrive(bar_other, 256);
+            named_barrier_arrive(bar_other, 256);
             FFPA_SM90_DIAG_MARK(2);
             /* The partial S leaves for the peer CTAs while PV(t) still runs. */
             wgmma_wait<1>();
@@ -248,14 +231,12 @@ FFPA_DEV void consumer(const ffpa_gpu_fwd_params &p, uint8_t *smem, RingBarriers
         /* Last phase: PV of the last tile (consumer 1's turn has no taker). */
         const int v_last = 2 * n - 1;
         mbar_wait(&bars->full[R::slot(v_last)], R::parity(v_last));
-        if (kPingPong)
-            if (kPingPong)
-                named_barrier_sync(bar_mine, 256);
+        named_barrier_sync(bar_mine, 256);
         fence_operands(o);
         wgmma_fence();
         ConsumerGemms<Cfg>::pv_issue(o, pf, R::addr(smem, v_last));
         wgmma_commit();
-        if (kPingPong && consumer_idx == 0)
+        if (consumer_idx == 0)
             named_barrier_arrive(bar_other, 256);
         wgmma_wait<0>();
         fence_operands(o);

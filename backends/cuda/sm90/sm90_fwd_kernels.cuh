@@ -24,7 +24,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 }
 
 struct KernelDesc {
-    int slice, cluster, slots;
+    int slice, cluster;
     size_t smem_bytes;
     const char *name;
     cudaError_t (*launch)(const FwdMaps &maps, const ffpa_gpu_fwd_params &p, int64_t clusters,
@@ -58,7 +58,7 @@ cudaError_t launch(const FwdMaps &maps, const ffpa_gpu_fwd_params &p, int64_t cl
 
 template <class Cfg> constexpr KernelDesc desc(const char *name)
 {
-    return KernelDesc{Cfg::kSlice, Cfg::kCluster, Cfg::kSlots, Cfg::kSmemBytes, name, &launch<Cfg>};
+    return KernelDesc{Cfg::kSlice, Cfg::kCluster, Cfg::kSmemBytes, name, &launch<Cfg>};
 }
 
 /* Slice x cluster shapes, smallest cover first (see sm90_fwd_launch.cu). */
