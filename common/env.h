@@ -2,13 +2,18 @@
  * Environment variables libffpa reads, parsed in one place:
  *   FFPA_BACKEND        cpu | cuda | hip | auto (default auto)
  *   FFPA_BACKEND_PATH   colon-separated folders searched for backend plugins first
- *   FFPA_CUDA_KERNEL    CUDA kernel path override (generic | sm90), read by the CUDA plugin
+ *   FFPA_CUDA_KERNEL    CUDA kernel path override (generic | sm90 | auto), read by the CUDA plugin
+ *   FFPA_BWD_SMEM_LIMIT cap on the backward's shared memory per block (bytes), read by the GPU plugins
  *   FFPA_TUNING         0 disables tuning tables; FFPA_TUNING_FILE names one
  */
 #ifndef FFPA_COMMON_ENV_H
 #define FFPA_COMMON_ENV_H
 
 #include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 /* The variable's value, or NULL when unset or empty. */
 const char *ffpa_env_string(const char *name);
@@ -23,5 +28,9 @@ long ffpa_env_long(const char *name, long fallback, long lo, long hi, int *bad);
 /* Splits a colon-separated list: copies entry `index` into buf (NUL-terminated)
  * and returns 1, or returns 0 past the last entry. Empty entries are skipped. */
 int ffpa_path_list_entry(const char *list, int index, char *buf, size_t buf_len);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "env.h"
 #include "fwd_kernels.cuh"
 #include "fwd_launch.h"
 #include "plan.h"
@@ -240,10 +241,10 @@ extern "C" ffpa_status ffpa_cuda_forward(struct ffpa_cuda_state *st, const ffpa_
 
     /* Kernel choice: FFPA_CUDA_KERNEL=generic|sm90|auto (default auto: the
      * Hopper kernels where they cover the problem, else the generic ones). */
-    const char *choice = getenv("FFPA_CUDA_KERNEL");
+    const char *choice = ffpa_env_string("FFPA_CUDA_KERNEL");
     const bool force_sm90 = choice && strcmp(choice, "sm90") == 0;
     const bool force_generic = choice && strcmp(choice, "generic") == 0;
-    if (choice && *choice && !force_sm90 && !force_generic && strcmp(choice, "auto") != 0)
+    if (choice && !force_sm90 && !force_generic && strcmp(choice, "auto") != 0)
         return fail(FFPA_ERR_INVALID_ARGUMENT, err, err_len,
                     "FFPA_CUDA_KERNEL: unknown kernel family; expected generic, sm90 or auto");
     if (force_sm90 || (!force_generic && plan.kv_splits == 1 && plan.path != FFPA_PATH_DECODE)) {

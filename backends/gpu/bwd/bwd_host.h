@@ -19,12 +19,11 @@
 #ifndef FFPA_GPU_BWD_HOST_H
 #define FFPA_GPU_BWD_HOST_H
 
-#include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
+#include "env.h"
 #include "problem.h"
 
 #include "bwd_dkdv.cuh"
@@ -144,15 +143,7 @@ inline ffpa_status check(const ffpa_problem *pb, const char *who, char *err, siz
  * part). Unset, malformed or above the device's limit: the device's limit. */
 inline size_t smem_limit_of(size_t device_limit)
 {
-    const char *v = getenv("FFPA_BWD_SMEM_LIMIT");
-    if (!v || *v < '0' || *v > '9')
-        return device_limit;
-    char *end = nullptr;
-    errno = 0;
-    const unsigned long long cap = strtoull(v, &end, 10);
-    if (errno || *end != '\0' || cap >= device_limit)
-        return device_limit;
-    return (size_t)cap;
+    return (size_t)ffpa_env_long("FFPA_BWD_SMEM_LIMIT", (long)device_limit, 0, (long)device_limit - 1, nullptr);
 }
 
 /* The kernels (bwd::Kernel), tiles and ring depths of one backward, and the
