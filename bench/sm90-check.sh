@@ -7,6 +7,7 @@
 #
 #   bash bench/sm90-check.sh          (logs under $OUT or /tmp/ffpa-sm90)
 #   SKIP="tests sanitize" bash bench/sm90-check.sh
+#   KERNELS=sm90 PERF_SHAPES="1,32,32,8192,8192,512,512" SKIP="tests sdpa" bash bench/sm90-check.sh
 set -u
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/ffpa-sm90}
@@ -68,7 +69,7 @@ PERF_SHAPES=(${PERF_SHAPES:-1,32,32,8192,8192,128,128 1,32,32,8192,8192,256,256 
   1,32,32,8192,8192,512,512 1,32,32,16384,16384,512,512 1,32,32,8192,8192,512,512,c 1,32,8,8192,8192,512,512
   1,32,32,8192,8192,768,768 1,32,32,8192,8192,1024,1024})
 if ! skip bench; then
-  for k in sm90 generic; do
+  for k in ${KERNELS:-sm90 generic}; do
     FFPA_CUDA_KERNEL=$k timeout 300 "$BENCH" --backend cuda --reps 10 --csv "$OUT/ffpa-$k.csv" "${PERF_SHAPES[@]}" \
       >"$OUT/bench-$k.log" 2>&1
     note "bench $k rc=$?"

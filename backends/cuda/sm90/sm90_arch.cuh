@@ -187,6 +187,18 @@ FFPA_DEV void st_async_remote_v4(void *local_dst, uint64_t *local_bar, uint32_t 
                  : "memory");
 }
 
+/* The same for 8 bytes. */
+FFPA_DEV void st_async_remote_v2(void *local_dst, uint64_t *local_bar, uint32_t rank, float a, float b)
+{
+    asm volatile("{\n.reg .b32 rd, rb;\n"
+                 "mapa.shared::cluster.u32 rd, %0, %2;\n"
+                 "mapa.shared::cluster.u32 rb, %1, %2;\n"
+                 "st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.f32 [rd], {%3, %4}, [rb];\n}\n" ::"r"(
+                     smem_u32(local_dst)),
+                 "r"(smem_u32(local_bar)), "r"(rank), "f"(a), "f"(b)
+                 : "memory");
+}
+
 } /* namespace sm90 */
 } /* namespace ffpa */
 

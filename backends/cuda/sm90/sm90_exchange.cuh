@@ -1,96 +1,190 @@
 /*
- * Split-D across a thread-block cluster: the partial S tiles of the CTAs of
- * a cluster (each computed over its own head-dimension slice) are summed
- * through distributed shared memory, so that every CTA holds the full S.
+ * Split-D across a thread-block cluster: CTA `rank` holds a partial S over
+ * its head-dimension slice for each consumer's 64 x kBc tile; two exchanges
+ * through distributed shared memory give every CTA the same P:
+ *   1. reduce-scatter (fp32): the tile's columns are cut into kCluster
+ *      blocks and CTA r owns block r. Each CTA sends block b of its partial
+ *      to CTA b and adds what it receives to its own block (scatter, reduce).
+ *   2. all-gather (fp16): each CTA masks its block, takes the row maxima m_r
+ *      over it and sends exp2(S - m_r), rounded to fp16, with m_r to every
+ *      peer (gather_send, gather). Every CTA then holds the same blocks and
+ *      maxima and rescales them to the common maximum by the same
+ *      arithmetic (sm90_softmax.cuh), so all hold bit-identical P, row sums
+ *      and LSE.
+ * Why not sum the whole S in every CTA (the butterfly all-reduce of v1-v8):
+ * DSMEM moves about 8-11 bytes per cycle per SM on the H100
+ * (bench/dsmem_probe.cu), and the exchange is on the consumer's critical
+ * path. The all-reduce sends 16 KiB per consumer and tile per butterfly step
+ * (C=2: 16 KiB, C=4: 32 KiB); this sends (C-1)/C x (16 KiB + 8 KiB) plus the
+ * maxima (12.25 / 18.75 KiB), and each CTA computes the exponentials of 1/C
+ * of the tile instead of all of it.
  *
- * Butterfly: step k exchanges with CTA rank ^ (1 << k) and adds; with 2 CTAs
- * one step, with 4 CTAs two. a + b == b + a in IEEE arithmetic, so every CTA
- * ends with bit-identical S, hence identical softmax, P, and LSE.
- *
- * Per consumer warpgroup and step, one 64 x 64 fp32 slot in each CTA:
- *   the sender waits x_empty (its previous write was consumed), writes its
- *   32 values per thread with st.async into the peer's slot, completing on
- *   the peer's x_full (transaction bytes); the receiver arms its own x_full
- *   (arrive.expect_tx) and waits, reads, adds, and arrives remotely on the
- *   sender's x_empty. Thread t's values go to [q][t] float4 positions
- *   (q = 0..7), so the 128 threads read and write contiguous 16-byte words.
+ * Slots, per consumer and peer distance d = rank ^ peer (1..C-1): one RS
+ * slot (64 x kBc/C fp32) and one AG slot (64 x kBc/C fp16 + 64 maxima); the
+ * receiver's rs_full / ag_full mbarrier counts the bytes of all its peers
+ * (one local arrive.expect_tx per tile). No "empty" barriers are needed: a
+ * CTA writes a peer's RS slot for tile t+1 only after it received that
+ * peer's AG message of tile t, which the peer sent after using the values
+ * it had read from that RS slot (and likewise, AG of t+1 follows the peer's
+ * RS of t+1, sent after it used its AG slot of tile t). Thread t's values go
+ * to [q][t] 16-byte positions, so the 128 threads write and read contiguous
+ * words.
  */
 #ifndef FFPA_CUDA_SM90_EXCHANGE_CUH
 #define FFPA_CUDA_SM90_EXCHANGE_CUH
 
+#include <cuda_fp16.h>
+
 #include "sm90_arch.cuh"
+#include "sm90_fwd_config.cuh"
 #include "sm90_mainloop.cuh"
 
 namespace ffpa {
 namespace sm90 {
 
-template <class Cfg> struct SplitDExchange {
-    static FFPA_DEV float4 *slot_of(uint8_t *slots, int consumer, int step)
+template <class Cfg> struct ClusterExchange {
+    static constexpr int kC = Cfg::kCluster;
+    static constexpr int kBlockNT = Cfg::kBlockNT;
+    static constexpr int kRsVec = kBlockNT;     /* float4 per thread and block (4 scores per n8-block) */
+    static constexpr int kAgVec = kBlockNT / 2; /* uint4 per thread and block (fp16 pairs) */
+    static constexpr size_t kPeerBytes = (size_t)Cfg::kRsSlotBytes + Cfg::kAgSlotBytes;
+    static_assert(kC == 1 || (kBlockNT >= 2 && kBlockNT % 2 == 0), "whole uint4 of fp16 pairs per block");
+
+    uint8_t *slots; /* this consumer's [peer distance - 1] {RS, AG} slots */
+    uint64_t *rs_full, *ag_full;
+    uint32_t rank;
+    int tid, lane, warp;
+
+    FFPA_DEV ClusterExchange(uint8_t *x, RingBarriers *bars, int consumer, uint32_t rank_, int ctid)
+        : slots(x + (size_t)consumer * Cfg::kPeers * kPeerBytes), rs_full(&bars->rs_full[consumer]),
+          ag_full(&bars->ag_full[consumer]), rank(rank_), tid(ctid), lane(ctid & 31), warp(ctid / 32)
     {
-        return reinterpret_cast<float4 *>(slots + (size_t)(consumer * Cfg::kXSteps + step) * Cfg::kXSlotBytes);
     }
 
-    /* Butterfly step `step`, sending half: wait until the peer freed its slot
-     * (it consumed our previous tile), store our values into it. */
-    static FFPA_DEV void send(const float (&s)[32], uint8_t *slots, RingBarriers *bars, int consumer, int tid,
-                              uint32_t rank, int tile, int step)
+    FFPA_DEV float4 *rs_slot(int d) const { return reinterpret_cast<float4 *>(slots + (size_t)(d - 1) * kPeerBytes); }
+    FFPA_DEV uint4 *ag_slot(int d) const
     {
-        const uint32_t peer = rank ^ (1u << step);
-        float4 *slot = slot_of(slots, consumer, step);
-        uint64_t *full = &bars->x_full[consumer][step];
-        if (tile > 0)
-            mbar_wait_cluster(&bars->x_empty[consumer][step], (tile - 1) & 1);
-#pragma unroll
-        for (int q = 0; q < 8; ++q)
-            st_async_remote_v4(slot + q * 128 + tid, full, peer, s[4 * q], s[4 * q + 1], s[4 * q + 2], s[4 * q + 3]);
-        if (tid == 0)
-            mbar_arrive_expect_tx(full, Cfg::kXSlotBytes);
+        return reinterpret_cast<uint4 *>(slots + (size_t)(d - 1) * kPeerBytes + Cfg::kRsSlotBytes);
+    }
+    /* Row maxima after the probabilities: [warp][row in warp's quad rows] (m of row r, r + 8). */
+    FFPA_DEV float2 *ag_max(int d) const
+    {
+        return reinterpret_cast<float2 *>(reinterpret_cast<uint8_t *>(ag_slot(d)) + Cfg::kAgSlotBytes - 64 * 4);
     }
 
-    /* Receiving half: wait for the peer's values, add them, free the slot. */
-    static FFPA_DEV void receive(float (&s)[32], uint8_t *slots, RingBarriers *bars, int consumer, int tid,
-                                 uint32_t rank, int tile, int step)
-    {
-        const uint32_t peer = rank ^ (1u << step);
-        const float4 *slot = slot_of(slots, consumer, step);
-        mbar_wait_cluster(&bars->x_full[consumer][step], tile & 1);
-#pragma unroll
-        for (int q = 0; q < 8; ++q) {
-            const float4 x = slot[q * 128 + tid];
-            s[4 * q] += x.x;
-            s[4 * q + 1] += x.y;
-            s[4 * q + 2] += x.z;
-            s[4 * q + 3] += x.w;
-        }
-        __syncwarp();
-        if ((tid & 31) == 0)
-            mbar_arrive_remote(&bars->x_empty[consumer][step], peer);
-    }
-
-    /* First send as soon as the partial S exists (the caller may still have
-     * PV in flight); finish() completes the sum. */
-    static FFPA_DEV void start(const float (&s)[32], uint8_t *slots, RingBarriers *bars, int consumer, int tid,
-                               uint32_t rank, int tile)
+    /* 1a. Block b of the partial S to CTA b, for every b but our own (b is
+     * a compile-time index: the score registers are never indexed at run time). */
+    FFPA_DEV void scatter(const float (&s)[32]) const
     {
 #ifndef FFPA_SM90_DIAG_SKIP_EXCHANGE
-        send(s, slots, bars, consumer, tid, rank, tile, 0);
+#pragma unroll
+        for (int b = 0; b < kC; ++b) {
+            if (b == (int)rank)
+                continue;
+            float4 *slot = rs_slot(b ^ (int)rank);
+#pragma unroll
+            for (int q = 0; q < kRsVec; ++q) {
+                const int i = 4 * (b * kBlockNT + q);
+                st_async_remote_v4(slot + q * 128 + tid, rs_full, (uint32_t)b, s[i], s[i + 1], s[i + 2], s[i + 3]);
+            }
+        }
 #endif
     }
 
-    static FFPA_DEV void finish(float (&s)[32], uint8_t *slots, RingBarriers *bars, int consumer, int tid,
-                                uint32_t rank, int tile)
+    /* 1b. Adds the peers' partials of our block (peer distance order): block
+     * `rank` of s becomes the full S. */
+    FFPA_DEV void reduce(float (&s)[32], int tile) const
     {
-#ifdef FFPA_SM90_DIAG_SKIP_EXCHANGE
-        /* Diagnostic builds only (bench/sm90-check.sh DIAG=1): wrong results,
-         * measures what the exchange costs. Never defined by meson. */
-        return;
-#endif
-        receive(s, slots, bars, consumer, tid, rank, tile, 0);
+#ifndef FFPA_SM90_DIAG_SKIP_EXCHANGE
+        if (tid == 0)
+            mbar_arrive_expect_tx(rs_full, Cfg::kPeers * Cfg::kRsSlotBytes);
+        mbar_wait_cluster(rs_full, tile & 1);
 #pragma unroll
-        for (int step = 1; step < Cfg::kXSteps; ++step) {
-            send(s, slots, bars, consumer, tid, rank, tile, step);
-            receive(s, slots, bars, consumer, tid, rank, tile, step);
+        for (int b = 0; b < kC; ++b) {
+            if (b != (int)rank)
+                continue;
+#pragma unroll
+            for (int d = 1; d < kC; ++d) {
+                const float4 *slot = rs_slot(d);
+#pragma unroll
+                for (int q = 0; q < kRsVec; ++q) {
+                    const float4 x = slot[q * 128 + tid];
+                    const int i = 4 * (b * kBlockNT + q);
+                    s[i] += x.x;
+                    s[i + 1] += x.y;
+                    s[i + 2] += x.z;
+                    s[i + 3] += x.w;
+                }
+            }
         }
+#endif
+    }
+
+    /* 2a. Our block's probabilities (fp16 pairs, n8-block major) and row maxima to every peer. */
+    FFPA_DEV void gather_send(const uint32_t (&ph)[2 * kBlockNT], const float (&m)[2]) const
+    {
+#ifndef FFPA_SM90_DIAG_SKIP_EXCHANGE
+#pragma unroll
+        for (int d = 1; d < kC; ++d) {
+            const uint32_t peer = rank ^ (uint32_t)d;
+            uint4 *slot = ag_slot(d);
+#pragma unroll
+            for (int q = 0; q < kAgVec; ++q)
+                st_async_remote_v4(slot + q * 128 + tid, ag_full, peer, __uint_as_float(ph[4 * q]),
+                                   __uint_as_float(ph[4 * q + 1]), __uint_as_float(ph[4 * q + 2]),
+                                   __uint_as_float(ph[4 * q + 3]));
+            if ((lane & 3) == 0)
+                st_async_remote_v2(ag_max(d) + warp * 8 + lane / 4, ag_full, peer, m[0], m[1]);
+        }
+#endif
+    }
+
+    /* 2b. The peers' blocks into s (fp32, each still relative to its own
+     * maxima) and their maxima into mb[b]; mb[rank] is left to the caller. */
+    FFPA_DEV void gather(float (&s)[32], float (&mb)[kC][2], int tile) const
+    {
+#ifndef FFPA_SM90_DIAG_SKIP_EXCHANGE
+        if (tid == 0)
+            mbar_arrive_expect_tx(ag_full, Cfg::kPeers * Cfg::kAgSlotBytes);
+        mbar_wait_cluster(ag_full, tile & 1);
+#endif
+#pragma unroll
+        for (int b = 0; b < kC; ++b) {
+            if (b == (int)rank)
+                continue;
+#ifdef FFPA_SM90_DIAG_SKIP_EXCHANGE
+            /* Diagnostic builds only (wrong results): the peers' blocks count as empty. */
+            mb[b][0] = mb[b][1] = -INFINITY;
+#else
+            const int d = b ^ (int)rank;
+            const uint4 *slot = ag_slot(d);
+#pragma unroll
+            for (int q = 0; q < kAgVec; ++q) {
+                const uint4 u = slot[q * 128 + tid];
+                const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+                for (int k = 0; k < 4; ++k) {
+                    const float2 f = unpack_f16x2(w[k]);
+                    s[4 * (b * kBlockNT) + 8 * q + 2 * k] = f.x;
+                    s[4 * (b * kBlockNT) + 8 * q + 2 * k + 1] = f.y;
+                }
+            }
+            const float2 mm = ag_max(d)[warp * 8 + lane / 4];
+            mb[b][0] = mm.x;
+            mb[b][1] = mm.y;
+#endif
+        }
+    }
+
+    static FFPA_DEV uint32_t pack_f16x2(float a, float b)
+    {
+        __half2 h = __floats2half2_rn(a, b);
+        return *reinterpret_cast<uint32_t *>(&h);
+    }
+    static FFPA_DEV float2 unpack_f16x2(uint32_t w)
+    {
+        __half2 h = *reinterpret_cast<__half2 *>(&w);
+        return __half22float2(h);
     }
 };
 

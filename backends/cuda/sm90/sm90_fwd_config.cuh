@@ -5,9 +5,9 @@
  * A cluster of kCluster CTAs owns 128 query rows of one (batch, head). CTA
  * `rank` owns the head-dimension slice [rank*kSlice, (rank+1)*kSlice) of Q, K
  * and V (Split-D across the cluster): it computes a partial S over its
- * slice, the partials are summed through distributed shared memory (every
- * CTA adds them in the same order, so all hold the same S), every CTA runs
- * the same softmax, and each writes its own kSlice columns of O. The fp32 O
+ * slice, the cluster turns the partials into one P through distributed
+ * shared memory (sm90_exchange.cuh: every CTA ends with the same P), and
+ * each CTA writes its own kSlice columns of O. The fp32 O
  * accumulator is then 64 x kSlice per consumer warpgroup, which fits the
  * register file for D up to kCluster * 256.
  *
@@ -47,10 +47,15 @@ template <typename T_, int kSlice_, int kCluster_> struct FwdConfig {
     /* The ring holds slabs: the K slice of a key tile or its V slice, in the
      * order K0 V0 K1 V1 ...; a consumer's GEMM phase holds two (K(t+1), V(t)). */
     static constexpr size_t kSlabBytes = (size_t)kBoxes * kBoxBytes;
-    /* S-partial exchange: one 64 x kBc fp32 slot per consumer and butterfly step. */
-    static constexpr int kXSteps = kCluster == 4 ? 2 : (kCluster == 2 ? 1 : 0);
-    static constexpr uint32_t kXSlotBytes = 64 * kBc * 4;
-    static constexpr size_t kXBytes = (size_t)kConsumers * kXSteps * kXSlotBytes;
+    /* Cluster exchange (sm90_exchange.cuh): the key tile's columns are cut
+     * into kCluster blocks, one owned by each CTA; per consumer and peer one
+     * reduce-scatter slot (64 x block fp32) and one all-gather slot (64 x
+     * block fp16 probabilities + 64 row maxima). */
+    static constexpr int kPeers = kCluster - 1;
+    static constexpr int kBlockNT = kNT / kCluster; /* n8-blocks of S per column block */
+    static constexpr uint32_t kRsSlotBytes = 64 * (kBc / kCluster) * 4;
+    static constexpr uint32_t kAgSlotBytes = 64 * (kBc / kCluster) * 2 + 64 * 4;
+    static constexpr size_t kXBytes = (size_t)kConsumers * kPeers * (kRsSlotBytes + kAgSlotBytes);
     static constexpr size_t kBarBytes = 256;
     static constexpr size_t kAlignSlack = 1024; /* the dynamic base is rounded up to 1024 */
     static constexpr int kMaxSlots = 8;
@@ -75,7 +80,7 @@ template <typename T_, int kSlice_, int kCluster_> struct FwdConfig {
 template <class Cfg> struct FwdSmemLayout {
     static constexpr size_t q = 0;                                    /* [consumer][box] */
     static constexpr size_t ring = q + Cfg::kQBytes;                  /* [slot][box] */
-    static constexpr size_t x = ring + Cfg::kSlots * Cfg::kSlabBytes; /* [consumer][step] */
+    static constexpr size_t x = ring + Cfg::kSlots * Cfg::kSlabBytes; /* [consumer][peer] {RS, AG} */
     static constexpr size_t bars = x + Cfg::kXBytes;
 };
 

@@ -1,10 +1,11 @@
 /*
  * The Hopper forward (sm_90a), composed from its pieces:
  *   sm90_mainloop.cuh  producer TMA ring + consumer wgmma GEMMs
- *   sm90_exchange.cuh  Split-D across the cluster (partial S through DSMEM)
- *   ../../gpu/masking.cuh, softmax.cuh, tile_scheduler.cuh   shared with the
- *                      generic path (the wgmma accumulator of each warp has
- *                      the mma.sync FragC layout, so they apply unchanged)
+ *   sm90_exchange.cuh  Split-D across the cluster (reduce-scatter of the
+ *                      partial S, all-gather of P, through DSMEM)
+ *   sm90_softmax.cuh   masking, online softmax, dropout of a tile (over the
+ *                      shared ../../gpu pieces)
+ *   ../../gpu/tile_scheduler.cuh   work order, shared with the generic path
  *   sm90_epilogue.cuh  O and LSE stores
  *
  * Warp specialisation: warpgroup 0 gives its registers away (setmaxnreg) and
@@ -22,10 +23,9 @@
 #include "sm90_exchange.cuh"
 #include "sm90_fwd_config.cuh"
 #include "sm90_mainloop.cuh"
+#include "sm90_softmax.cuh"
 
 #include "fwd_params.h"
-#include "masking.cuh"
-#include "softmax.cuh"
 #include "tile_scheduler.cuh"
 
 namespace ffpa {
@@ -74,43 +74,6 @@ template <class Cfg> FFPA_DEV bool cta_work(const ffpa_gpu_fwd_params &p, uint32
     return true;
 }
 
-/* Scores of one key tile (summed over the cluster) -> P (registers, A layout
- * of the PV wgmma): scale/bias/mask, online softmax with the O rescale, dropout. */
-template <class Cfg> struct TileSoftmax {
-    MaskCtx mc;
-    int diag;
-    OnlineSoftmax sm;
-
-    FFPA_DEV void softmax(float (&s)[32], float (&o)[Cfg::kOAcc], uint32_t (&pf)[4][4], const ffpa_gpu_fwd_params &p,
-                          int lane, int t)
-    {
-        using T = typename Cfg::T;
-        arch::FragC(&sf)[Cfg::kNT] = reinterpret_cast<arch::FragC(&)[Cfg::kNT]>(s);
-        mc.col0 = t * Cfg::kBc;
-        mc.need_bounds = mc.col0 + Cfg::kBc > mc.seqlen_k;
-        mc.need_causal = p.causal && mc.col0 + Cfg::kBc - 1 > mc.row0 + diag;
-        mask_scores<Cfg::kNT>(sf, p, mc, lane);
-        float alpha[2];
-        sm.update<Cfg::kNT>(sf, alpha);
-#pragma unroll
-        for (int nt = 0; nt < Cfg::kOAcc / 4; ++nt) {
-            o[4 * nt] *= alpha[0];
-            o[4 * nt + 1] *= alpha[0];
-            o[4 * nt + 2] *= alpha[1];
-            o[4 * nt + 3] *= alpha[1];
-        }
-        if (p.has_dropout)
-            apply_dropout<Cfg::kNT>(sf, p, mc, lane);
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk) {
-            pf[kk][0] = arch::pack_f32x2<T>(s[8 * kk + 0], s[8 * kk + 1]);
-            pf[kk][1] = arch::pack_f32x2<T>(s[8 * kk + 2], s[8 * kk + 3]);
-            pf[kk][2] = arch::pack_f32x2<T>(s[8 * kk + 4], s[8 * kk + 5]);
-            pf[kk][3] = arch::pack_f32x2<T>(s[8 * kk + 6], s[8 * kk + 7]);
-        }
-    }
-};
-
 /*
  * One consumer warpgroup. GEMM phase k issues QK^T of tile k and PV of tile
  * k-1 back to back, as two wgmma groups (phase 0: QK^T only; phase n: PV
@@ -136,6 +99,7 @@ FFPA_DEV void consumer(const ffpa_gpu_fwd_params &p, uint8_t *smem, RingBarriers
     for (int i = 0; i < Cfg::kOAcc; ++i)
         o[i] = 0.0f;
     TileSoftmax<Cfg> ts;
+    const ClusterExchange<Cfg> xch(smem + L::x, bars, consumer_idx, rank, ctid);
     ts.sm.init();
     ts.mc.row0 = cw.q0 + row_in_block;
     ts.mc.seqlen_q = cw.seqlen_q;
@@ -168,10 +132,10 @@ FFPA_DEV void consumer(const ffpa_gpu_fwd_params &p, uint8_t *smem, RingBarriers
         fence_operands(s);
         release(0);
         if (Cfg::kCluster > 1) {
-            SplitDExchange<Cfg>::start(s, smem + L::x, bars, consumer_idx, ctid, rank, 0);
-            SplitDExchange<Cfg>::finish(s, smem + L::x, bars, consumer_idx, ctid, rank, 0);
+            xch.scatter(s);
+            xch.reduce(s, 0);
         }
-        ts.softmax(s, o, pf, p, lane, 0);
+        ts.run(s, o, pf, xch, p, lane, 0);
 
 #ifdef FFPA_SM90_DIAG_TIMELINE
         /* Diagnostic builds only: mean cycles per tile of each step of the
@@ -210,21 +174,21 @@ FFPA_DEV void consumer(const ffpa_gpu_fwd_params &p, uint8_t *smem, RingBarriers
             release(k_next);
             FFPA_SM90_DIAG_MARK(3);
             if (Cfg::kCluster > 1)
-                SplitDExchange<Cfg>::start(s, smem + L::x, bars, consumer_idx, ctid, rank, t + 1);
+                xch.scatter(s);
             FFPA_SM90_DIAG_MARK(4);
             wgmma_wait<0>();
             fence_operands(o);
             release(v_cur);
             FFPA_SM90_DIAG_MARK(5);
             if (Cfg::kCluster > 1)
-                SplitDExchange<Cfg>::finish(s, smem + L::x, bars, consumer_idx, ctid, rank, t + 1);
+                xch.reduce(s, t + 1);
             FFPA_SM90_DIAG_MARK(6);
-            ts.softmax(s, o, pf, p, lane, t + 1);
+            ts.run(s, o, pf, xch, p, lane, t + 1);
         }
 #ifdef FFPA_SM90_DIAG_TIMELINE
         if (ctid == 0 && blockIdx.x < Cfg::kCluster && n > 1)
             printf("diag slice %d cta %u consumer %d tiles %d cycles/tile: data %lld turn %lld issue %lld "
-                   "qk-wait %lld send %lld pv-wait %lld receive %lld softmax %lld\n",
+                   "qk-wait %lld scatter %lld pv-wait %lld reduce %lld softmax+gather %lld\n",
                    Cfg::kSlice, rank, consumer_idx, n - 1, diag[0] / (n - 1), diag[1] / (n - 1), diag[2] / (n - 1),
                    diag[3] / (n - 1), diag[4] / (n - 1), diag[5] / (n - 1), diag[6] / (n - 1), diag[7] / (n - 1));
 #endif
@@ -275,11 +239,10 @@ template <class Cfg> FFPA_DEV void fwd_body(const FwdMaps &maps, const ffpa_gpu_
             mbar_init(&bars->full[s], 1);
             mbar_init(&bars->empty[s], Cfg::kConsumers * 4);
         }
-        for (int c = 0; c < Cfg::kConsumers; ++c)
-            for (int x = 0; x < Cfg::kXSteps; ++x) {
-                mbar_init(&bars->x_full[c][x], 1);
-                mbar_init(&bars->x_empty[c][x], 4);
-            }
+        for (int c = 0; c < Cfg::kConsumers; ++c) {
+            mbar_init(&bars->rs_full[c], 1);
+            mbar_init(&bars->ag_full[c], 1);
+        }
         fence_barrier_init();
     }
     if (Cfg::kCluster > 1)

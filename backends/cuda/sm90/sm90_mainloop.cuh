@@ -30,7 +30,7 @@ struct FwdMaps {
 struct RingBarriers {
     uint64_t q_full;
     uint64_t full[8], empty[8];            /* per ring slot (kMaxSlots) */
-    uint64_t x_full[2][2], x_empty[2][2];  /* [consumer][butterfly step] */
+    uint64_t rs_full[2], ag_full[2];       /* [consumer]: cluster exchange (sm90_exchange.cuh) */
 };
 
 /* Where a CTA's work sits in the global tensors (TMA coordinates). */

@@ -1,0 +1,178 @@
+/*
+ * Softmax of one consumer's 64 x kBc score tile in the Hopper forward:
+ * scores -> P in the A-fragment layout of the PV wgmma, with the running
+ * max/sum (the shared OnlineSoftmax state), masking, bias and dropout of
+ * ../../gpu (the wgmma accumulator of each warp has the mma.sync FragC
+ * layout, so they apply unchanged).
+ *   whole_tile: one CTA holds the full S (cluster of 1);
+ *   cluster:    Split-D across the cluster (sm90_exchange.cuh): this CTA
+ *               masks and exponentiates only its own column block, relative
+ *               to the block's row max; the peers' blocks arrive likewise;
+ *               all are rescaled to the common max here.
+ */
+#ifndef FFPA_CUDA_SM90_SOFTMAX_CUH
+#define FFPA_CUDA_SM90_SOFTMAX_CUH
+
+#include "sm90_arch.cuh"
+#include "sm90_exchange.cuh"
+#include "sm90_fwd_config.cuh"
+
+#include "fwd_params.h"
+#include "masking.cuh"
+#include "softmax.cuh"
+
+namespace ffpa {
+namespace sm90 {
+
+template <class Cfg> struct TileSoftmax {
+    using T = typename Cfg::T;
+    static constexpr int kC = Cfg::kCluster;
+    static constexpr int kBlockNT = Cfg::kBlockNT;
+    MaskCtx mc;
+    int diag;
+    OnlineSoftmax sm;
+
+    /* Masks the n8-blocks [nt0, nt0 + kN) of the tile at key column col0. */
+    template <int kN>
+    FFPA_DEV void mask(float (&s)[32], int nt0, int col0, const ffpa_gpu_fwd_params &p, int lane)
+    {
+        arch::FragC(&sf)[kN] = *reinterpret_cast<arch::FragC(*)[kN]>(&s[4 * nt0]);
+        mc.col0 = col0;
+        mc.need_bounds = col0 + 8 * kN > mc.seqlen_k;
+        mc.need_causal = p.causal && col0 + 8 * kN - 1 > mc.row0 + diag;
+        mask_scores<kN>(sf, p, mc, lane);
+    }
+
+    /* O *= alpha, dropout over the whole tile, P -> A fragments. */
+    FFPA_DEV void finish_tile(float (&s)[32], float (&o)[Cfg::kOAcc], uint32_t (&pf)[4][4], const float (&alpha)[2],
+                              const ffpa_gpu_fwd_params &p, int lane, int t)
+    {
+#pragma unroll
+        for (int nt = 0; nt < Cfg::kOAcc / 4; ++nt) {
+            o[4 * nt] *= alpha[0];
+            o[4 * nt + 1] *= alpha[0];
+            o[4 * nt + 2] *= alpha[1];
+            o[4 * nt + 3] *= alpha[1];
+        }
+        if (p.has_dropout) {
+            mc.col0 = t * Cfg::kBc;
+            apply_dropout<Cfg::kNT>(reinterpret_cast<arch::FragC(&)[Cfg::kNT]>(s), p, mc, lane);
+        }
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+            pf[kk][0] = arch::pack_f32x2<T>(s[8 * kk + 0], s[8 * kk + 1]);
+            pf[kk][1] = arch::pack_f32x2<T>(s[8 * kk + 2], s[8 * kk + 3]);
+            pf[kk][2] = arch::pack_f32x2<T>(s[8 * kk + 4], s[8 * kk + 5]);
+            pf[kk][3] = arch::pack_f32x2<T>(s[8 * kk + 6], s[8 * kk + 7]);
+        }
+    }
+
+    /* The full S of key tile t is in s. */
+    FFPA_DEV void whole_tile(float (&s)[32], float (&o)[Cfg::kOAcc], uint32_t (&pf)[4][4],
+                             const ffpa_gpu_fwd_params &p, int lane, int t)
+    {
+        mask<Cfg::kNT>(s, 0, t * Cfg::kBc, p, lane);
+        float alpha[2];
+        sm.update<Cfg::kNT>(reinterpret_cast<arch::FragC(&)[Cfg::kNT]>(s), alpha);
+        finish_tile(s, o, pf, alpha, p, lane, t);
+    }
+
+    /* Our block b (compile-time) of s holds its full S: mask it, take its row
+     * maxima m (>= the running max), exponentiate relative to them, round
+     * to fp16 (ph, what the peers receive) and keep the rounded values in s. */
+    template <int b>
+    FFPA_DEV void own_block(float (&s)[32], uint32_t (&ph)[2 * kBlockNT], float (&m)[2],
+                            const ffpa_gpu_fwd_params &p, int lane, int t)
+    {
+        using X = ClusterExchange<Cfg>;
+        mask<kBlockNT>(s, b * kBlockNT, t * Cfg::kBc + b * 8 * kBlockNT, p, lane);
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            float mx = sm.m[half];
+#pragma unroll
+            for (int j = 0; j < kBlockNT; ++j)
+                mx = fmaxf(mx, fmaxf(s[4 * (b * kBlockNT + j) + 2 * half], s[4 * (b * kBlockNT + j) + 2 * half + 1]));
+            m[half] = arch::quad_max(mx);
+            /* A row with only masked keys so far: reference 0, exp2(-inf) = 0. */
+            const float ref = m[half] == -INFINITY ? 0.0f : m[half];
+#pragma unroll
+            for (int j = 0; j < kBlockNT; ++j) {
+                float &a = s[4 * (b * kBlockNT + j) + 2 * half];
+                float &c = s[4 * (b * kBlockNT + j) + 2 * half + 1];
+                const uint32_t w = X::pack_f16x2(arch::exp2_fast(a - ref), arch::exp2_fast(c - ref));
+                ph[2 * j + half] = w;
+                const float2 f = X::unpack_f16x2(w);
+                a = f.x;
+                c = f.y;
+            }
+        }
+    }
+
+    /* own_block<rank> and its all-gather send: the block index must be a
+     * compile-time constant (no run-time register indexing), so one branch
+     * per rank, uniform across the CTA. */
+    template <int b>
+    FFPA_DEV void own_block_of_rank(float (&s)[32], float (&mb)[kC][2], const ClusterExchange<Cfg> &x,
+                                    const ffpa_gpu_fwd_params &p, int lane, int t)
+    {
+        if (b == (int)x.rank) {
+            uint32_t ph[2 * kBlockNT];
+            own_block<b>(s, ph, mb[b], p, lane, t);
+            x.gather_send(ph, mb[b]);
+        }
+        if constexpr (b + 1 < kC)
+            own_block_of_rank<b + 1>(s, mb, x, p, lane, t);
+    }
+
+    /* Split-D across the cluster: our block of s holds its full S of tile t
+     * (after ClusterExchange::reduce), the other blocks are free. */
+    FFPA_DEV void cluster(float (&s)[32], float (&o)[Cfg::kOAcc], uint32_t (&pf)[4][4],
+                          const ClusterExchange<Cfg> &x, const ffpa_gpu_fwd_params &p, int lane, int t)
+    {
+        float mb[kC][2];
+        own_block_of_rank<0>(s, mb, x, p, lane, t);
+        x.gather(s, mb, t);
+        /* Common max; every block rescaled from its own max to it. All CTAs
+         * run this on identical values in the same order. */
+        float alpha[2];
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            float mx = mb[0][half];
+#pragma unroll
+            for (int b = 1; b < kC; ++b)
+                mx = fmaxf(mx, mb[b][half]);
+            const float ref = mx == -INFINITY ? 0.0f : mx;
+            alpha[half] = arch::exp2_fast(sm.m[half] - ref);
+            float sum = 0.0f;
+#pragma unroll
+            for (int b = 0; b < kC; ++b) {
+                const float f = mb[b][half] == -INFINITY ? 0.0f : arch::exp2_fast(mb[b][half] - ref);
+#pragma unroll
+                for (int j = 0; j < kBlockNT; ++j)
+#pragma unroll
+                    for (int e = 0; e < 2; ++e) {
+                        float &v = s[4 * (b * kBlockNT + j) + 2 * half + e];
+                        v *= f;
+                        sum += v;
+                    }
+            }
+            sm.l[half] = sm.l[half] * alpha[half] + sum;
+            sm.m[half] = mx;
+        }
+        finish_tile(s, o, pf, alpha, p, lane, t);
+    }
+
+    FFPA_DEV void run(float (&s)[32], float (&o)[Cfg::kOAcc], uint32_t (&pf)[4][4], const ClusterExchange<Cfg> &x,
+                      const ffpa_gpu_fwd_params &p, int lane, int t)
+    {
+        if constexpr (kC > 1)
+            cluster(s, o, pf, x, p, lane, t);
+        else
+            whole_tile(s, o, pf, p, lane, t);
+    }
+};
+
+} /* namespace sm90 */
+} /* namespace ffpa */
+
+#endif
