@@ -7,6 +7,8 @@
  * receiver adds and frees the slot remotely), `iters` times.
  *   slots = 1: send t, receive t (the kernel's current order: latency + transfer)
  *   slots = 2: send t+1 before receiving t (throughput: the transfer overlaps)
+ *   bulk:      the tile is staged in local shared memory and one thread
+ *              sends it with cp.async.bulk.shared::cluster (the TMA engine)
  * Prints cycles per swap and the DSMEM bytes each SM sends per cycle, with
  * one cluster alone and with the whole GPU busy.
  *
@@ -91,6 +93,65 @@ __global__ void __cluster_dims__(2, 1, 1) swap_kernel(int iters, long long *cycl
 #endif
 }
 
+/* The bulk-copy variant: 128 threads store to a local staging tile, one
+ * thread copies it to the peer's slot (complete_tx on the peer's barrier). */
+__global__ void __cluster_dims__(2, 1, 1) bulk_kernel(int iters, long long *cycles, float *sink)
+{
+#if FFPA_SM90_DEVICE
+    extern __shared__ __align__(1024) uint8_t smem[];
+    Bars *bars = reinterpret_cast<Bars *>(smem);
+    float4 *slots = reinterpret_cast<float4 *>(smem + 1024);
+    const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
+    const uint32_t peer = cluster_rank() ^ 1u;
+    if (threadIdx.x == 0) {
+        for (int w = 0; w < 2; ++w)
+            for (int s = 0; s < 2; ++s) {
+                mbar_init(&bars->full[w][s], 1);
+                mbar_init(&bars->empty[w][s], 4);
+            }
+        fence_barrier_init();
+    }
+    cluster_sync();
+    float acc = 0.0f;
+    float4 *stage = slots + (size_t)(wg * 2 + 1) * (kTileBytes / 16); /* slot 1 of the warpgroup: staging */
+    float4 *inbox = slots + (size_t)(wg * 2) * (kTileBytes / 16);
+    const long long t0 = clock64();
+    for (int t = 0; t < iters; ++t) {
+        for (int q = 0; q < 8; ++q)
+            stage[q * 128 + tid] = make_float4((float)t, (float)q, (float)tid, 1.0f);
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        named_barrier_sync(1 + wg, 128);
+        if (tid == 0) {
+            if (t > 0)
+                mbar_wait_cluster(&bars->empty[wg][0], (t - 1) & 1);
+            mbar_arrive_expect_tx(&bars->full[wg][0], kTileBytes);
+            asm volatile("{\n.reg .b32 rd, rb;\n"
+                         "mapa.shared::cluster.u32 rd, %0, %2;\n"
+                         "mapa.shared::cluster.u32 rb, %1, %2;\n"
+                         "cp.async.bulk.shared::cluster.shared::cta.mbarrier::complete_tx::bytes [rd], [%3], %4, [rb];\n"
+                         "cp.async.bulk.commit_group;\n"
+                         "cp.async.bulk.wait_group.read 0;\n}\n" ::"r"(smem_u32(inbox)),
+                         "r"(smem_u32(&bars->full[wg][0])), "r"(peer), "r"(smem_u32(stage)), "r"(kTileBytes)
+                         : "memory");
+        }
+        mbar_wait_cluster(&bars->full[wg][0], t & 1);
+        for (int q = 0; q < 8; ++q) {
+            const float4 x = inbox[q * 128 + tid];
+            acc += x.x + x.y + x.z + x.w;
+        }
+        __syncwarp();
+        if ((tid & 31) == 0)
+            mbar_arrive_remote(&bars->empty[wg][0], peer);
+        named_barrier_sync(1 + wg, 128); /* the staging tile is free (tid 0 waited for the copy's reads) */
+    }
+    const long long t1 = clock64();
+    if (tid == 0)
+        cycles[blockIdx.x * 2 + wg] = t1 - t0;
+    sink[blockIdx.x * blockDim.x + threadIdx.x] = acc;
+    cluster_sync();
+#endif
+}
+
 template <int kSlots> static void probe(int clusters, int wgs, int sms)
 {
     const int iters = 2000, blocks = 2 * clusters;
@@ -100,9 +161,10 @@ template <int kSlots> static void probe(int clusters, int wgs, int sms)
     cudaMemset(cyc, 0, sizeof(long long) * blocks * 2);
     cudaMalloc(&sink, sizeof(float) * blocks * 256);
     const size_t smem = 1024 + 4 * (size_t)kTileBytes;
-    cudaFuncSetAttribute(swap_kernel<kSlots>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    auto kernel = kSlots == 0 ? bulk_kernel : swap_kernel<kSlots == 0 ? 1 : kSlots>;
+    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     for (int rep = 0; rep < 2; ++rep)
-        swap_kernel<kSlots><<<blocks, 128 * wgs, smem>>>(iters, cyc, sink);
+        kernel<<<blocks, 128 * wgs, smem>>>(iters, cyc, sink);
     cudaError_t e = cudaDeviceSynchronize();
     if (e != cudaSuccess) {
         printf("error %s\n", cudaGetErrorString(e));
@@ -117,8 +179,8 @@ template <int kSlots> static void probe(int clusters, int wgs, int sms)
             mean += (double)h[2 * b + w], ++n;
     mean /= n;
     const double per_swap = mean / iters;
-    printf("slots %d  clusters %3d (%3d of %d SMs)  warpgroups/CTA %d : %6.0f cycles per swap, %5.1f B/cycle sent per SM\n",
-           kSlots, clusters, blocks, sms, wgs, per_swap, wgs * kTileBytes / per_swap);
+    printf("%s  clusters %3d (%3d of %d SMs)  warpgroups/CTA %d : %6.0f cycles per swap, %5.1f B/cycle sent per SM\n",
+           kSlots == 0 ? "bulk   " : kSlots == 1 ? "slots 1" : "slots 2", clusters, blocks, sms, wgs, per_swap, wgs * kTileBytes / per_swap);
     cudaFree(cyc);
     cudaFree(sink);
 }
@@ -131,6 +193,7 @@ int main()
         for (int clusters : {1, sms / 2}) {
             probe<1>(clusters, wgs, sms);
             probe<2>(clusters, wgs, sms);
+            probe<0>(clusters, wgs, sms);
         }
     return 0;
 }
