@@ -133,6 +133,17 @@ FFPA_DEV uint64_t make_desc_sw128(uint32_t smem_addr, uint32_t lbo, uint32_t sbo
     return d;
 }
 
+/* desc + bytes along the start address (no carry out of its 14-bit field
+ * for shared addresses below 256 KiB). Opaque to the compiler on purpose:
+ * otherwise it hoists every loop-invariant descriptor of the unrolled wgmma
+ * sequence into its own register pair (d320: 20 Q descriptors) and spills. */
+FFPA_DEV uint64_t desc_advance(uint64_t desc, uint32_t bytes)
+{
+    uint64_t r;
+    asm volatile("add.s64 %0, %1, %2;\n" : "=l"(r) : "l"(desc), "l"((uint64_t)(bytes >> 4)));
+    return r;
+}
+
 /* -------------------------------------------------- registers, barriers */
 
 template <int kRegs> FFPA_DEV void setmaxnreg_inc()
@@ -154,6 +165,15 @@ FFPA_DEV void named_barrier_sync(int id, int threads)
 FFPA_DEV void named_barrier_arrive(int id, int threads)
 {
     asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+/* Generic-proxy shared-memory writes (st.shared) made visible to the async
+ * proxy (wgmma operands, TMA) of this CTA. */
+FFPA_DEV void fence_proxy_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
+FFPA_DEV void st_shared_b32(uint32_t addr, uint32_t v)
+{
+    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
 }
 
 /* -------------------------------------------------------------- cluster */
