@@ -8,7 +8,6 @@ accumulators), so they are generated rather than written by hand.
 
 SS_N = [64]                 # S = Q K^T: A (Q) and B (K) from shared memory, both K-major
 RS_N = [64, 128, 192, 256]  # O += P V: A (P) from registers, B (V) MN-major (trans-b)
-SS_TB_N = [64, 256]         # O += P V with P from shared memory (the d320 kernel): B MN-major
 TYPES = [("f16", "f16"), ("bf16", "bf16")]
 
 
@@ -29,21 +28,6 @@ template <> FFPA_DEV void wgmma_ss<{tag}, {n}>(float (&d)[{k}], uint64_t desc_a,
         "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{k + 2}, 0;\\n"
         "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx}.{ptx} "
         "{{{acc_list(n)}}}, %{k}, %{k + 1}, p, 1, 1, 0, 0;\\n}}\\n"
-        : {acc_operands(n)}
-        : "l"(desc_a), "l"(desc_b), "r"(accumulate));
-}}
-"""
-
-
-def ss_tb(n, tag, ptx):
-    k = n // 2
-    return f"""
-template <> FFPA_DEV void wgmma_ss_tb<{tag}, {n}>(float (&d)[{k}], uint64_t desc_a, uint64_t desc_b, int accumulate)
-{{
-    asm volatile(
-        "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{k + 2}, 0;\\n"
-        "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx}.{ptx} "
-        "{{{acc_list(n)}}}, %{k}, %{k + 1}, p, 1, 1, 0, 1;\\n}}\\n"
         : {acc_operands(n)}
         : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 }}
@@ -71,9 +55,7 @@ def main():
  * accumulators (sm_90a):
  *   wgmma_ss<T, N>: A and B from shared memory, both K-major (S = Q K^T);
  *   wgmma_rs<T, N>: A from registers (the FragA layout of mma.sync, one per
- *                   warp's 16 rows), B MN-major (O += P V, V row-major);
- *   wgmma_ss_tb<T, N>: A K-major and B MN-major from shared memory (O += P V
- *                   with P staged in shared memory).
+ *                   warp's 16 rows), B MN-major (O += P V, V row-major).
  * accumulate = 0 overwrites d (first k-step), 1 adds.
  */
 #ifndef FFPA_CUDA_SM90_WGMMA_OPS_CUH
@@ -86,7 +68,6 @@ namespace sm90 {
 
 template <typename T, int N> FFPA_DEV void wgmma_ss(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, int accumulate);
 template <typename T, int N> FFPA_DEV void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc_b, int accumulate);
-template <typename T, int N> FFPA_DEV void wgmma_ss_tb(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, int accumulate);
 """]
     for tag, ptx in TYPES:
         t = f"arch::{tag}"
@@ -94,8 +75,6 @@ template <typename T, int N> FFPA_DEV void wgmma_ss_tb(float (&d)[N / 2], uint64
             out.append(ss(n, t, ptx))
         for n in RS_N:
             out.append(rs(n, t, ptx))
-        for n in SS_TB_N:
-            out.append(ss_tb(n, t, ptx))
     out.append("""
 } /* namespace sm90 */
 } /* namespace ffpa */

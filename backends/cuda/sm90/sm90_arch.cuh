@@ -167,15 +167,6 @@ FFPA_DEV void named_barrier_arrive(int id, int threads)
     asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
-/* Generic-proxy shared-memory writes (st.shared) made visible to the async
- * proxy (wgmma operands, TMA) of this CTA. */
-FFPA_DEV void fence_proxy_async_smem() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-
-FFPA_DEV void st_shared_b32(uint32_t addr, uint32_t v)
-{
-    asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
-}
-
 /* -------------------------------------------------------------- cluster */
 
 FFPA_DEV uint32_t cluster_rank()

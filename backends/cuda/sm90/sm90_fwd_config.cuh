@@ -56,15 +56,6 @@ template <typename T_, int kSlice_, int kCluster_> struct FwdConfig {
     static constexpr uint32_t kRsSlotBytes = 64 * (kBc / kCluster) * 4;
     static constexpr uint32_t kAgSlotBytes = 64 * (kBc / kCluster) * 2 + 64 * 4;
     static constexpr size_t kXBytes = (size_t)kConsumers * kPeers * (kRsSlotBytes + kAgSlotBytes);
-    /* P through shared memory (one 64 x 64 box per consumer, PV as wgmma SS)
-     * instead of registers where the O accumulator leaves no room for the
-     * 16 P registers beside S (kSlice 320: O alone is 160 registers). */
-#ifdef FFPA_SM90_EXPERIMENT_P_REGS
-    static constexpr bool kPSmem = false;
-#else
-    static constexpr bool kPSmem = kSlice > 256;
-#endif
-    static constexpr size_t kPBytes = kPSmem ? (size_t)kConsumers * kBoxBytes : 0;
     static constexpr size_t kBarBytes = 256;
     static constexpr size_t kAlignSlack = 1024; /* the dynamic base is rounded up to 1024 */
     static constexpr int kMaxSlots = 8;
@@ -72,12 +63,12 @@ template <typename T_, int kSlice_, int kCluster_> struct FwdConfig {
     static constexpr int slots_that_fit()
     {
         int s = kMaxSlots;
-        while (s > 2 && kQBytes + s * kSlabBytes + kXBytes + kPBytes + kBarBytes + kAlignSlack > kSmemLimit)
+        while (s > 2 && kQBytes + s * kSlabBytes + kXBytes + kBarBytes + kAlignSlack > kSmemLimit)
             --s;
         return s;
     }
     static constexpr int kSlots = slots_that_fit();
-    static constexpr size_t kSmemBytes = kQBytes + kSlots * kSlabBytes + kXBytes + kPBytes + kBarBytes + kAlignSlack;
+    static constexpr size_t kSmemBytes = kQBytes + kSlots * kSlabBytes + kXBytes + kBarBytes + kAlignSlack;
 
     static_assert(kSlice % kBoxCols == 0 && kSlice <= 320, "a slice is 1-5 boxes");
     static_assert(kCluster == 1 || kCluster == 2 || kCluster == 4, "cluster of 1, 2 or 4");
@@ -90,8 +81,7 @@ template <class Cfg> struct FwdSmemLayout {
     static constexpr size_t q = 0;                                    /* [consumer][box] */
     static constexpr size_t ring = q + Cfg::kQBytes;                  /* [slot][box] */
     static constexpr size_t x = ring + Cfg::kSlots * Cfg::kSlabBytes; /* [consumer][peer] {RS, AG} */
-    static constexpr size_t p = x + Cfg::kXBytes;                     /* [consumer] P box (kPSmem) */
-    static constexpr size_t bars = p + Cfg::kPBytes;
+    static constexpr size_t bars = x + Cfg::kXBytes;
 };
 
 } /* namespace sm90 */

@@ -107,9 +107,6 @@ FFPA_DEV void consumer(const ffpa_gpu_fwd_params &p, uint8_t *smem, RingBarriers
     ts.mc.b = cw.w.b;
     ts.mc.h = cw.w.h;
     ts.diag = cw.seqlen_k - cw.seqlen_q;
-    ts.p_addr = smem_u32(smem + L::p + (size_t)consumer_idx * kBoxBytes);
-    ts.warp = warp;
-    ts.p_bar = 3 + consumer_idx;
 
     const int n = cw.n_tiles;
     const uint32_t q_addr = smem_u32(smem + L::q + (size_t)consumer_idx * Cfg::kBoxes * kBoxBytes);
@@ -167,7 +164,7 @@ FFPA_DEV void consumer(const ffpa_gpu_fwd_params &p, uint8_t *smem, RingBarriers
             wgmma_fence();
             ConsumerGemms<Cfg>::qk_issue(s, q_addr, R::addr(smem, k_next));
             wgmma_commit(); /* group 1: QK(t+1) */
-            ConsumerGemms<Cfg>::pv(o, pf, ts.p_addr, R::addr(smem, v_cur));
+            ConsumerGemms<Cfg>::pv_issue(o, pf, R::addr(smem, v_cur));
             wgmma_commit(); /* group 2: PV(t) */
             named_barrier_arrive(bar_other, 256);
             FFPA_SM90_DIAG_MARK(2);
@@ -201,7 +198,7 @@ FFPA_DEV void consumer(const ffpa_gpu_fwd_params &p, uint8_t *smem, RingBarriers
         named_barrier_sync(bar_mine, 256);
         fence_operands(o);
         wgmma_fence();
-        ConsumerGemms<Cfg>::pv(o, pf, ts.p_addr, R::addr(smem, v_last));
+        ConsumerGemms<Cfg>::pv_issue(o, pf, R::addr(smem, v_last));
         wgmma_commit();
         if (consumer_idx == 0)
             named_barrier_arrive(bar_other, 256);

@@ -123,30 +123,6 @@ template <class Cfg> struct ConsumerGemms {
         }
     }
 
-    /* The same with P from shared memory (Cfg::kPSmem): a 64 x 64 K-major
-     * box written by TileSoftmax::store_p, read like a Q box. */
-    static FFPA_DEV void pv_issue_ss(float (&o)[Cfg::kOAcc], uint32_t p_addr, uint32_t v_addr)
-    {
-        constexpr int kN0 = Cfg::kSlice < 256 ? Cfg::kSlice : 256;
-        constexpr int kN1 = Cfg::kSlice - kN0;
-        const uint64_t p0 = make_desc_sw128(p_addr, 16, 1024), v0 = make_desc_sw128(v_addr, kBoxBytes, 1024);
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk) {
-            const uint64_t a = desc_advance(p0, kk * 32);
-            wgmma_ss_tb<T, kN0>(reinterpret_cast<float(&)[kN0 / 2]>(o[0]), a, desc_advance(v0, kk * 2048), 1);
-            if constexpr (kN1 > 0)
-                wgmma_ss_tb<T, kN1>(reinterpret_cast<float(&)[kN1 / 2]>(o[kN0 / 2]), a,
-                                    desc_advance(v0, (kN0 / kBoxCols) * kBoxBytes + kk * 2048), 1);
-        }
-    }
-
-    static FFPA_DEV void pv(float (&o)[Cfg::kOAcc], const uint32_t (&pf)[4][4], uint32_t p_addr, uint32_t v_addr)
-    {
-        if constexpr (Cfg::kPSmem)
-            pv_issue_ss(o, p_addr, v_addr);
-        else
-            pv_issue(o, pf, v_addr);
-    }
 };
 
 } /* namespace sm90 */

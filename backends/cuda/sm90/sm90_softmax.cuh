@@ -31,29 +31,6 @@ template <class Cfg> struct TileSoftmax {
     MaskCtx mc;
     int diag;
     OnlineSoftmax sm;
-    /* Cfg::kPSmem: this consumer's P box, its warp, and the named barrier of
-     * its 128 threads (the PV wgmma reads rows the other warps wrote). */
-    uint32_t p_addr;
-    int warp, p_bar;
-
-    /* P (T pairs) into the 128-byte swizzled 64 x 64 box: row r's 16-byte
-     * chunk c lies at r * 128 + (c ^ (r % 8)) * 16 (the layout TMA gives Q),
-     * so the A descriptor reads it as it reads a Q box. The 8 rows of one
-     * store hit 8 different chunks: no bank conflicts. */
-    FFPA_DEV void store_p(const float (&s)[32], int lane)
-    {
-#pragma unroll
-        for (int nt = 0; nt < Cfg::kNT; ++nt)
-#pragma unroll
-            for (int half = 0; half < 2; ++half) {
-                const int r = warp * 16 + (lane >> 2) + 8 * half;
-                st_shared_b32(p_addr + r * 128 + ((nt ^ (r & 7)) << 4) + ((lane & 3) << 2),
-                              arch::pack_f32x2<T>(s[4 * nt + 2 * half], s[4 * nt + 2 * half + 1]));
-            }
-        fence_proxy_async_smem();
-        named_barrier_sync(p_bar, 128);
-    }
-
     /* Masks the n8-blocks [nt0, nt0 + kN) of the tile at key column col0. */
     template <int kN>
     FFPA_DEV void mask(float (&s)[32], int nt0, int col0, const ffpa_gpu_fwd_params &p, int lane)
@@ -83,10 +60,6 @@ template <class Cfg> struct TileSoftmax {
         if (p.has_dropout) {
             mc.col0 = t * Cfg::kBc;
             apply_dropout<Cfg::kNT>(reinterpret_cast<arch::FragC(&)[Cfg::kNT]>(s), p, mc, lane);
-        }
-        if constexpr (Cfg::kPSmem) {
-            store_p(s, lane);
-            return;
         }
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
