@@ -127,8 +127,9 @@ static ffpa_tuning_table *load_tuning(const ffpa_registry_entry *e)
 {
     char lib_dir[PATH_MAX], warn[512];
     int have_dir = library_dir(lib_dir, sizeof lib_dir);
-    ffpa_tuning_table *t = ffpa_tuning_load_for_device(e->caps.device_name, have_dir ? lib_dir : NULL,
-                                                       FFPA_DATA_DIR, warn, sizeof warn);
+    ffpa_tuning_table *t = ffpa_tuning_load_for_device(e->caps.device_name, e->name,
+                                                       have_dir ? lib_dir : NULL, FFPA_DATA_DIR, warn,
+                                                       sizeof warn);
     if (warn[0])
         fprintf(stderr, "libffpa: warning: tuning table ignored, using the built-in heuristics: %s\n",
                 warn);

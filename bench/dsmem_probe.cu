@@ -28,15 +28,10 @@ struct Bars {
     uint64_t full[2][2], empty[2][2]; /* [warpgroup][slot] */
 };
 
-template <int kSlots>
-__global__ void __cluster_dims__(2, 1, 1) swap_kernel(int iters, long long *cycles, float *sink)
+/* Every CTA's barriers exist before a peer arrives on them. */
+__device__ void init_bars(Bars *bars)
 {
 #if FFPA_SM90_DEVICE
-    extern __shared__ __align__(1024) uint8_t smem[];
-    Bars *bars = reinterpret_cast<Bars *>(smem);
-    float4 *slots = reinterpret_cast<float4 *>(smem + 1024);
-    const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
-    const uint32_t peer = cluster_rank() ^ 1u;
     if (threadIdx.x == 0) {
         for (int w = 0; w < 2; ++w)
             for (int s = 0; s < 2; ++s) {
@@ -46,6 +41,45 @@ __global__ void __cluster_dims__(2, 1, 1) swap_kernel(int iters, long long *cycl
         fence_barrier_init();
     }
     cluster_sync();
+#endif
+}
+
+/* Where this thread's warpgroup and its peer are; barriers initialised. */
+struct ProbeCta {
+    Bars *bars;
+    float4 *slots;
+    int wg, tid;
+    uint32_t peer;
+    __device__ explicit ProbeCta(uint8_t *smem)
+        : bars(reinterpret_cast<Bars *>(smem)), slots(reinterpret_cast<float4 *>(smem + 1024)),
+          wg(threadIdx.x / 128), tid(threadIdx.x % 128), peer(cluster_rank() ^ 1u)
+    {
+        init_bars(bars);
+    }
+};
+
+/* Each warpgroup records its cycles; the sums keep the reads alive. */
+__device__ void finish(long long t0, long long *cycles, float *sink, float acc, int wg, int tid)
+{
+#if FFPA_SM90_DEVICE
+    const long long t1 = clock64();
+    if (tid == 0)
+        cycles[blockIdx.x * 2 + wg] = t1 - t0;
+    sink[blockIdx.x * blockDim.x + threadIdx.x] = acc;
+    cluster_sync();
+#endif
+}
+
+template <int kSlots>
+__global__ void __cluster_dims__(2, 1, 1) swap_kernel(int iters, long long *cycles, float *sink)
+{
+#if FFPA_SM90_DEVICE
+    extern __shared__ __align__(1024) uint8_t smem[];
+    const ProbeCta c(smem);
+    Bars *bars = c.bars;
+    float4 *slots = c.slots;
+    const int wg = c.wg, tid = c.tid;
+    const uint32_t peer = c.peer;
     float v[32], acc = 0.0f;
     for (int i = 0; i < 32; ++i)
         v[i] = (float)(tid + i);
@@ -85,11 +119,7 @@ __global__ void __cluster_dims__(2, 1, 1) swap_kernel(int iters, long long *cycl
             receive(t);
         }
     }
-    const long long t1 = clock64();
-    if (tid == 0)
-        cycles[blockIdx.x * 2 + wg] = t1 - t0;
-    sink[blockIdx.x * blockDim.x + threadIdx.x] = acc;
-    cluster_sync();
+    finish(t0, cycles, sink, acc, wg, tid);
 #endif
 }
 
@@ -99,19 +129,11 @@ __global__ void __cluster_dims__(2, 1, 1) bulk_kernel(int iters, long long *cycl
 {
 #if FFPA_SM90_DEVICE
     extern __shared__ __align__(1024) uint8_t smem[];
-    Bars *bars = reinterpret_cast<Bars *>(smem);
-    float4 *slots = reinterpret_cast<float4 *>(smem + 1024);
-    const int wg = threadIdx.x / 128, tid = threadIdx.x % 128;
-    const uint32_t peer = cluster_rank() ^ 1u;
-    if (threadIdx.x == 0) {
-        for (int w = 0; w < 2; ++w)
-            for (int s = 0; s < 2; ++s) {
-                mbar_init(&bars->full[w][s], 1);
-                mbar_init(&bars->empty[w][s], 4);
-            }
-        fence_barrier_init();
-    }
-    cluster_sync();
+    const ProbeCta c(smem);
+    Bars *bars = c.bars;
+    float4 *slots = c.slots;
+    const int wg = c.wg, tid = c.tid;
+    const uint32_t peer = c.peer;
     float acc = 0.0f;
     float4 *stage = slots + (size_t)(wg * 2 + 1) * (kTileBytes / 16); /* slot 1 of the warpgroup: staging */
     float4 *inbox = slots + (size_t)(wg * 2) * (kTileBytes / 16);
@@ -144,11 +166,7 @@ __global__ void __cluster_dims__(2, 1, 1) bulk_kernel(int iters, long long *cycl
             mbar_arrive_remote(&bars->empty[wg][0], peer);
         named_barrier_sync(1 + wg, 128); /* the staging tile is free (tid 0 waited for the copy's reads) */
     }
-    const long long t1 = clock64();
-    if (tid == 0)
-        cycles[blockIdx.x * 2 + wg] = t1 - t0;
-    sink[blockIdx.x * blockDim.x + threadIdx.x] = acc;
-    cluster_sync();
+    finish(t0, cycles, sink, acc, wg, tid);
 #endif
 }
 

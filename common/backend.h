@@ -20,8 +20,10 @@
 extern "C" {
 #endif
 
-/* Bump on any change to ffpa_backend_i, ffpa_problem or ffpa_backend_caps. */
-#define FFPA_BACKEND_ABI_VERSION 3
+/* Bump on any change to ffpa_backend_i, ffpa_problem, ffpa_backend_caps, or
+ * ffpa_plan / ffpa_plan_input (a tuning table's apply, in the core, fills
+ * the plugin's plan: common/tuning.h). */
+#define FFPA_BACKEND_ABI_VERSION 4
 
 /* Symbol every plugin exports: const ffpa_backend_i *ffpa_backend_entry(void). */
 #define FFPA_BACKEND_ENTRY_SYMBOL "ffpa_backend_entry"

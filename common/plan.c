@@ -16,23 +16,66 @@ static int round_up(int64_t a, int64_t m)
     return (int)(ceil_div(a, m) * m);
 }
 
-/* Forward GPU model: the layout of the CUDA forward kernels
+/* Padded head dims and chunk counts from the chunk sizes. */
+static void derive_chunks(const ffpa_plan_input *in, ffpa_plan *p)
+{
+    p->dqk_padded = round_up(in->dqk, p->dqk_chunk);
+    p->dv_padded = round_up(in->dv, p->dv_chunk);
+    p->n_qk_chunks = p->dqk_padded / p->dqk_chunk;
+    p->n_v_chunks = p->dv_padded / p->dv_chunk;
+}
+
+/*
+ * Forward shapes of the generic GPU kernels, one per instantiated Dv (the
+ * kernels keep O for the whole Dv in registers, so Dv is compile-time; Dqk
+ * is a loop count). Must match backends/cuda/fwd_kernels.cuh and
+ * backends/hip/fwd_kernels_hip.h: the launchers check.
+ *   dv: largest Dv covered; wm x wn warps (wm x 16 query rows; wn warps split
+ *   every D chunk); bc key rows per tile; chunk: D columns per smem slab.
+ */
+typedef struct gpu_fwd_shape {
+    int dv, wm, wn, bc, chunk, stages;
+} gpu_fwd_shape;
+
+static const gpu_fwd_shape gpu_fwd_shapes[] = {
+    {64, 4, 1, 64, 64, 2},    {128, 8, 1, 64, 128, 2}, {256, 4, 1, 64, 256, 2},
+    {320, 4, 1, 64, 64, 3},   {512, 4, 2, 64, 128, 3}, {1024, 2, 4, 64, 256, 2},
+};
+#define N_GPU_FWD_SHAPES ((int)(sizeof gpu_fwd_shapes / sizeof gpu_fwd_shapes[0]))
+
+static int shape_has_tile(const gpu_fwd_shape *s, int br, int bc, int chunk, int warps)
+{
+    return 16 * s->wm == br && s->bc == bc && s->chunk == chunk && s->wm * s->wn == warps;
+}
+
+/* The instantiation the launchers run a tile on: the smallest with that
+ * tile covering dv (NULL: none). */
+static const gpu_fwd_shape *shape_of_tile(int br, int bc, int chunk, int warps, int64_t dv)
+{
+    for (int i = 0; i < N_GPU_FWD_SHAPES; ++i)
+        if (gpu_fwd_shapes[i].dv >= dv && shape_has_tile(&gpu_fwd_shapes[i], br, bc, chunk, warps))
+            return &gpu_fwd_shapes[i];
+    return NULL;
+}
+
+/* Forward GPU model: the layout of the forward kernels
  * (backends/gpu/fwd_kernel.cuh, fwd_smem_layout). Q is resident (loaded
- * once, Br x Dqk) on the small-D path and streamed with each K chunk on the
- * Split-D path; a ring of `stages` slots of Bc (+ Br) x chunk; the partial S
- * tiles when warps split D (warps > Br / 16); O is staged through the same
- * memory at the end. */
+ * once, Br x Dqk) or streamed with each K chunk (ffpa_plan_q_resident); a
+ * ring of `stages` slots of Bc (+ Br) x chunk; the partial S tiles when
+ * warps split D (warps > Br / 16); O is staged through the same memory at
+ * the end, Br x the instantiation's whole Dv (more than dv_padded when a
+ * tuned tile runs on a larger instantiation). */
 static size_t plan_smem_forward_gpu(const ffpa_plan *plan, size_t elt)
 {
     int row_warps = plan->br / 16 > 0 ? plan->br / 16 : 1;
     int d_warps = plan->warps > row_warps ? plan->warps / row_warps : 1;
-    int resident = plan->path == FFPA_PATH_SMALL_D ||
-                   (plan->path == FFPA_PATH_DECODE && plan->dqk_padded <= 256 &&
-                    plan->dv_padded <= 256);
+    int resident = ffpa_plan_q_resident(plan);
+    const gpu_fwd_shape *shape = shape_of_tile(plan->br, plan->bc, plan->dqk_chunk, plan->warps, plan->dv_padded);
+    int o_cols = shape ? shape->dv : plan->dv_padded;
     size_t q = resident ? (size_t)plan->br * (size_t)plan->dqk_padded * elt : 0;
     size_t slot = (size_t)(plan->bc + (resident ? 0 : plan->br)) * (size_t)plan->dqk_chunk * elt;
     size_t main_loop = q + (size_t)plan->stages * slot;
-    size_t epilogue = (size_t)plan->br * (size_t)plan->dv_padded * elt;
+    size_t epilogue = (size_t)plan->br * (size_t)o_cols * elt;
     size_t spart = d_warps > 1 ? (size_t)d_warps * plan->br * plan->bc * sizeof(float) : 0;
     return (main_loop > epilogue ? main_loop : epilogue) + spart;
 }
@@ -119,27 +162,10 @@ static void plan_gpu_backward(const ffpa_plan_input *in, const ffpa_device_limit
         p->bc /= 2;
 }
 
-/*
- * Forward shapes of the CUDA kernels, one per instantiated Dv (the kernels
- * keep O for the whole Dv in registers, so Dv is compile-time; Dqk is a loop
- * count). Must match backends/cuda/fwd_kernels.cuh: the launcher checks.
- *   dv: largest Dv covered; wm x wn warps (wm x 16 query rows; wn warps split
- *   every D chunk); bc key rows per tile; chunk: D columns per smem slab.
- */
-typedef struct gpu_fwd_shape {
-    int dv, wm, wn, bc, chunk, stages;
-} gpu_fwd_shape;
-
-static const gpu_fwd_shape gpu_fwd_shapes[] = {
-    {64, 4, 1, 64, 64, 2},    {128, 8, 1, 64, 128, 2}, {256, 4, 1, 64, 256, 2},
-    {320, 4, 1, 64, 64, 3},   {512, 4, 2, 64, 128, 3}, {1024, 2, 4, 64, 256, 2},
-};
-
 static void plan_gpu_forward(const ffpa_plan_input *in, const ffpa_device_limits *lim, ffpa_plan *p)
 {
-    size_t n_shapes = sizeof gpu_fwd_shapes / sizeof gpu_fwd_shapes[0];
-    const gpu_fwd_shape *s = &gpu_fwd_shapes[n_shapes - 1];
-    for (size_t i = 0; i < n_shapes; ++i)
+    const gpu_fwd_shape *s = &gpu_fwd_shapes[N_GPU_FWD_SHAPES - 1];
+    for (int i = 0; i < N_GPU_FWD_SHAPES; ++i)
         if (in->dv <= gpu_fwd_shapes[i].dv) {
             s = &gpu_fwd_shapes[i];
             break;
@@ -155,8 +181,7 @@ static void plan_gpu_forward(const ffpa_plan_input *in, const ffpa_device_limits
     p->stages = s->stages;
     p->warps = s->wm * s->wn;
     p->kv_splits = 1;
-    p->dqk_padded = round_up(in->dqk, p->dqk_chunk);
-    p->dv_padded = round_up(in->dv, p->dv_chunk);
+    derive_chunks(in, p);
     /* Few query rows cannot fill the machine: split the KV sequence too
      * (flash-decoding), about two blocks per multiprocessor. */
     int64_t q_blocks = ceil_div(in->nq, p->br);
@@ -185,6 +210,16 @@ static void plan_gpu(const ffpa_plan_input *in, const ffpa_device_limits *lim, f
         plan_gpu_forward(in, lim, p);
 }
 
+void ffpa_plan_derive(const ffpa_plan_input *in, const ffpa_device_limits *lim, ffpa_plan *p)
+{
+    derive_chunks(in, p);
+    p->smem_bytes = lim->is_gpu ? ffpa_plan_smem_bytes(p, in->dtype, in->backward) : 0;
+    p->q_blocks = ceil_div(in->nq, p->br);
+    p->grid[0] = p->q_blocks * p->kv_splits;
+    p->grid[1] = in->hq;
+    p->grid[2] = in->batch;
+}
+
 ffpa_status ffpa_plan_make(const ffpa_plan_input *in, const ffpa_device_limits *lim,
                            ffpa_plan *plan)
 {
@@ -196,23 +231,57 @@ ffpa_status ffpa_plan_make(const ffpa_plan_input *in, const ffpa_device_limits *
         plan_gpu(in, lim, &p);
     else
         plan_cpu(in, lim, &p);
-    p.dqk_padded = round_up(in->dqk, p.dqk_chunk);
-    p.dv_padded = round_up(in->dv, p.dv_chunk);
-    p.n_qk_chunks = p.dqk_padded / p.dqk_chunk;
-    p.n_v_chunks = p.dv_padded / p.dv_chunk;
-    p.smem_bytes = lim->is_gpu ? ffpa_plan_smem_bytes(&p, in->dtype, in->backward) : 0;
+    ffpa_plan_derive(in, lim, &p);
     if (lim->is_gpu && p.smem_bytes > lim->smem_per_block)
         return FFPA_ERR_UNSUPPORTED;
-    p.q_blocks = ceil_div(in->nq, p.br);
-    p.grid[0] = p.q_blocks * p.kv_splits;
-    p.grid[1] = in->hq;
-    p.grid[2] = in->batch;
     /* Causal blocks near the bottom see the most keys: start them first so
      * the short ones fill the tail of the wave. */
     p.order = in->causal ? FFPA_ORDER_LONGEST_FIRST : FFPA_ORDER_LINEAR;
     ffpa_tuning_apply(in->tuning, in, lim, &p); /* no-op without a table */
     *plan = p;
     return FFPA_OK;
+}
+
+int ffpa_plan_fwd_tiles(int64_t dv, ffpa_fwd_tile *out, int max)
+{
+    int n = 0;
+    for (int i = 0; i < N_GPU_FWD_SHAPES; ++i) {
+        const gpu_fwd_shape *s = &gpu_fwd_shapes[i];
+        /* A tile a smaller covering instantiation has already runs there. */
+        if (s->dv < dv || shape_of_tile(16 * s->wm, s->bc, s->chunk, s->wm * s->wn, dv) != s)
+            continue;
+        if (n < max)
+            out[n] = (ffpa_fwd_tile){s->dv, 16 * s->wm, s->bc, s->chunk, s->wm * s->wn};
+        ++n;
+    }
+    return n;
+}
+
+int ffpa_plan_use_fwd_tile(const ffpa_plan_input *in, int br, int bc, int chunk, int warps, ffpa_plan *p)
+{
+    if (!shape_of_tile(br, bc, chunk, warps, in->dv))
+        return 0;
+    p->br = br;
+    p->bc = bc;
+    p->dqk_chunk = p->dv_chunk = chunk;
+    p->warps = warps;
+    derive_chunks(in, p);
+    return 1;
+}
+
+/* Largest head dim the sm_90a forward instantiations cover per cluster
+ * size: slices 128, 256, 320 alone; 192, 256 in clusters of 2 and of 4
+ * (backends/cuda/sm90/sm90_fwd_inst_*.cu). */
+int ffpa_plan_sm90_covers(int64_t dqk, int64_t dv, int cluster)
+{
+    static const struct {
+        int cluster, max_d;
+    } cover[] = {{1, 320}, {2, 2 * 256}, {4, 4 * 256}};
+    int64_t d = round_up(dqk > dv ? dqk : dv, 64);
+    for (size_t i = 0; i < sizeof cover / sizeof cover[0]; ++i)
+        if (cover[i].cluster == cluster)
+            return d <= cover[i].max_d;
+    return 0;
 }
 
 ffpa_plan_input ffpa_plan_input_of(const ffpa_problem *pb, int backward)

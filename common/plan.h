@@ -49,6 +49,27 @@ typedef enum ffpa_work_order {
     FFPA_ORDER_LONGEST_FIRST = 1  /* causal: blocks with the most key columns first */
 } ffpa_work_order;
 
+/* Tuned choices (common/tuning.c) beyond the tile: each 0 means "the
+ * heuristics / the launcher's default". */
+typedef enum ffpa_fwd_family {
+    FFPA_FAMILY_AUTO = 0,    /* the launcher's default (sm_90: Hopper where it covers the call) */
+    FFPA_FAMILY_GENERIC = 1, /* the mma.sync Split-D kernels (backends/gpu) */
+    FFPA_FAMILY_HOPPER = 2   /* the sm_90a WGMMA/TMA kernels (backends/cuda/sm90) */
+} ffpa_fwd_family;
+
+typedef enum ffpa_bwd_dkdv_kernel { /* backends/gpu/bwd/bwd_host.h, choose_tiles */
+    FFPA_BWD_DKDV_AUTO = 0,
+    FFPA_BWD_DKDV_KV64 = 1,  /* K/V resident, 64-row key tiles */
+    FFPA_BWD_DKDV_KV32 = 2,  /* K/V resident, 32-row key tiles */
+    FFPA_BWD_DKDV_SMALL = 3  /* K/V streamed (the small-shared-memory configuration) */
+} ffpa_bwd_dkdv_kernel;
+
+typedef enum ffpa_bwd_dq_kernel {
+    FFPA_BWD_DQ_AUTO = 0,
+    FFPA_BWD_DQ_BIG = 1,     /* 128-row query tiles, 128-column chunks */
+    FFPA_BWD_DQ_SMALL = 2    /* 64-row query tiles, 64-column chunks */
+} ffpa_bwd_dq_kernel;
+
 typedef struct ffpa_plan {
     ffpa_kernel_path path;
     int br, bc;              /* query rows / key rows per tile */
@@ -62,6 +83,13 @@ typedef struct ffpa_plan {
     int64_t q_blocks;        /* ceil(nq / br) */
     int64_t grid[3];         /* x: q blocks (x kv splits), y: hq, z: batch */
     ffpa_work_order order;
+    /* Tuned kernel choices, set only by a tuning table (0: default). The
+     * launchers honour them where they can run the call, else fall back. */
+    ffpa_fwd_family family;  /* CUDA forward kernel family */
+    int cluster;             /* Hopper forward: CTAs per cluster (1, 2, 4) */
+    ffpa_bwd_dkdv_kernel bwd_dkdv;
+    ffpa_bwd_dq_kernel bwd_dq;
+    int bwd_stages;          /* ring depth of both backward kernels (2, 3) */
 } ffpa_plan;
 
 struct ffpa_problem;
@@ -76,6 +104,41 @@ ffpa_status ffpa_plan_make(const ffpa_plan_input *in, const ffpa_device_limits *
 
 /* Shared memory bytes a plan needs (the model the kernels follow). */
 size_t ffpa_plan_smem_bytes(const ffpa_plan *plan, ffpa_dtype dtype, int backward);
+
+/* Recomputes what follows from a plan's choices (tile, chunks, stages,
+ * kv_splits): padded head dims, chunk counts, shared memory, query blocks,
+ * grid. ffpa_plan_make and the tuning table's apply share it. */
+void ffpa_plan_derive(const ffpa_plan_input *in, const ffpa_device_limits *lim, ffpa_plan *plan);
+
+/* Forward GPU kernels: Q stays in shared memory for the whole key loop
+ * (loaded once) instead of streaming with every K chunk. The kernels, the
+ * launchers and the shared-memory model all decide it here. */
+static inline int ffpa_plan_q_resident(const ffpa_plan *plan)
+{
+    return plan->path == FFPA_PATH_SMALL_D ||
+           (plan->path == FFPA_PATH_DECODE && plan->dqk_padded <= 256 && plan->dv_padded <= 256);
+}
+
+/* One instantiation of the generic forward kernels (CUDA and HIP): the
+ * largest Dv it covers and its tile. */
+typedef struct ffpa_fwd_tile {
+    int dv, br, bc, chunk, warps;
+} ffpa_fwd_tile;
+
+/* The distinct tiles of the instantiations that cover Dv (any of them may
+ * run the problem: the kernels mask the padding), smallest Dv first; writes
+ * at most max, returns how many there are. */
+int ffpa_plan_fwd_tiles(int64_t dv, ffpa_fwd_tile *out, int max);
+
+/* Gives *plan the tile (br, bc, chunk, warps) of the smallest instantiation
+ * covering in->dv that has it (the one the launchers pick), with padded dims
+ * and chunk counts; returns 0 and leaves *plan alone when none has it. */
+int ffpa_plan_use_fwd_tile(const ffpa_plan_input *in, int br, int bc, int chunk, int warps,
+                           ffpa_plan *plan);
+
+/* Whether an sm_90a forward instantiation with `cluster` CTAs per cluster
+ * covers Dqk and Dv (backends/cuda/sm90: slice x cluster shapes). */
+int ffpa_plan_sm90_covers(int64_t dqk, int64_t dv, int cluster);
 
 /* Query block that work item w of a causal-aware schedule runs: with
  * FFPA_ORDER_LONGEST_FIRST, item 0 is the last (longest) query block. */

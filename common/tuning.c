@@ -13,7 +13,7 @@
 #include "env.h"
 
 #define TUNING_FORMAT "ffpa-tuning"
-#define TUNING_VERSION 1
+#define TUNING_VERSION 2 /* written; version 1 (stages, kv_splits only) is still read */
 #define TUNING_MAX_BYTES (16u << 20) /* far above any real table */
 #define TUNING_MAX_ENTRIES 100000
 
@@ -23,8 +23,14 @@ typedef struct tuning_entry {
     ffpa_kernel_path path; /* the heuristic plan's path the entry was tuned for */
     int causal, gqa;
     double log_d, log_nq, log_nkv;
-    int stages;    /* 0: keep the heuristic's */
-    int kv_splits; /* 0: keep the heuristic's */
+    /* What config sets; 0 everywhere: keep the heuristic's. */
+    int stages;    /* forward ring depth; backward: both kernels' (bwd_stages) */
+    int kv_splits;
+    ffpa_fwd_family family;
+    int cluster;
+    int br, bc, chunk, warps; /* generic forward tile (all or none) */
+    ffpa_bwd_dkdv_kernel dkdv;
+    ffpa_bwd_dq_kernel dq;
 } tuning_entry;
 
 struct ffpa_tuning_table {
@@ -77,6 +83,53 @@ static const tuning_entry *nearest_entry(const ffpa_tuning_table *t, const ffpa_
     return best;
 }
 
+/* Split-KV only where the heuristics chose it (decode shapes, forward, not
+ * varlen): clamped to the key blocks, no empty split; 1 leaves split-KV. */
+static void apply_kv_splits(const tuning_entry *e, const ffpa_plan_input *in, ffpa_plan *t)
+{
+    if (e->kv_splits < 1 || t->path != FFPA_PATH_DECODE || in->varlen)
+        return;
+    int64_t kv_blocks = ceil_div64(in->nkv, t->bc);
+    int64_t splits = e->kv_splits < kv_blocks ? e->kv_splits : kv_blocks;
+    int64_t per = ceil_div64(kv_blocks, splits);
+    splits = ceil_div64(kv_blocks, per);
+    t->kv_splits = (int)splits;
+    if (splits == 1) {
+        int64_t d = in->dqk > in->dv ? in->dqk : in->dv;
+        t->path = d <= 256 ? FFPA_PATH_SMALL_D : FFPA_PATH_SPLIT_D;
+    }
+}
+
+/* Forward choices, each applied only where it is legal for this problem
+ * (ignored otherwise): a tile of an instantiation covering Dv; the Hopper
+ * family and its cluster size only on sm_90 for non-split-KV calls, a
+ * cluster only where one of its instantiations covers D. */
+static void apply_forward(const tuning_entry *e, const ffpa_plan_input *in, const ffpa_device_limits *lim,
+                          ffpa_plan *t)
+{
+    if (e->stages >= 2 && e->stages <= 4)
+        t->stages = e->stages;
+    if (e->br)
+        ffpa_plan_use_fwd_tile(in, e->br, e->bc, e->chunk, e->warps, t);
+    apply_kv_splits(e, in, t);
+    int hopper_ok = lim->arch == 90 && t->kv_splits == 1 && t->path != FFPA_PATH_DECODE;
+    if (e->family == FFPA_FAMILY_GENERIC || (e->family == FFPA_FAMILY_HOPPER && hopper_ok))
+        t->family = e->family;
+    if (e->cluster && hopper_ok && t->family != FFPA_FAMILY_GENERIC &&
+        ffpa_plan_sm90_covers(in->dqk, in->dv, e->cluster))
+        t->cluster = e->cluster;
+}
+
+/* Backward choices: kept as asked; the launcher (bwd_host.h choose_tiles)
+ * runs each kernel's choice where it fits shared memory, else its default. */
+static void apply_backward(const tuning_entry *e, ffpa_plan *t)
+{
+    if (e->stages == 2 || e->stages == 3)
+        t->bwd_stages = e->stages;
+    t->bwd_dkdv = e->dkdv;
+    t->bwd_dq = e->dq;
+}
+
 static void tuning_apply_impl(const ffpa_tuning_table *t, const ffpa_plan_input *in,
                               const ffpa_device_limits *lim, ffpa_plan *plan)
 {
@@ -86,25 +139,13 @@ static void tuning_apply_impl(const ffpa_tuning_table *t, const ffpa_plan_input 
     if (!e)
         return;
     ffpa_plan tuned = *plan;
-    if (e->stages >= 2 && e->stages <= 4)
-        tuned.stages = e->stages;
-    /* Split-KV only where the heuristics chose it (decode shapes, forward). */
-    if (e->kv_splits >= 1 && plan->path == FFPA_PATH_DECODE && !in->backward && !in->varlen) {
-        int64_t kv_blocks = ceil_div64(in->nkv, plan->bc);
-        int64_t splits = e->kv_splits < kv_blocks ? e->kv_splits : kv_blocks;
-        /* No empty split: every split owns ceil(kv_blocks / splits) tiles. */
-        int64_t per = ceil_div64(kv_blocks, splits);
-        splits = ceil_div64(kv_blocks, per);
-        tuned.kv_splits = (int)splits;
-        if (splits == 1) {
-            int64_t d = in->dqk > in->dv ? in->dqk : in->dv;
-            tuned.path = d <= 256 ? FFPA_PATH_SMALL_D : FFPA_PATH_SPLIT_D;
-        }
-    }
-    tuned.smem_bytes = ffpa_plan_smem_bytes(&tuned, in->dtype, in->backward);
+    if (in->backward)
+        apply_backward(e, &tuned);
+    else
+        apply_forward(e, in, lim, &tuned);
+    ffpa_plan_derive(in, lim, &tuned);
     if (tuned.smem_bytes > lim->smem_per_block)
         return; /* the entry does not fit this device: keep the heuristics */
-    tuned.grid[0] = tuned.q_blocks * tuned.kv_splits;
     *plan = tuned;
 }
 
@@ -169,9 +210,98 @@ static const char *get_string(const cJSON *obj, const char *name)
     return cJSON_IsString(it) && it->valuestring ? it->valuestring : NULL;
 }
 
-/* Entry i; 0 and a reason in why when it is malformed. Values out of the
- * kernels' range are kept: apply ignores or clamps them. */
-static int parse_entry(const cJSON *obj, tuning_entry *e, char *why, size_t why_len)
+/* Member `name`, absent (*out = 0) or one of names[] (*out = its index;
+ * names[0] is "auto", the enums' 0); 0 for anything else. */
+static int get_choice(const cJSON *obj, const char *name, const char *const *names, int n, int *out)
+{
+    const cJSON *it = cJSON_GetObjectItemCaseSensitive(obj, name);
+    *out = 0;
+    if (!it)
+        return 1;
+    if (!cJSON_IsString(it) || !it->valuestring)
+        return 0;
+    for (int i = 0; i < n; ++i)
+        if (!strcmp(it->valuestring, names[i])) {
+            *out = i;
+            return 1;
+        }
+    return 0;
+}
+
+static const char *const kernel_names[] = {"auto", "generic", "sm90"};  /* ffpa_fwd_family */
+static const char *const dkdv_names[] = {"auto", "kv64", "kv32", "small"}; /* ffpa_bwd_dkdv_kernel */
+static const char *const dq_names[] = {"auto", "big", "small"};         /* ffpa_bwd_dq_kernel */
+#define N_NAMES(a) ((int)(sizeof a / sizeof a[0]))
+
+/* Whether `key` may appear in a config of this version and pass. */
+static int config_member_known(const char *key, int version, int backward)
+{
+    static const char *const both[] = {"stages", "kv_splits"};
+    static const char *const fwd[] = {"kernel", "cluster", "br", "bc", "chunk", "warps"};
+    static const char *const bwd[] = {"dkdv", "dq"};
+    for (int i = 0; i < N_NAMES(both); ++i)
+        if (!strcmp(key, both[i]))
+            return 1;
+    if (version < 2)
+        return 0;
+    const char *const *pass = backward ? bwd : fwd;
+    int n = backward ? N_NAMES(bwd) : N_NAMES(fwd);
+    for (int i = 0; i < n; ++i)
+        if (!strcmp(key, pass[i]))
+            return 1;
+    return 0;
+}
+
+/* An entry's config. Numbers out of the kernels' range are kept (apply
+ * ignores or clamps them); unknown members and names are malformed. */
+static int parse_config(const cJSON *cfg, int version, tuning_entry *e, char *why, size_t why_len)
+{
+    if (!cJSON_IsObject(cfg))
+        return snprintf(why, why_len, "\"config\" is not an object"), 0;
+    if (!cfg->child)
+        return snprintf(why, why_len, "\"config\" sets nothing"), 0;
+    for (const cJSON *it = cfg->child; it; it = it->next)
+        if (!it->string || !config_member_known(it->string, version, e->backward))
+            return snprintf(why, why_len, "\"config\" has \"%.32s\", unknown to a version %d %s entry",
+                            it->string ? it->string : "", version, e->backward ? "bwd" : "fwd"),
+                   0;
+    double stages, splits, cluster, tile[4];
+    if (!get_int(cfg, "stages", 1, -1e9, 1e9, &stages) || !get_int(cfg, "kv_splits", 1, -1e9, 1e9, &splits))
+        return snprintf(why, why_len, "\"config\" has a non-integer \"stages\" or \"kv_splits\""), 0;
+    e->stages = (int)stages;
+    e->kv_splits = (int)splits;
+    int family, dkdv, dq;
+    if (!get_choice(cfg, "kernel", kernel_names, N_NAMES(kernel_names), &family))
+        return snprintf(why, why_len, "\"kernel\" is not \"auto\", \"generic\" or \"sm90\""), 0;
+    if (!get_choice(cfg, "dkdv", dkdv_names, N_NAMES(dkdv_names), &dkdv))
+        return snprintf(why, why_len, "\"dkdv\" is not \"auto\", \"kv64\", \"kv32\" or \"small\""), 0;
+    if (!get_choice(cfg, "dq", dq_names, N_NAMES(dq_names), &dq))
+        return snprintf(why, why_len, "\"dq\" is not \"auto\", \"big\" or \"small\""), 0;
+    e->family = (ffpa_fwd_family)family;
+    e->dkdv = (ffpa_bwd_dkdv_kernel)dkdv;
+    e->dq = (ffpa_bwd_dq_kernel)dq;
+    if (!get_int(cfg, "cluster", 1, 1, 4, &cluster) || cluster == 3)
+        return snprintf(why, why_len, "\"cluster\" is not 1, 2 or 4"), 0;
+    if (cluster && e->family == FFPA_FAMILY_GENERIC)
+        return snprintf(why, why_len, "\"cluster\" goes with \"kernel\": \"sm90\", not \"generic\""), 0;
+    e->cluster = (int)cluster;
+    static const char *const tile_names[4] = {"br", "bc", "chunk", "warps"};
+    int n_tile = 0;
+    for (int i = 0; i < 4; ++i) {
+        if (!get_int(cfg, tile_names[i], 1, 1, FFPA_MAX_HEAD_DIM, &tile[i]))
+            return snprintf(why, why_len, "\"%s\" is not a positive integer up to %d", tile_names[i],
+                            FFPA_MAX_HEAD_DIM),
+                   0;
+        n_tile += tile[i] != 0;
+    }
+    if (n_tile != 0 && n_tile != 4)
+        return snprintf(why, why_len, "the tile needs all of \"br\", \"bc\", \"chunk\", \"warps\""), 0;
+    e->br = (int)tile[0], e->bc = (int)tile[1], e->chunk = (int)tile[2], e->warps = (int)tile[3];
+    return 1;
+}
+
+/* Entry i; 0 and a reason in why when it is malformed. */
+static int parse_entry(const cJSON *obj, int version, tuning_entry *e, char *why, size_t why_len)
 {
     memset(e, 0, sizeof *e);
     if (!cJSON_IsObject(obj))
@@ -193,19 +323,7 @@ static int parse_entry(const cJSON *obj, tuning_entry *e, char *why, size_t why_
         !get_int(obj, "nkv", 0, 1, 1u << 31, &nkv))
         return snprintf(why, why_len, "\"d\", \"nq\" or \"nkv\" is not a positive integer in range"), 0;
     e->log_d = log2(d), e->log_nq = log2(nq), e->log_nkv = log2(nkv);
-    const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(obj, "config");
-    if (!cJSON_IsObject(cfg))
-        return snprintf(why, why_len, "\"config\" is not an object"), 0;
-    double stages, splits;
-    if (!get_int(cfg, "stages", 1, -1e9, 1e9, &stages) ||
-        !get_int(cfg, "kv_splits", 1, -1e9, 1e9, &splits))
-        return snprintf(why, why_len, "\"config\" has a non-integer \"stages\" or \"kv_splits\""), 0;
-    e->stages = (int)stages;
-    e->kv_splits = (int)splits;
-    if (!cJSON_GetObjectItemCaseSensitive(cfg, "stages") &&
-        !cJSON_GetObjectItemCaseSensitive(cfg, "kv_splits"))
-        return snprintf(why, why_len, "\"config\" sets nothing"), 0;
-    return 1;
+    return parse_config(cJSON_GetObjectItemCaseSensitive(obj, "config"), version, e, why, why_len);
 }
 
 /* Length of the device name before " (" (the caps add "(sm_90, 132 SMs)"). */
@@ -238,7 +356,7 @@ static char *read_file(const char *path, size_t *len, char *warn, size_t warn_le
 }
 
 static ffpa_tuning_table *table_from_json(const cJSON *root, const char *path, const char *device_name,
-                                          char *warn, size_t warn_len)
+                                          const char *backend, char *warn, size_t warn_len)
 {
     if (!cJSON_IsObject(root)) {
         warnf(warn, warn_len, "%s: not a JSON object; expected an ffpa tuning table", path);
@@ -246,12 +364,23 @@ static ffpa_tuning_table *table_from_json(const cJSON *root, const char *path, c
     }
     const char *format = get_string(root, "format");
     double version;
-    if (!format || strcmp(format, TUNING_FORMAT) ||
-        !get_int(root, "version", 0, TUNING_VERSION, TUNING_VERSION, &version)) {
-        warnf(warn, warn_len, "%s: not an ffpa tuning table; expected \"format\": \"%s\", \"version\": %d",
-              path, TUNING_FORMAT, TUNING_VERSION);
+    if (!format || strcmp(format, TUNING_FORMAT) || !get_int(root, "version", 0, 1, TUNING_VERSION, &version)) {
+        warnf(warn, warn_len,
+              "%s: not an ffpa tuning table; expected \"format\": \"%s\", \"version\": 1 to %d", path,
+              TUNING_FORMAT, TUNING_VERSION);
         return NULL;
     }
+    /* Version 2 holds backend-specific choices (CUDA kernel families): a
+     * table of another backend on the same device (hip on an NVIDIA GPU)
+     * is none of this backend's business, as if there were no table. */
+    const char *table_backend = get_string(root, "backend");
+    if (version >= 2 && !table_backend) {
+        warnf(warn, warn_len, "%s: no \"backend\"; expected e.g. \"backend\": \"cuda\" in a version 2 table",
+              path);
+        return NULL;
+    }
+    if (backend && table_backend && strcmp(backend, table_backend))
+        return NULL;
     const char *device = get_string(root, "device");
     size_t want = device_key_len(device_name ? device_name : "");
     if (!device || device_key_len(device) != want || strncmp(device, device_name, want)) {
@@ -279,7 +408,7 @@ static ffpa_tuning_table *table_from_json(const cJSON *root, const char *path, c
     cJSON_ArrayForEach(it, list)
     {
         char why[128];
-        if (i >= n || !parse_entry(it, &entries[i], why, sizeof why)) {
+        if (i >= n || !parse_entry(it, (int)version, &entries[i], why, sizeof why)) {
             warnf(warn, warn_len, "%s: entry %d %s; expected the fields of tuning/README.md", path, i,
                   i >= n ? "is extra" : why);
             free(entries);
@@ -294,8 +423,8 @@ static ffpa_tuning_table *table_from_json(const cJSON *root, const char *path, c
     return t;
 }
 
-ffpa_tuning_table *ffpa_tuning_load(const char *path, const char *device_name, char *warn,
-                                    size_t warn_len)
+ffpa_tuning_table *ffpa_tuning_load(const char *path, const char *device_name, const char *backend,
+                                    char *warn, size_t warn_len)
 {
     if (warn && warn_len)
         warn[0] = '\0';
@@ -320,7 +449,7 @@ ffpa_tuning_table *ffpa_tuning_load(const char *path, const char *device_name, c
         free(text);
         return NULL;
     }
-    ffpa_tuning_table *t = table_from_json(root, path, device_name, warn, warn_len);
+    ffpa_tuning_table *t = table_from_json(root, path, device_name, backend, warn, warn_len);
     cJSON_Delete(root);
     free(text);
     return t;
@@ -343,8 +472,9 @@ void ffpa_tuning_file_name(const char *device_name, char *buf, size_t buf_len)
         memcpy(buf + o, ".json", 6);
 }
 
-ffpa_tuning_table *ffpa_tuning_load_for_device(const char *device_name, const char *lib_dir,
-                                               const char *data_dir, char *warn, size_t warn_len)
+ffpa_tuning_table *ffpa_tuning_load_for_device(const char *device_name, const char *backend,
+                                               const char *lib_dir, const char *data_dir, char *warn,
+                                               size_t warn_len)
 {
     if (warn && warn_len)
         warn[0] = '\0';
@@ -353,7 +483,7 @@ ffpa_tuning_table *ffpa_tuning_load_for_device(const char *device_name, const ch
         return NULL;
     const char *file = ffpa_env_string("FFPA_TUNING_FILE");
     if (file)
-        return ffpa_tuning_load(file, device_name, warn, warn_len);
+        return ffpa_tuning_load(file, device_name, backend, warn, warn_len);
     char name[200], path[1200];
     ffpa_tuning_file_name(device_name, name, sizeof name);
     const char *dirs[2] = {lib_dir, data_dir};
@@ -362,7 +492,7 @@ ffpa_tuning_table *ffpa_tuning_load_for_device(const char *device_name, const ch
             continue;
         snprintf(path, sizeof path, "%.900s/ffpa/tuning/%.200s", dirs[i], name);
         if (access(path, F_OK) == 0)
-            return ffpa_tuning_load(path, device_name, warn, warn_len);
+            return ffpa_tuning_load(path, device_name, backend, warn, warn_len);
     }
     return NULL;
 }

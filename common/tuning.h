@@ -5,9 +5,11 @@
  *
  * The core loads a table per context (ffpa_tuning_load_for_device) and hands
  * it to the backend in ffpa_problem.tuning; the planner (ffpa_plan_make)
- * applies it. Only tunable fields change (today: `stages` and `kv_splits`),
- * and only to values the kernels accept and the device's shared memory
- * holds, so a tuned plan satisfies every invariant an untuned one does.
+ * applies it. Only tunable fields change (forward: stages, kv_splits, the
+ * generic tile, the CUDA kernel family and Hopper cluster size; backward:
+ * the dK/dV and dQ kernels and their ring depth), and only to values the
+ * kernels accept for the problem and the device's shared memory holds, so a
+ * tuned plan satisfies every invariant an untuned one does.
  */
 #ifndef FFPA_COMMON_TUNING_H
 #define FFPA_COMMON_TUNING_H
@@ -35,17 +37,18 @@ typedef struct ffpa_tuning_table_head {
 
 /*
  * Parses the table at `path` for the device `device_name` (a backend's caps
- * device name; only the part before " (" is compared). Returns NULL and a
- * one-line message in warn (if warn_len > 0) when the file cannot be read,
- * is not JSON, is not an ffpa tuning table of a known version, belongs to
- * another device, has no entries or has a malformed entry. Never crashes on
- * any input.
+ * device name; only the part before " (" is compared) and the backend named
+ * `backend` ("cuda", "hip"; NULL: any). Returns NULL and a one-line message
+ * in warn (if warn_len > 0) when the file cannot be read, is not JSON, is
+ * not an ffpa tuning table of a known version, belongs to another device,
+ * has no entries or has a malformed entry; NULL and warn "" (nothing to
+ * report) when it names another backend. Never crashes on any input.
  */
-ffpa_tuning_table *ffpa_tuning_load(const char *path, const char *device_name, char *warn,
-                                    size_t warn_len);
+ffpa_tuning_table *ffpa_tuning_load(const char *path, const char *device_name, const char *backend,
+                                    char *warn, size_t warn_len);
 
 /*
- * The table the core uses for a context on `device_name`, or NULL:
+ * The table the core uses for a context of `backend` on `device_name`, or NULL:
  *   FFPA_TUNING=0          no table;
  *   FFPA_TUNING_FILE=PATH  that file (missing or bad: NULL and a warning);
  *   otherwise the first of <lib_dir>/ffpa/tuning/<file>, <data_dir>/ffpa/tuning/<file>
@@ -53,8 +56,9 @@ ffpa_tuning_table *ffpa_tuning_load(const char *path, const char *device_name, c
  *   not worth a warning (an untuned device); a bad one is. warn is "" when all is well.
  * lib_dir and data_dir may be NULL.
  */
-ffpa_tuning_table *ffpa_tuning_load_for_device(const char *device_name, const char *lib_dir,
-                                               const char *data_dir, char *warn, size_t warn_len);
+ffpa_tuning_table *ffpa_tuning_load_for_device(const char *device_name, const char *backend,
+                                               const char *lib_dir, const char *data_dir, char *warn,
+                                               size_t warn_len);
 
 /* "NVIDIA H100 80GB HBM3 (sm_90, 132 SMs)" -> "NVIDIA_H100_80GB_HBM3.json"
  * (name up to " (", characters other than [A-Za-z0-9._-] -> '_'). */
@@ -68,11 +72,13 @@ void ffpa_tuning_free(ffpa_tuning_table *table);
 /*
  * Overrides the tunable fields of *plan (made by the heuristics for *in) with
  * the entry of the same (pass, dtype, heuristic path, causal, GQA) nearest in
- * (log2 D, log2 Nq, log2 Nkv), then recomputes smem_bytes and grid. Illegal
- * entry values are ignored (stages outside 2..4, kv_splits < 1) or clamped
- * (kv_splits above the key blocks); an entry whose plan would not fit the
- * block's shared memory is not applied. No-op for a NULL table, a CPU
- * device or no matching entry.
+ * (log2 D, log2 Nq, log2 Nkv), then recomputes what follows (ffpa_plan_derive).
+ * Values illegal for the problem are ignored (stages outside 2..4, or 2..3
+ * backward; kv_splits < 1; a tile no instantiation covering Dv has; the
+ * Hopper family or a cluster off sm_90, on split-KV calls, or a cluster
+ * covering less than D) or clamped (kv_splits above the key blocks); an
+ * entry whose plan would not fit the block's shared memory is not applied.
+ * No-op for a NULL table, a CPU device or no matching entry.
  */
 static inline void ffpa_tuning_apply(const ffpa_tuning_table *table, const ffpa_plan_input *in,
                                      const ffpa_device_limits *lim, ffpa_plan *plan)

@@ -2,8 +2,11 @@
  * Unit tests of per-device tuning tables (common/tuning.c) and of how the
  * core uses them (api/ffpa.c): garbage tables give a warning and the
  * heuristics, never a crash; nearest-shape lookup; illegal values ignored
- * or clamped; tuned plans keep every planner invariant; FFPA_TUNING=0 and
- * FFPA_TUNING_FILE. Links the static ffpa_common archive and libffpa.
+ * or clamped; format version 2 (generic tiles, kernel family, Hopper
+ * cluster, backward kernels) applied only where legal; another backend's
+ * table ignored quietly; tuned plans keep every planner invariant;
+ * FFPA_TUNING=0 and FFPA_TUNING_FILE. Links the static ffpa_common archive
+ * and libffpa.
  */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -50,6 +53,17 @@ static ffpa_device_limits sm80_limits(void)
     return lim;
 }
 
+/* A consumer part: 99 KiB of shared memory per block. */
+static ffpa_device_limits sm86_limits(void)
+{
+    ffpa_device_limits lim = h100_limits();
+    lim.arch = 86;
+    lim.sm_count = 84;
+    lim.smem_per_block = 101376;
+    lim.smem_per_sm = 102400;
+    return lim;
+}
+
 static const char *write_file(const char *name, const void *data, size_t len)
 {
     static char path[256];
@@ -66,19 +80,42 @@ static const char *write_text(const char *name, const char *text)
     return write_file(name, text, strlen(text));
 }
 
-/* A table for DEVICE with the given entries (JSON array body). */
-static ffpa_tuning_table *table_of(const char *entries)
+/* The text of a table for DEVICE: `head` (the members before "entries",
+ * e.g. "\"version\": 2, \"backend\": \"cuda\"") and the entries (JSON array body). */
+static const char *table_text(const char *head, const char *entries)
 {
-    char text[8192], warn[256];
+    static char text[16384];
     snprintf(text, sizeof text,
-             "{\"format\": \"ffpa-tuning\", \"version\": 1, \"device\": \"NVIDIA H100 80GB HBM3\",\n"
+             "{\"format\": \"ffpa-tuning\", %s, \"device\": \"NVIDIA H100 80GB HBM3\",\n"
              " \"entries\": [%s]}",
-             entries);
-    ffpa_tuning_table *t = ffpa_tuning_load(write_text("table.json", text), DEVICE, warn, sizeof warn);
+             head, entries);
+    return text;
+}
+
+#define V1_HEAD "\"version\": 1"
+#define V2_HEAD "\"version\": 2, \"backend\": \"cuda\""
+
+static ffpa_tuning_table *table_with(const char *head, const char *entries)
+{
+    char warn[256];
+    ffpa_tuning_table *t =
+        ffpa_tuning_load(write_text("table.json", table_text(head, entries)), DEVICE, "cuda", warn, sizeof warn);
     if (!t)
         fail_msg("valid table rejected: %s", warn);
     assert_string_equal(warn, "");
     return t;
+}
+
+/* A version 1 table for DEVICE with the given entries. */
+static ffpa_tuning_table *table_of(const char *entries)
+{
+    return table_with(V1_HEAD, entries);
+}
+
+/* A version 2 cuda table for DEVICE with the given entries. */
+static ffpa_tuning_table *table_v2_of(const char *entries)
+{
+    return table_with(V2_HEAD, entries);
 }
 
 static ffpa_plan_input fwd_input(int64_t d, int64_t nq, int64_t nkv, int causal)
@@ -109,7 +146,7 @@ static void expect_rejected(const char *path, const char *why_contains)
 {
     char warn[512];
     memset(warn, 'x', sizeof warn);
-    ffpa_tuning_table *t = ffpa_tuning_load(path, DEVICE, warn, sizeof warn);
+    ffpa_tuning_table *t = ffpa_tuning_load(path, DEVICE, "cuda", warn, sizeof warn);
     if (t)
         fail_msg("%s accepted; expected a warning containing '%s'", path, why_contains);
     assert_non_null(memchr(warn, '\0', sizeof warn));
@@ -208,9 +245,9 @@ static void test_garbage_tables(void **state)
     expect_rejected(path, "cannot open");
     expect_rejected(tmp_dir, ""); /* a folder: fails to read or parse, no crash */
     /* NULL arguments and a zero-length warning buffer are survivable. */
-    assert_null(ffpa_tuning_load(NULL, DEVICE, NULL, 0));
-    assert_null(ffpa_tuning_load(path, NULL, NULL, 0));
-    assert_null(ffpa_tuning_load(path, DEVICE, NULL, 0));
+    assert_null(ffpa_tuning_load(NULL, DEVICE, "cuda", NULL, 0));
+    assert_null(ffpa_tuning_load(path, NULL, "cuda", NULL, 0));
+    assert_null(ffpa_tuning_load(path, DEVICE, NULL, NULL, 0));
     ffpa_tuning_free(NULL);
     assert_int_equal(ffpa_tuning_entry_count(NULL), 0);
 }
@@ -231,9 +268,11 @@ static void test_file_name(void **state)
 
 /* ------------------------------------------------------------ lookup */
 
-#define ENTRY(path, causal, d, n, cfg)                                                           \
-    "{\"pass\": \"fwd\", \"dtype\": \"bf16\", \"path\": \"" path "\", \"causal\": " causal        \
+#define ENTRY_OF(pass, path, causal, d, n, cfg)                                                  \
+    "{\"pass\": \"" pass "\", \"dtype\": \"bf16\", \"path\": \"" path "\", \"causal\": " causal      \
     ", \"gqa\": false, \"d\": " #d ", \"nq\": " #n ", \"nkv\": " #n ", \"config\": {" cfg "}}"
+#define ENTRY(path, causal, d, n, cfg) ENTRY_OF("fwd", path, causal, d, n, cfg)
+#define BWD_ENTRY(path, causal, d, n, cfg) ENTRY_OF("bwd", path, causal, d, n, cfg)
 
 static void test_nearest_shape(void **state)
 {
@@ -375,6 +414,76 @@ static void test_illegal_entries(void **state)
 
 /* ------------------------------------------------------------ invariants */
 
+/* The tile fields of two plans agree. */
+static void assert_same_tile(const ffpa_plan *a, const ffpa_plan *b)
+{
+    assert_int_equal(a->br, b->br);
+    assert_int_equal(a->bc, b->bc);
+    assert_int_equal(a->dqk_chunk, b->dqk_chunk);
+    assert_int_equal(a->dv_chunk, b->dv_chunk);
+    assert_int_equal(a->warps, b->warps);
+    assert_int_equal(a->n_qk_chunks, b->n_qk_chunks);
+}
+
+typedef void (*tuned_check_fn)(const ffpa_plan_input *in, const ffpa_device_limits *lim, const ffpa_plan *heur,
+                               const ffpa_plan *tuned);
+
+/* Plans every problem of the sweep (head dims x sequence lengths x causal,
+ * GQA, backward) on each device with table t and without; checks the
+ * invariants every plan keeps, then `check`. Problems the heuristics cannot
+ * plan (the D = 1024 forward in 99 KiB) are left out. */
+static void sweep_tuned_plans(const ffpa_tuning_table *t, const ffpa_device_limits *lims, int n_lims,
+                              tuned_check_fn check)
+{
+    static const int64_t ds[] = {8, 64, 96, 128, 200, 256, 320, 384, 512, 640, 768, 1024};
+    static const int64_t ns[][2] = {{1, 1}, {1, 32768}, {4, 4096}, {16, 100000}, {100, 777}, {4096, 4096}};
+    for (int l = 0; l < n_lims; ++l)
+        for (size_t di = 0; di < sizeof ds / sizeof ds[0]; ++di)
+            for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ++ni)
+                for (int flags = 0; flags < 8; ++flags) {
+                    ffpa_plan_input in = fwd_input(ds[di], ns[ni][0], ns[ni][1], flags & 1);
+                    in.hkv = flags & 2 ? 8 : 32;
+                    in.backward = (flags & 4) != 0;
+                    ffpa_plan heur;
+                    if (ffpa_plan_make(&in, &lims[l], &heur) != FFPA_OK)
+                        continue;
+                    in.tuning = t;
+                    ffpa_plan p = plan_of(&in, &lims[l]);
+                    assert_true(p.smem_bytes <= lims[l].smem_per_block);
+                    assert_int_equal(p.smem_bytes, ffpa_plan_smem_bytes(&p, in.dtype, in.backward));
+                    assert_int_equal(p.n_qk_chunks * p.dqk_chunk, p.dqk_padded);
+                    assert_int_equal(p.n_v_chunks * p.dv_chunk, p.dv_padded);
+                    assert_true(p.dqk_padded >= in.dqk && p.dqk_padded - in.dqk < p.dqk_chunk);
+                    assert_true(p.dv_padded >= in.dv && p.dv_padded - in.dv < p.dv_chunk);
+                    assert_true(p.kv_splits >= 1);
+                    if (p.kv_splits > 1)
+                        assert_int_equal(p.path, FFPA_PATH_DECODE);
+                    int64_t kv_blocks = (in.nkv + p.bc - 1) / p.bc;
+                    assert_true(p.kv_splits <= kv_blocks);
+                    /* no empty split */
+                    int64_t per = (kv_blocks + p.kv_splits - 1) / p.kv_splits;
+                    assert_true((int64_t)(p.kv_splits - 1) * per < kv_blocks);
+                    assert_int_equal(p.q_blocks, (in.nq + p.br - 1) / p.br);
+                    assert_int_equal(p.grid[0], p.q_blocks * p.kv_splits);
+                    assert_int_equal(p.grid[1], in.hq);
+                    assert_int_equal(p.grid[2], in.batch);
+                    assert_int_equal(p.order, heur.order);
+                    check(&in, &lims[l], &heur, &p);
+                }
+}
+
+/* Version 1 moves nothing but stages and kv_splits. */
+static void check_v1_plan(const ffpa_plan_input *in, const ffpa_device_limits *lim, const ffpa_plan *heur,
+                          const ffpa_plan *p)
+{
+    (void)lim;
+    assert_true(p->stages == heur->stages || (p->stages >= 2 && p->stages <= 4));
+    if (in->backward)
+        assert_int_equal(p->kv_splits, heur->kv_splits);
+    assert_same_tile(p, heur);
+    assert_int_equal(p->dv_padded, heur->dv_padded);
+}
+
 static void test_tuned_plans_keep_invariants(void **state)
 {
     (void)state;
@@ -395,44 +504,414 @@ static void test_tuned_plans_keep_invariants(void **state)
                                          p == 2 ? 1 : 2048, 2 + k % 3, 1 + (k * 37) % 300);
     ffpa_tuning_table *t = table_of(entries);
     ffpa_device_limits lims[2] = {h100_limits(), sm80_limits()};
-    static const int64_t ds[] = {8, 64, 96, 128, 200, 256, 320, 384, 512, 640, 768, 1024};
-    static const int64_t ns[][2] = {{1, 1}, {1, 32768}, {4, 4096}, {16, 100000}, {100, 777}, {4096, 4096}};
-    for (int l = 0; l < 2; ++l)
-        for (size_t di = 0; di < sizeof ds / sizeof ds[0]; ++di)
-            for (size_t ni = 0; ni < sizeof ns / sizeof ns[0]; ++ni)
-                for (int flags = 0; flags < 8; ++flags) {
-                    ffpa_plan_input in = fwd_input(ds[di], ns[ni][0], ns[ni][1], flags & 1);
-                    in.hkv = flags & 2 ? 8 : 32;
-                    in.backward = (flags & 4) != 0;
-                    ffpa_plan heur = plan_of(&in, &lims[l]);
-                    in.tuning = t;
-                    ffpa_plan p = plan_of(&in, &lims[l]);
-                    assert_true(p.smem_bytes <= lims[l].smem_per_block);
-                    assert_int_equal(p.smem_bytes, ffpa_plan_smem_bytes(&p, in.dtype, in.backward));
-                    assert_true(p.stages == heur.stages || (p.stages >= 2 && p.stages <= 4));
-                    assert_true(p.kv_splits >= 1);
-                    if (p.kv_splits > 1)
-                        assert_int_equal(p.path, FFPA_PATH_DECODE);
-                    if (in.backward)
-                        assert_int_equal(p.kv_splits, heur.kv_splits);
-                    int64_t kv_blocks = (in.nkv + p.bc - 1) / p.bc;
-                    assert_true(p.kv_splits <= kv_blocks);
-                    /* no empty split */
-                    int64_t per = (kv_blocks + p.kv_splits - 1) / p.kv_splits;
-                    assert_true((int64_t)(p.kv_splits - 1) * per < kv_blocks);
-                    assert_int_equal(p.q_blocks, (in.nq + p.br - 1) / p.br);
-                    assert_int_equal(p.grid[0], p.q_blocks * p.kv_splits);
-                    assert_int_equal(p.grid[1], in.hq);
-                    assert_int_equal(p.grid[2], in.batch);
-                    assert_int_equal(p.br, heur.br);
-                    assert_int_equal(p.bc, heur.bc);
-                    assert_int_equal(p.dqk_chunk, heur.dqk_chunk);
-                    assert_int_equal(p.dv_chunk, heur.dv_chunk);
-                    assert_int_equal(p.n_qk_chunks, heur.n_qk_chunks);
-                    assert_int_equal(p.dv_padded, heur.dv_padded);
-                    assert_int_equal(p.warps, heur.warps);
-                    assert_int_equal(p.order, heur.order);
+    sweep_tuned_plans(t, lims, 2, check_v1_plan);
+    ffpa_tuning_free(t);
+}
+
+/* ------------------------------------------------------------ format version 2 */
+
+static void test_v2_format(void **state)
+{
+    (void)state;
+    ffpa_tuning_table *t = table_v2_of(
+        ENTRY("small-d", "false", 128, 8192,
+              "\"kernel\": \"generic\", \"br\": 64, \"bc\": 64, \"chunk\": 256, \"warps\": 4, \"stages\": 3") ", "
+        ENTRY("split-d", "false", 512, 8192, "\"kernel\": \"sm90\", \"cluster\": 4") ", "
+        ENTRY("decode", "false", 512, 1, "\"kernel\": \"auto\", \"kv_splits\": 8, \"stages\": 2") ", "
+        BWD_ENTRY("split-d", "true", 512, 4096, "\"dkdv\": \"kv32\", \"dq\": \"small\", \"stages\": 2") ", "
+        BWD_ENTRY("small-d", "false", 128, 4096, "\"dkdv\": \"auto\", \"dq\": \"auto\", \"kv_splits\": 3"));
+    assert_int_equal(ffpa_tuning_entry_count(t), 5);
+    ffpa_tuning_free(t);
+    /* Version 1 still loads; its config knows stages and kv_splits only. */
+    t = table_of(ENTRY("small-d", "false", 128, 8192, "\"stages\": 3, \"kv_splits\": 2"));
+    assert_int_equal(ffpa_tuning_entry_count(t), 1);
+    ffpa_tuning_free(t);
+    expect_rejected(write_text("v1new.json", table_text(V1_HEAD, ENTRY("small-d", "false", 128, 8192,
+                                                                      "\"kernel\": \"generic\""))),
+                    "unknown to a version 1 fwd entry");
+    /* Version 2 names its backend; later versions are not read. */
+    expect_rejected(write_text("v2nobackend.json",
+                               table_text("\"version\": 2", ENTRY("small-d", "false", 128, 8192, "\"stages\": 3"))),
+                    "no \"backend\"");
+    expect_rejected(write_text("v2backend.json", table_text("\"version\": 2, \"backend\": 7",
+                                                            ENTRY("small-d", "false", 128, 8192, "\"stages\": 3"))),
+                    "no \"backend\"");
+    expect_rejected(write_text("v3.json", table_text("\"version\": 3, \"backend\": \"cuda\"",
+                                                     ENTRY("small-d", "false", 128, 8192, "\"stages\": 3"))),
+                    "not an ffpa tuning table");
+}
+
+static void test_malformed_v2_fields(void **state)
+{
+    (void)state;
+#define FWD(cfg) ENTRY("small-d", "false", 128, 8192, cfg)
+#define BWD(cfg) BWD_ENTRY("small-d", "false", 128, 4096, cfg)
+    /* An entry's config, and what the warning says. */
+    static const struct {
+        const char *entry, *why;
+    } bad[] = {
+        {FWD("\"kernel\": \"wgmma\""), "\"kernel\""},
+        {FWD("\"kernel\": 1"), "\"kernel\""},
+        {FWD("\"kernel\": \"sm90\", \"cluster\": 3"), "\"cluster\""},
+        {FWD("\"cluster\": 8"), "\"cluster\""},
+        {FWD("\"cluster\": 0"), "\"cluster\""},
+        {FWD("\"cluster\": \"2\""), "\"cluster\""},
+        {FWD("\"cluster\": 1.5"), "\"cluster\""},
+        {FWD("\"kernel\": \"generic\", \"cluster\": 2"), "goes with"},
+        {FWD("\"br\": 64"), "tile needs all"},
+        {FWD("\"br\": 64, \"bc\": 64, \"chunk\": 64"), "tile needs all"},
+        {FWD("\"br\": 0, \"bc\": 64, \"chunk\": 64, \"warps\": 4"), "\"br\""},
+        {FWD("\"br\": 64, \"bc\": 64, \"chunk\": 64.5, \"warps\": 4"), "\"chunk\""},
+        {FWD("\"br\": 64, \"bc\": 64, \"chunk\": 64, \"warps\": \"4\""), "\"warps\""},
+        {FWD("\"br\": 64, \"bc\": 99999, \"chunk\": 64, \"warps\": 4"), "\"bc\""},
+        {FWD("\"dkdv\": \"kv32\""), "unknown to a version 2 fwd entry"},
+        {FWD("\"dq\": \"big\""), "unknown to a version 2 fwd entry"},
+        {BWD("\"kernel\": \"generic\""), "unknown to a version 2 bwd entry"},
+        {BWD("\"cluster\": 2"), "unknown to a version 2 bwd entry"},
+        {BWD("\"br\": 64, \"bc\": 64, \"chunk\": 64, \"warps\": 4"), "unknown to a version 2 bwd entry"},
+        {BWD("\"dkdv\": \"kv16\""), "\"dkdv\""},
+        {BWD("\"dkdv\": null"), "\"dkdv\""},
+        {BWD("\"dq\": \"medium\""), "\"dq\""},
+        {BWD("\"dq\": [\"big\"]"), "\"dq\""},
+        {FWD("\"stage\": 3"), "\"stage\""},
+        {FWD(""), "sets nothing"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i)
+        expect_rejected(write_text("bad2.json", table_text(V2_HEAD, bad[i].entry)), bad[i].why);
+    /* One malformed entry among good ones: the whole table, with one warning. */
+    expect_rejected(write_text("bad2.json", table_text(V2_HEAD, FWD("\"stages\": 3") ", " FWD("\"kernel\": \"x\""))),
+                    "entry 1");
+#undef FWD
+#undef BWD
+}
+
+/* Plans of one problem with a one-entry version 2 table and without. */
+static void plans_with_entry(const char *entry, const ffpa_plan_input *in_heur, const ffpa_device_limits *lim,
+                             ffpa_plan *heur, ffpa_plan *tuned)
+{
+    ffpa_tuning_table *t = table_v2_of(entry);
+    ffpa_plan_input in = *in_heur;
+    in.tuning = NULL;
+    *heur = plan_of(&in, lim);
+    in.tuning = t;
+    *tuned = plan_of(&in, lim);
+    ffpa_tuning_free(t);
+    assert_int_equal(tuned->smem_bytes, ffpa_plan_smem_bytes(tuned, in.dtype, in.backward));
+    assert_true(tuned->smem_bytes <= lim->smem_per_block);
+}
+
+static void test_apply_tile(void **state)
+{
+    (void)state;
+    ffpa_device_limits h100 = h100_limits(), sm86 = sm86_limits();
+    ffpa_plan heur, p;
+    /* D = 128 on the dv = 256 instantiation: one 256-wide chunk, Q resident. */
+    ffpa_plan_input in = fwd_input(128, 8192, 8192, 0);
+    plans_with_entry(ENTRY("small-d", "false", 128, 8192,
+                           "\"kernel\": \"generic\", \"br\": 64, \"bc\": 64, \"chunk\": 256, \"warps\": 4, "
+                           "\"stages\": 3"),
+                     &in, &h100, &heur, &p);
+    assert_int_equal(heur.br, 128);
+    assert_int_equal(heur.dqk_chunk, 128);
+    assert_int_equal(p.br, 64);
+    assert_int_equal(p.bc, 64);
+    assert_int_equal(p.dqk_chunk, 256);
+    assert_int_equal(p.dv_chunk, 256);
+    assert_int_equal(p.warps, 4);
+    assert_int_equal(p.stages, 3);
+    assert_int_equal(p.dqk_padded, 256);
+    assert_int_equal(p.n_qk_chunks, 1);
+    assert_int_equal(p.n_v_chunks, 1);
+    assert_int_equal(p.path, FFPA_PATH_SMALL_D);
+    assert_true(ffpa_plan_q_resident(&p));
+    assert_int_equal(p.family, FFPA_FAMILY_GENERIC);
+    assert_int_equal(p.smem_bytes, 64 * 256 * 2 + 3 * 64 * 256 * 2); /* resident Q + ring */
+    assert_int_equal(p.q_blocks, 8192 / 64);
+    assert_int_equal(p.grid[0], p.q_blocks);
+
+    /* D = 128 on dv = 320 (64-wide chunks): O is staged over all 320
+     * columns at the end, more than the main loop needs. */
+    plans_with_entry(ENTRY("small-d", "false", 128, 8192, "\"br\": 64, \"bc\": 64, \"chunk\": 64, \"warps\": 4"), &in,
+                     &h100, &heur, &p);
+    assert_int_equal(p.dqk_chunk, 64);
+    assert_int_equal(p.n_qk_chunks, 2);
+    assert_int_equal(p.stages, heur.stages);
+    assert_int_equal(p.smem_bytes, 64 * 320 * 2);
+    assert_int_equal(p.family, FFPA_FAMILY_AUTO);
+
+    /* A tile whose instantiation does not cover D, or that none has: the
+     * tile is ignored, the entry's other choices still apply. */
+    in = fwd_input(512, 8192, 8192, 0);
+    plans_with_entry(ENTRY("split-d", "false", 512, 8192,
+                           "\"kernel\": \"generic\", \"br\": 128, \"bc\": 64, \"chunk\": 128, \"warps\": 8"),
+                     &in, &h100, &heur, &p);
+    assert_same_tile(&p, &heur);
+    assert_int_equal(p.smem_bytes, heur.smem_bytes);
+    assert_int_equal(p.family, FFPA_FAMILY_GENERIC);
+    plans_with_entry(ENTRY("split-d", "false", 512, 8192, "\"br\": 48, \"bc\": 64, \"chunk\": 128, \"warps\": 6"),
+                     &in, &h100, &heur, &p);
+    assert_memory_equal(&p, &heur, sizeof p);
+
+    /* The dv = 1024 tile with a 4-deep ring for D = 64 fits an H100, not a
+     * 99 KiB part: there the entry is not applied at all. */
+    in = fwd_input(64, 8192, 8192, 0);
+    const char *big = ENTRY("small-d", "false", 64, 8192,
+                            "\"kernel\": \"generic\", \"br\": 32, \"bc\": 64, \"chunk\": 256, \"warps\": 8, "
+                            "\"stages\": 4");
+    plans_with_entry(big, &in, &h100, &heur, &p);
+    assert_int_equal(p.br, 32);
+    assert_int_equal(p.stages, 4);
+    assert_int_equal(p.smem_bytes, 32 * 256 * 2 + 4 * 64 * 256 * 2 + 4 * 32 * 64 * 4);
+    plans_with_entry(big, &in, &sm86, &heur, &p);
+    assert_memory_equal(&p, &heur, sizeof p);
+}
+
+static void test_fwd_tiles(void **state)
+{
+    (void)state;
+    ffpa_device_limits lim = h100_limits();
+    static const struct {
+        int64_t dv;
+        int n;
+    } cases[] = {{64, 5}, {128, 5}, {200, 4}, {256, 4}, {320, 3}, {384, 2}, {512, 2}, {640, 1}, {1024, 1}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; ++c) {
+        ffpa_fwd_tile tiles[8];
+        int n = ffpa_plan_fwd_tiles(cases[c].dv, tiles, 8);
+        if (n != cases[c].n)
+            fail_msg("dv %lld: %d tiles; expected %d", (long long)cases[c].dv, n, cases[c].n);
+        assert_int_equal(ffpa_plan_fwd_tiles(cases[c].dv, tiles, 1), n); /* counts past max */
+        n = ffpa_plan_fwd_tiles(cases[c].dv, tiles, 8);
+        ffpa_plan_input in = fwd_input(cases[c].dv, 8192, 8192, 0);
+        ffpa_plan heur = plan_of(&in, &lim);
+        /* The heuristics take the smallest covering instantiation: the first. */
+        assert_int_equal(heur.br, tiles[0].br);
+        assert_int_equal(heur.dqk_chunk, tiles[0].chunk);
+        assert_int_equal(heur.warps, tiles[0].warps);
+        for (int i = 0; i < n; ++i) {
+            assert_true(tiles[i].dv >= cases[c].dv);
+            assert_true(i == 0 || tiles[i].dv > tiles[i - 1].dv);
+            char entry[512];
+            snprintf(entry, sizeof entry,
+                     "{\"pass\": \"fwd\", \"dtype\": \"bf16\", \"path\": \"%s\", \"causal\": false, \"gqa\": false, "
+                     "\"d\": %lld, \"nq\": 8192, \"nkv\": 8192, \"config\": {\"br\": %d, \"bc\": %d, \"chunk\": %d, "
+                     "\"warps\": %d, \"stages\": 2}}",
+                     cases[c].dv > 256 ? "split-d" : "small-d", (long long)cases[c].dv, tiles[i].br, tiles[i].bc,
+                     tiles[i].chunk, tiles[i].warps);
+            ffpa_plan h, p;
+            plans_with_entry(entry, &in, &lim, &h, &p);
+            assert_int_equal(p.br, tiles[i].br);
+            assert_int_equal(p.bc, tiles[i].bc);
+            assert_int_equal(p.dqk_chunk, tiles[i].chunk);
+            assert_int_equal(p.warps, tiles[i].warps);
+            assert_int_equal(p.path, heur.path);
+            /* Staging O takes Br x the instantiation's whole Dv. */
+            assert_true(p.smem_bytes >= (size_t)tiles[i].br * (size_t)tiles[i].dv * 2);
+        }
+    }
+    /* Above every instantiation: none. */
+    ffpa_fwd_tile one;
+    assert_int_equal(ffpa_plan_fwd_tiles(2048, &one, 1), 0);
+}
+
+static void test_apply_family_cluster(void **state)
+{
+    (void)state;
+    ffpa_device_limits h100 = h100_limits(), a100 = sm80_limits();
+    static const struct {
+        const char *cfg;
+        int64_t d;
+        ffpa_fwd_family h100_family;
+        int h100_cluster;
+        ffpa_fwd_family a100_family;
+    } cases[] = {
+        {"\"kernel\": \"sm90\"", 512, FFPA_FAMILY_HOPPER, 0, FFPA_FAMILY_AUTO},
+        {"\"kernel\": \"generic\"", 512, FFPA_FAMILY_GENERIC, 0, FFPA_FAMILY_GENERIC},
+        {"\"kernel\": \"auto\", \"stages\": 2", 512, FFPA_FAMILY_AUTO, 0, FFPA_FAMILY_AUTO},
+        {"\"kernel\": \"sm90\", \"cluster\": 4", 512, FFPA_FAMILY_HOPPER, 4, FFPA_FAMILY_AUTO},
+        {"\"kernel\": \"sm90\", \"cluster\": 2", 512, FFPA_FAMILY_HOPPER, 2, FFPA_FAMILY_AUTO},
+        {"\"kernel\": \"sm90\", \"cluster\": 1", 512, FFPA_FAMILY_HOPPER, 0, FFPA_FAMILY_AUTO}, /* 320 < 512 */
+        {"\"cluster\": 2", 1024, FFPA_FAMILY_AUTO, 0, FFPA_FAMILY_AUTO},                        /* 512 < 1024 */
+        {"\"cluster\": 4", 1024, FFPA_FAMILY_AUTO, 4, FFPA_FAMILY_AUTO},
+        {"\"cluster\": 1", 320, FFPA_FAMILY_AUTO, 1, FFPA_FAMILY_AUTO},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
+        char entry[512];
+        snprintf(entry, sizeof entry,
+                 "{\"pass\": \"fwd\", \"dtype\": \"bf16\", \"path\": \"split-d\", \"causal\": false, \"gqa\": false, "
+                 "\"d\": %lld, \"nq\": 8192, \"nkv\": 8192, \"config\": {%s}}",
+                 (long long)cases[i].d, cases[i].cfg);
+        ffpa_plan_input in = fwd_input(cases[i].d, 8192, 8192, 0);
+        ffpa_plan heur, p;
+        plans_with_entry(entry, &in, &h100, &heur, &p);
+        if (p.family != cases[i].h100_family || p.cluster != cases[i].h100_cluster)
+            fail_msg("case %zu (%s, d %lld) on sm_90: family %d cluster %d; expected %d, %d", i, cases[i].cfg,
+                     (long long)cases[i].d, p.family, p.cluster, cases[i].h100_family, cases[i].h100_cluster);
+        assert_same_tile(&p, &heur); /* the generic tile is the heuristics' */
+        plans_with_entry(entry, &in, &a100, &heur, &p);
+        assert_int_equal(p.family, cases[i].a100_family);
+        assert_int_equal(p.cluster, 0);
+    }
+
+    /* Decode: the Hopper kernels do not split KV; leaving split-KV (kv_splits 1) they may run. */
+    ffpa_plan_input in = fwd_input(128, 1, 32768, 0);
+    ffpa_plan heur, p;
+    plans_with_entry("{\"pass\": \"fwd\", \"dtype\": \"bf16\", \"path\": \"decode\", \"causal\": false, \"gqa\": "
+                     "false, \"d\": 128, \"nq\": 1, \"nkv\": 32768, \"config\": {\"kernel\": \"sm90\", \"cluster\": 1, "
+                     "\"kv_splits\": 8}}",
+                     &in, &h100, &heur, &p);
+    assert_int_equal(heur.path, FFPA_PATH_DECODE);
+    assert_int_equal(p.kv_splits, 8);
+    assert_int_equal(p.family, FFPA_FAMILY_AUTO);
+    assert_int_equal(p.cluster, 0);
+    plans_with_entry("{\"pass\": \"fwd\", \"dtype\": \"bf16\", \"path\": \"decode\", \"causal\": false, \"gqa\": "
+                     "false, \"d\": 128, \"nq\": 1, \"nkv\": 32768, \"config\": {\"kernel\": \"sm90\", \"cluster\": 1, "
+                     "\"kv_splits\": 1}}",
+                     &in, &h100, &heur, &p);
+    assert_int_equal(p.kv_splits, 1);
+    assert_int_equal(p.path, FFPA_PATH_SMALL_D);
+    assert_int_equal(p.family, FFPA_FAMILY_HOPPER);
+    assert_int_equal(p.cluster, 1);
+
+    /* The coverage the sm90 launcher's pick follows. */
+    assert_true(ffpa_plan_sm90_covers(128, 128, 1));
+    assert_true(ffpa_plan_sm90_covers(320, 320, 1));
+    assert_false(ffpa_plan_sm90_covers(328, 320, 1));
+    assert_true(ffpa_plan_sm90_covers(384, 384, 2));
+    assert_true(ffpa_plan_sm90_covers(576, 512, 4));
+    assert_false(ffpa_plan_sm90_covers(576, 512, 2));
+    assert_true(ffpa_plan_sm90_covers(1024, 1024, 4));
+    assert_false(ffpa_plan_sm90_covers(64, 64, 3));
+}
+
+static void test_apply_backward(void **state)
+{
+    (void)state;
+    ffpa_device_limits lim = h100_limits();
+    ffpa_tuning_table *t =
+        table_v2_of(BWD_ENTRY("split-d", "false", 512, 4096, "\"dkdv\": \"kv32\", \"dq\": \"small\", \"stages\": 2")
+                    ", " BWD_ENTRY("small-d", "false", 128, 4096, "\"dkdv\": \"auto\", \"dq\": \"auto\"")
+                    ", " BWD_ENTRY("small-d", "true", 128, 4096, "\"stages\": 4, \"dq\": \"big\"")
+                    ", " ENTRY("split-d", "false", 512, 4096, "\"kernel\": \"generic\", \"stages\": 4"));
+    ffpa_plan_input in = fwd_input(512, 4096, 4096, 0);
+    in.backward = 1;
+    ffpa_plan heur = plan_of(&in, &lim);
+    assert_int_equal(heur.bwd_dkdv, FFPA_BWD_DKDV_AUTO);
+    assert_int_equal(heur.bwd_dq, FFPA_BWD_DQ_AUTO);
+    assert_int_equal(heur.bwd_stages, 0);
+    in.tuning = t;
+    ffpa_plan p = plan_of(&in, &lim);
+    assert_int_equal(p.bwd_dkdv, FFPA_BWD_DKDV_KV32);
+    assert_int_equal(p.bwd_dq, FFPA_BWD_DQ_SMALL);
+    assert_int_equal(p.bwd_stages, 2);
+    /* Nothing else moves (the backward launcher decides what fits). */
+    p.bwd_dkdv = FFPA_BWD_DKDV_AUTO, p.bwd_dq = FFPA_BWD_DQ_AUTO, p.bwd_stages = 0;
+    assert_memory_equal(&p, &heur, sizeof p);
+
+    in = fwd_input(128, 4096, 4096, 0); /* "auto" everywhere: the heuristics */
+    in.backward = 1;
+    heur = plan_of(&in, &lim);
+    in.tuning = t;
+    p = plan_of(&in, &lim);
+    assert_memory_equal(&p, &heur, sizeof p);
+
+    in.causal = 1; /* a ring depth the kernels lack is ignored */
+    in.tuning = NULL;
+    heur = plan_of(&in, &lim);
+    in.tuning = t;
+    p = plan_of(&in, &lim);
+    assert_int_equal(p.bwd_stages, 0);
+    assert_int_equal(p.bwd_dq, FFPA_BWD_DQ_BIG);
+    assert_int_equal(p.stages, heur.stages);
+
+    in = fwd_input(512, 4096, 4096, 0); /* forward entries set no backward choice */
+    p = plan_of(&in, &lim);
+    in.tuning = t;
+    p = plan_of(&in, &lim);
+    assert_int_equal(p.family, FFPA_FAMILY_GENERIC);
+    assert_int_equal(p.stages, 4);
+    assert_int_equal(p.bwd_dkdv, 0);
+    assert_int_equal(p.bwd_dq, 0);
+    assert_int_equal(p.bwd_stages, 0);
+    ffpa_tuning_free(t);
+}
+
+/* Version 2: a tile some covering instantiation has, the Hopper family and
+ * cluster only where legal, backward choices only on backward plans. */
+static void check_v2_plan(const ffpa_plan_input *in, const ffpa_device_limits *lim, const ffpa_plan *heur,
+                          const ffpa_plan *p)
+{
+    if (in->backward) {
+        assert_same_tile(p, heur);
+        assert_int_equal(p->kv_splits, heur->kv_splits);
+        assert_int_equal(p->family, 0);
+        assert_int_equal(p->cluster, 0);
+        assert_true(p->bwd_stages == 0 || p->bwd_stages == 2 || p->bwd_stages == 3);
+        return;
+    }
+    assert_int_equal(p->bwd_dkdv, 0);
+    assert_int_equal(p->bwd_dq, 0);
+    assert_int_equal(p->bwd_stages, 0);
+    assert_true(p->stages >= 2 && p->stages <= 4);
+    ffpa_fwd_tile legal[8];
+    int n = ffpa_plan_fwd_tiles(in->dv, legal, 8), found = 0;
+    for (int i = 0; i < n; ++i)
+        found |= legal[i].br == p->br && legal[i].bc == p->bc && legal[i].chunk == p->dqk_chunk &&
+                 legal[i].warps == p->warps;
+    assert_true(found);
+    int hopper_ok = lim->arch == 90 && p->kv_splits == 1 && p->path != FFPA_PATH_DECODE;
+    if (p->family == FFPA_FAMILY_HOPPER)
+        assert_true(hopper_ok);
+    if (p->cluster) {
+        assert_true(hopper_ok);
+        assert_int_not_equal(p->family, FFPA_FAMILY_GENERIC);
+        assert_true(ffpa_plan_sm90_covers(in->dqk, in->dv, p->cluster));
+    }
+}
+
+/* Random version 2 entries over every path: tuned plans keep every invariant. */
+static void test_v2_plans_keep_invariants(void **state)
+{
+    (void)state;
+    static const char *paths[] = {"small-d", "split-d", "decode"};
+    static const char *kernels[] = {"auto", "generic", "sm90"};
+    static const char *dkdv[] = {"auto", "kv64", "kv32", "small"};
+    static const char *dq[] = {"auto", "big", "small"};
+    static const int dims[] = {64, 256, 512, 1024};
+    static const int tiles[][4] = {{64, 64, 64, 4},  {128, 64, 128, 8}, {64, 64, 256, 4}, {64, 64, 128, 8},
+                                   {32, 64, 256, 8}, {48, 64, 64, 4},   {64, 32, 64, 4}};
+    static char entries[40000];
+    size_t used = 0;
+    int k = 0;
+    for (int p = 0; p < 3; ++p)
+        for (int c = 0; c < 2; ++c)
+            for (int d = 0; d < 4; ++d)
+                for (int pass = 0; pass < 2; ++pass, ++k) {
+                    char cfg[256];
+                    if (pass) {
+                        snprintf(cfg, sizeof cfg, "\"dkdv\": \"%s\", \"dq\": \"%s\", \"stages\": %d", dkdv[k % 4],
+                                 dq[k % 3], 1 + k % 4);
+                    } else {
+                        const int *tile = tiles[k % 7];
+                        int family = k % 3, cluster = family == 1 ? 0 : (int[]){0, 1, 2, 4}[k % 4];
+                        int n = snprintf(cfg, sizeof cfg,
+                                         "\"kernel\": \"%s\", \"stages\": %d, \"kv_splits\": %d, \"br\": %d, "
+                                         "\"bc\": %d, \"chunk\": %d, \"warps\": %d",
+                                         kernels[family], 2 + k % 3, 1 + (k * 37) % 300, tile[0], tile[1], tile[2],
+                                         tile[3]);
+                        if (cluster)
+                            snprintf(cfg + n, sizeof cfg - (size_t)n, ", \"cluster\": %d", cluster);
+                    }
+                    used += (size_t)snprintf(entries + used, sizeof entries - used,
+                                             "%s{\"pass\": \"%s\", \"dtype\": \"bf16\", \"path\": \"%s\", "
+                                             "\"causal\": %s, \"gqa\": %s, \"d\": %d, \"nq\": %d, \"nkv\": 4096, "
+                                             "\"config\": {%s}}",
+                                             k ? ", " : "", pass ? "bwd" : "fwd", paths[p], c ? "true" : "false",
+                                             k % 3 ? "false" : "true", dims[d], p == 2 ? 1 : 2048, cfg);
                 }
+    assert_true(used < sizeof entries - 1);
+    ffpa_tuning_table *t = table_v2_of(entries);
+    ffpa_device_limits lims[3] = {h100_limits(), sm80_limits(), sm86_limits()};
+    sweep_tuned_plans(t, lims, 3, check_v2_plan);
     ffpa_tuning_free(t);
 }
 
@@ -529,17 +1008,73 @@ static void test_core_env(void **state)
           "[" ENTRY("split-d", "false", 512, 8192, "\"stages\": 4") "]}",
           f);
     fclose(f);
-    ffpa_tuning_table *t = ffpa_tuning_load_for_device(DEVICE, "/nonexistent", cmd_dir, warn, sizeof warn);
+    ffpa_tuning_table *t =
+        ffpa_tuning_load_for_device(DEVICE, "cuda", "/nonexistent", cmd_dir, warn, sizeof warn);
     assert_non_null(t);
     assert_string_equal(warn, "");
     assert_int_equal(ffpa_tuning_entry_count(t), 1);
     ffpa_tuning_free(t);
     setenv("FFPA_TUNING", "off", 1);
-    assert_null(ffpa_tuning_load_for_device(DEVICE, cmd_dir, NULL, warn, sizeof warn));
+    assert_null(ffpa_tuning_load_for_device(DEVICE, "cuda", cmd_dir, NULL, warn, sizeof warn));
     unsetenv("FFPA_TUNING");
-    assert_null(ffpa_tuning_load_for_device("Some Other GPU (sm_80, 1 SMs)", cmd_dir, NULL, warn, sizeof warn));
+    assert_null(
+        ffpa_tuning_load_for_device("Some Other GPU (sm_80, 1 SMs)", "cuda", cmd_dir, NULL, warn, sizeof warn));
     assert_string_equal(warn, "");
     unlink(file);
+}
+
+/* A table of another backend (version 2 tables name theirs) is quietly
+ * none of this backend's: HIP on an NVIDIA GPU sees the same device name
+ * as CUDA and must not take CUDA-only choices. */
+static void test_backend_mismatch(void **state)
+{
+    (void)state;
+    char warn[256], printed[2048], cuda_text[1024];
+    snprintf(cuda_text, sizeof cuda_text, "%.1000s",
+             table_text(V2_HEAD, ENTRY("split-d", "false", 512, 8192, "\"kernel\": \"sm90\"")));
+    char path[300];
+    snprintf(path, sizeof path, "%s", write_text("cuda-table.json", cuda_text));
+    memset(warn, 'x', sizeof warn);
+    assert_null(ffpa_tuning_load(path, DEVICE, "hip", warn, sizeof warn));
+    assert_string_equal(warn, "");
+    ffpa_tuning_table *t = ffpa_tuning_load(path, DEVICE, "cuda", warn, sizeof warn);
+    assert_non_null(t);
+    ffpa_tuning_free(t);
+    /* A version 1 table naming a backend is held to it too. */
+    const char *v1 = write_text("v1-hip.json", table_text(V1_HEAD ", \"backend\": \"hip\"",
+                                                          ENTRY("split-d", "false", 512, 8192, "\"stages\": 3")));
+    memset(warn, 'x', sizeof warn);
+    assert_null(ffpa_tuning_load(v1, DEVICE, "cuda", warn, sizeof warn));
+    assert_string_equal(warn, "");
+
+    /* The folder search finds the device's file; another backend's is silence. */
+    char dir[400], file[500];
+    snprintf(dir, sizeof dir, "%s/hiplib", tmp_dir);
+    assert_true(mkdir(dir, 0700) == 0 || access(dir, F_OK) == 0);
+    strcat(dir, "/ffpa");
+    assert_true(mkdir(dir, 0700) == 0 || access(dir, F_OK) == 0);
+    strcat(dir, "/tuning");
+    assert_true(mkdir(dir, 0700) == 0 || access(dir, F_OK) == 0);
+    snprintf(file, sizeof file, "%s/NVIDIA_H100_80GB_HBM3.json", dir);
+    FILE *f = fopen(file, "w");
+    assert_non_null(f);
+    fputs(cuda_text, f);
+    fclose(f);
+    snprintf(dir, sizeof dir, "%s/hiplib", tmp_dir);
+    memset(warn, 'x', sizeof warn);
+    assert_null(ffpa_tuning_load_for_device(DEVICE, "hip", dir, NULL, warn, sizeof warn));
+    assert_string_equal(warn, "");
+    t = ffpa_tuning_load_for_device(DEVICE, "cuda", dir, NULL, warn, sizeof warn);
+    assert_non_null(t);
+    ffpa_tuning_free(t);
+    unlink(file);
+
+    /* The core: a cuda table named by FFPA_TUNING_FILE, a cpu context: no warning. */
+    unsetenv("FFPA_TUNING");
+    setenv("FFPA_TUNING_FILE", path, 1);
+    create_capturing(printed, sizeof printed);
+    assert_string_equal(printed, "");
+    unsetenv("FFPA_TUNING_FILE");
 }
 
 static int setup(void **state)
@@ -566,6 +1101,14 @@ int main(void)
         cmocka_unit_test(test_illegal_entries),
         cmocka_unit_test(test_tuned_plans_keep_invariants),
         cmocka_unit_test(test_core_env),
+        cmocka_unit_test(test_v2_format),
+        cmocka_unit_test(test_malformed_v2_fields),
+        cmocka_unit_test(test_apply_tile),
+        cmocka_unit_test(test_fwd_tiles),
+        cmocka_unit_test(test_apply_family_cluster),
+        cmocka_unit_test(test_apply_backward),
+        cmocka_unit_test(test_v2_plans_keep_invariants),
+        cmocka_unit_test(test_backend_mismatch),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

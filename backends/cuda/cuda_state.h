@@ -18,7 +18,8 @@ struct ffpa_cuda_state {
     cudaStream_t stream;         /* stream of every launch and copy (NULL: default) */
     struct cudaDeviceProp prop;  /* properties read once at init */
     ffpa_backend_caps caps;      /* what probe reported: name, limits for the planner */
-    const char *last_kernel;     /* forward kernel family of the last launch (static string) */
+    const char *last_kernel;     /* kernel(s) of the last forward or backward (static string or bwd_kernel) */
+    char bwd_kernel[64];         /* the last backward's kernels and tiles (bwd_host.h tiles_label) */
 };
 
 /* Writes "<what>: <cuda error string>" into err; returns FFPA_ERR_DEVICE

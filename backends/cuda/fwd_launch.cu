@@ -1,6 +1,7 @@
 /*
  * Forward launcher: checks what the generic kernels support, plans with the
- * shared Split-D planner, picks the instantiation for Dv, uploads varlen
+ * shared Split-D planner (and the device's tuning table), picks the kernel
+ * family and the instantiation of the plan's tile, uploads varlen
  * offsets into the workspace and launches (plus the split-KV combine).
  */
 #include <math.h>
@@ -91,16 +92,19 @@ const char *unsupported_reason(const ffpa_problem *pb, char *buf, size_t len)
     return NULL;
 }
 
-const FwdKernelDesc *pick_kernel(ffpa_dtype dtype, int64_t dv)
+/* The instantiation that runs the plan's tile: the smallest covering Dv
+ * that has it (the rule of ffpa_plan_use_fwd_tile); NULL if none. */
+const FwdKernelDesc *pick_kernel(ffpa_dtype dtype, int64_t dv, const ffpa_plan &plan)
 {
-    const FwdKernelDesc *small = dtype == FFPA_F16 ? ffpa::cuda::fwd_f16_small : ffpa::cuda::fwd_bf16_small;
-    const FwdKernelDesc *large = dtype == FFPA_F16 ? ffpa::cuda::fwd_f16_large : ffpa::cuda::fwd_bf16_large;
-    for (int i = 0; i < 3; ++i)
-        if (dv <= small[i].dv)
-            return &small[i];
-    for (int i = 0; i < 3; ++i)
-        if (dv <= large[i].dv)
-            return &large[i];
+    const FwdKernelDesc *tables[2] = {dtype == FFPA_F16 ? ffpa::cuda::fwd_f16_small : ffpa::cuda::fwd_bf16_small,
+                                      dtype == FFPA_F16 ? ffpa::cuda::fwd_f16_large : ffpa::cuda::fwd_bf16_large};
+    for (const FwdKernelDesc *table : tables)
+        for (int i = 0; i < 3; ++i) {
+            const FwdKernelDesc &kd = table[i];
+            if (dv <= kd.dv && plan.br == 16 * kd.wm && plan.bc == kd.bc && plan.dqk_chunk == kd.chunk &&
+                plan.warps == kd.wm * kd.wn)
+                return &kd;
+        }
     return NULL;
 }
 
@@ -152,27 +156,23 @@ extern "C" ffpa_status ffpa_cuda_forward(struct ffpa_cuda_state *st, const ffpa_
     ffpa_status s = make_plan(st, pb, &plan, err, err_len);
     if (s != FFPA_OK)
         return s;
-    const FwdKernelDesc *kd = pick_kernel(pb->dtype, pb->dv);
-    if (!kd)
-        return fail(FFPA_ERR_UNSUPPORTED, err, err_len, "v: head dimension above 1024; expected Dv <= 1024");
-    int q_resident = plan.path == FFPA_PATH_SMALL_D ||
-                     (plan.path == FFPA_PATH_DECODE && plan.dqk_padded <= 256 && plan.dv_padded <= 256);
-    size_t smem = kd->smem_bytes(q_resident, plan.n_qk_chunks, plan.stages);
+    const FwdKernelDesc *kd = pick_kernel(pb->dtype, pb->dv, plan);
+    const int q_resident = ffpa_plan_q_resident(&plan);
+    size_t smem = kd ? kd->smem_bytes(q_resident, plan.n_qk_chunks, plan.stages) : 0;
     size_t plan_smem = plan.smem_bytes;
     /* Tuning knob (not API): FFPA_CUDA_FWD_STAGES overrides the ring depth. */
     const char *stages_env = getenv("FFPA_CUDA_FWD_STAGES");
-    if (stages_env && atoi(stages_env) >= 2 && atoi(stages_env) <= 4) {
+    if (kd && stages_env && atoi(stages_env) >= 2 && atoi(stages_env) <= 4) {
         plan.stages = atoi(stages_env);
         smem = plan_smem = kd->smem_bytes(q_resident, plan.n_qk_chunks, plan.stages);
     }
-    if (plan.br != 16 * kd->wm || plan.bc != kd->bc || plan.dqk_chunk != kd->chunk ||
-        plan.warps != kd->wm * kd->wn || smem != plan_smem) {
+    if (!kd || smem != plan_smem) {
         if (err && err_len)
             snprintf(err, err_len,
                      "internal: planner and cuda kernels disagree (plan br=%d bc=%d chunk=%d warps=%d "
-                     "smem=%zu; kernel br=%d bc=%d chunk=%d warps=%d smem=%zu)",
-                     plan.br, plan.bc, plan.dqk_chunk, plan.warps, plan.smem_bytes, 16 * kd->wm, kd->bc,
-                     kd->chunk, kd->wm * kd->wn, smem);
+                     "smem=%zu for Dv=%lld; kernel %s smem=%zu)",
+                     plan.br, plan.bc, plan.dqk_chunk, plan.warps, plan.smem_bytes, (long long)pb->dv,
+                     kd ? "with that tile" : "none with that tile", smem);
         return FFPA_ERR_INTERNAL;
     }
 
@@ -239,18 +239,20 @@ extern "C" ffpa_status ffpa_cuda_forward(struct ffpa_cuda_state *st, const ffpa_
         p.part_lse = reinterpret_cast<float *>(wsb + wl.part_lse);
     }
 
-    /* Kernel choice: FFPA_CUDA_KERNEL=generic|sm90|auto (default auto: the
-     * Hopper kernels where they cover the problem, else the generic ones). */
+    /* Kernel choice: FFPA_CUDA_KERNEL=generic|sm90 forces one (A/B runs, over
+     * the tuning table); auto or unset: the plan's family (a table's choice,
+     * else the Hopper kernels where they cover the problem, else generic). */
     const char *choice = ffpa_env_string("FFPA_CUDA_KERNEL");
     const bool force_sm90 = choice && strcmp(choice, "sm90") == 0;
     const bool force_generic = choice && strcmp(choice, "generic") == 0;
     if (choice && !force_sm90 && !force_generic && strcmp(choice, "auto") != 0)
         return fail(FFPA_ERR_INVALID_ARGUMENT, err, err_len,
                     "FFPA_CUDA_KERNEL: unknown kernel family; expected generic, sm90 or auto");
-    if (force_sm90 || (!force_generic && plan.kv_splits == 1 && plan.path != FFPA_PATH_DECODE)) {
+    const bool generic_only = force_generic || (!force_sm90 && plan.family == FFPA_FAMILY_GENERIC);
+    if (force_sm90 || (!generic_only && plan.kv_splits == 1 && plan.path != FFPA_PATH_DECODE)) {
         const char *kernel = NULL;
         char why[256] = "";
-        s = ffpa_cuda_sm90_forward(st, pb, &p, &kernel, why, sizeof why);
+        s = ffpa_cuda_sm90_forward(st, pb, &p, plan.cluster, &kernel, why, sizeof why);
         if (s == FFPA_OK) {
             st->last_kernel = kernel;
             return FFPA_OK;

@@ -56,6 +56,5 @@ extern "C" size_t ffpa_hip_backward_workspace(const ffpa_problem *pb)
 extern "C" ffpa_status ffpa_hip_backward(struct ffpa_hip_state *st, const ffpa_problem *pb, void *ws, size_t ws_bytes,
                                          char *err, size_t err_len)
 {
-    return ffpa::bwd::host::run<HipRuntime>(st->stream, st->caps.limits.smem_per_block, "hip", pb, ws, ws_bytes, err,
-                                            err_len);
+    return ffpa::bwd::host::run<HipRuntime>(st->stream, st->caps.limits, "hip", pb, ws, ws_bytes, err, err_len);
 }

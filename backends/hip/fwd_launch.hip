@@ -1,6 +1,6 @@
 /*
  * Forward launcher of the HIP backend: what the shared kernels support,
- * the Split-D plan (common/plan.c), the instantiation for Dv, varlen
+ * the Split-D plan (common/plan.c), the instantiation of the plan's tile, varlen
  * offsets into the workspace, the launch and the split-KV combine.
  */
 #include <stdint.h>
@@ -75,14 +75,19 @@ const char *unsupported(const ffpa_problem *pb, char *buf, size_t len)
     return NULL;
 }
 
-const FwdKernelDesc *kernel_for(ffpa_dtype dtype, int64_t dv)
+/* The instantiation that runs the plan's tile: the smallest covering Dv
+ * that has it (the rule of ffpa_plan_use_fwd_tile); NULL if none. */
+const FwdKernelDesc *kernel_for(ffpa_dtype dtype, int64_t dv, const ffpa_plan &plan)
 {
     const FwdKernelDesc *tables[2] = {dtype == FFPA_F16 ? ffpa::hip::fwd_f16_small() : ffpa::hip::fwd_bf16_small(),
                                       dtype == FFPA_F16 ? ffpa::hip::fwd_f16_large() : ffpa::hip::fwd_bf16_large()};
     for (int t = 0; t < 2; ++t)
-        for (int i = 0; i < 3; ++i)
-            if (dv <= tables[t][i].dv)
-                return &tables[t][i];
+        for (int i = 0; i < 3; ++i) {
+            const FwdKernelDesc &kd = tables[t][i];
+            if (dv <= kd.dv && plan.br == 16 * kd.wm && plan.bc == kd.bc && plan.dqk_chunk == kd.chunk &&
+                plan.warps == kd.wm * kd.wn)
+                return &kd;
+        }
     return NULL;
 }
 
@@ -126,20 +131,16 @@ extern "C" ffpa_status ffpa_hip_forward(struct ffpa_hip_state *st, const ffpa_pr
     ffpa_status s = plan_forward(st, pb, &plan, err, err_len);
     if (s != FFPA_OK)
         return s;
-    const FwdKernelDesc *kd = kernel_for(pb->dtype, pb->dv);
-    if (!kd)
-        return fail(FFPA_ERR_UNSUPPORTED, err, err_len, "v: head dimension above 1024; expected Dv <= 1024");
-    int q_resident = plan.path == FFPA_PATH_SMALL_D ||
-                     (plan.path == FFPA_PATH_DECODE && plan.dqk_padded <= 256 && plan.dv_padded <= 256);
-    size_t smem = kd->smem_bytes(q_resident, plan.n_qk_chunks, plan.stages);
-    if (plan.br != 16 * kd->wm || plan.bc != kd->bc || plan.dqk_chunk != kd->chunk ||
-        plan.warps != kd->wm * kd->wn || smem != plan.smem_bytes) {
+    const FwdKernelDesc *kd = kernel_for(pb->dtype, pb->dv, plan);
+    const int q_resident = ffpa_plan_q_resident(&plan);
+    size_t smem = kd ? kd->smem_bytes(q_resident, plan.n_qk_chunks, plan.stages) : 0;
+    if (!kd || smem != plan.smem_bytes) {
         if (err && err_len)
             snprintf(err, err_len,
-                     "internal: planner and hip kernels disagree (plan br=%d bc=%d chunk=%d warps=%d smem=%zu; "
-                     "kernel br=%d bc=%d chunk=%d warps=%d smem=%zu)",
-                     plan.br, plan.bc, plan.dqk_chunk, plan.warps, plan.smem_bytes, 16 * kd->wm, kd->bc,
-                     kd->chunk, kd->wm * kd->wn, smem);
+                     "internal: planner and hip kernels disagree (plan br=%d bc=%d chunk=%d warps=%d smem=%zu for "
+                     "Dv=%lld; kernel %s smem=%zu)",
+                     plan.br, plan.bc, plan.dqk_chunk, plan.warps, plan.smem_bytes, (long long)pb->dv,
+                     kd ? "with that tile" : "none with that tile", smem);
         return FFPA_ERR_INTERNAL;
     }
 

@@ -53,6 +53,12 @@ extern "C" size_t ffpa_cuda_backward_workspace(const ffpa_problem *pb)
 extern "C" ffpa_status ffpa_cuda_backward(struct ffpa_cuda_state *st, const ffpa_problem *pb, void *ws,
                                           size_t ws_bytes, char *err, size_t err_len)
 {
-    return host::run<CudaRuntime>(st->stream, st->prop.sharedMemPerBlockOptin, "cuda", pb, ws, ws_bytes, err,
-                                  err_len);
+    host::Tiles ran;
+    const ffpa_status s = host::run<CudaRuntime>(st->stream, st->caps.limits, "cuda", pb, ws, ws_bytes, err, err_len,
+                                                 &ran);
+    if (s == FFPA_OK) {
+        host::tiles_label(ran, st->bwd_kernel, sizeof st->bwd_kernel);
+        st->last_kernel = st->bwd_kernel;
+    }
+    return s;
 }

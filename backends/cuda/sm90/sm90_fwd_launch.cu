@@ -28,17 +28,23 @@ int64_t round_up64(int64_t x)
 }
 
 /* Smallest instantiation whose cluster covers Dqk and Dv (a CTA whose slice
- * lies past Dqk contributes a zero partial S). */
-const KernelDesc *pick(ffpa_dtype dtype, int64_t dqk, int64_t dv)
+ * lies past Dqk contributes a zero partial S). A tuned cluster size (> 0)
+ * takes the smallest covering slice at that size; none: the default. */
+const KernelDesc *pick(ffpa_dtype dtype, int64_t dqk, int64_t dv, int cluster)
 {
     const KernelDesc *table = dtype == FFPA_F16 ? ffpa::sm90::fwd_f16 : ffpa::sm90::fwd_bf16;
+    const KernelDesc *first = NULL;
     for (int i = 0; i < ffpa::sm90::kNumShapes; ++i) {
         const KernelDesc &d = table[i];
         const int64_t cover = (int64_t)d.slice * d.cluster;
-        if (round_up64(dqk) <= cover && round_up64(dv) <= cover)
+        if (round_up64(dqk) > cover || round_up64(dv) > cover)
+            continue;
+        if (cluster <= 0 || d.cluster == cluster)
             return &d;
+        if (!first)
+            first = &d;
     }
-    return NULL;
+    return first;
 }
 
 PFN_cuTensorMapEncodeTiled_v12000 encode_fn()
@@ -81,16 +87,16 @@ bool encode(CUtensorMap *map, const ffpa_view &v, ffpa_dtype dt, int64_t d, int6
 } /* namespace */
 
 extern "C" ffpa_status ffpa_cuda_sm90_forward(struct ffpa_cuda_state *st, const ffpa_problem *pb,
-                                              const ffpa_gpu_fwd_params *base, const char **kernel, char *err,
-                                              size_t err_len)
+                                              const ffpa_gpu_fwd_params *base, int cluster, const char **kernel,
+                                              char *err, size_t err_len)
 {
 #ifndef FFPA_CUDA_HAVE_SM90A
-    (void)st, (void)pb, (void)base, (void)kernel;
+    (void)st, (void)pb, (void)base, (void)cluster, (void)kernel;
     return unsupported(err, err_len, "the sm90 kernels were not built (-Dcuda-archs has no 90a)");
 #else
     if (st->prop.major != 9 || st->prop.minor != 0)
         return unsupported(err, err_len, "the sm90 kernels need an sm_90 device (H100/H200)");
-    const KernelDesc *kd = pick(pb->dtype, pb->dqk, pb->dv);
+    const KernelDesc *kd = pick(pb->dtype, pb->dqk, pb->dv, cluster);
     if (!kd)
         return unsupported(err, err_len, "q: no sm90 instantiation covers this Dqk/Dv (up to 1024)");
     if ((size_t)kd->smem_bytes > st->prop.sharedMemPerBlockOptin)

@@ -18,11 +18,13 @@ extern "C" {
 
 /* Launches pb on the WGMMA/TMA kernels. base holds the generic launcher's
  * parameters (pointers, strides, masks, device varlen offsets); the schedule
- * fields are overwritten here. FFPA_ERR_UNSUPPORTED (with the reason in err)
- * when this path does not cover pb; *kernel names the kernel that ran. */
+ * fields are overwritten here. cluster: CTAs per cluster a tuning table
+ * chose (ffpa_plan.cluster), 0 for the default instantiation.
+ * FFPA_ERR_UNSUPPORTED (with the reason in err) when this path does not
+ * cover pb; *kernel names the kernel that ran. */
 ffpa_status ffpa_cuda_sm90_forward(struct ffpa_cuda_state *st, const ffpa_problem *pb,
-                                   const ffpa_gpu_fwd_params *base, const char **kernel, char *err,
-                                   size_t err_len);
+                                   const ffpa_gpu_fwd_params *base, int cluster, const char **kernel,
+                                   char *err, size_t err_len);
 
 #ifdef __cplusplus
 }

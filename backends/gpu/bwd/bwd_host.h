@@ -1,7 +1,8 @@
 /*
  * Host side of the backward, written once for the CUDA and HIP launchers:
  * what the kernels support, the workspace layout, the configuration, tile
- * sizes and ring depths that fit the device's shared memory, the kernel
+ * sizes and ring depths that fit the device's shared memory (a tuning
+ * table's choice where it fits), the kernel
  * parameters, and the launch sequence
  *   delta -> dK/dV -> dQ (+ dbias) -> [fp32 buffers -> dq, dk, dv, dbias].
  *
@@ -24,6 +25,7 @@
 #include <string.h>
 
 #include "env.h"
+#include "plan.h"
 #include "problem.h"
 
 #include "bwd_dkdv.cuh"
@@ -154,54 +156,101 @@ struct Tiles {
     size_t dkdv_smem, dq_smem;
 };
 
+/* One kernel configuration choose_tiles may take: the kernel, its tile
+ * (key rows for dK/dV, query rows for dQ), its name in tuning tables
+ * (ffpa_bwd_dkdv_kernel / ffpa_bwd_dq_kernel) and its shared memory at
+ * 3 and 2 stages. */
+struct TileOption {
+    int kernel, tile, choice;
+    size_t bytes[2];
+};
+
+/* The first option, deepest ring first, that fits smem_limit; where the
+ * tuned choice (want_kernel, want_stages; 0: any) fits, the first of those.
+ * Returns the option (stages, bytes set) or NULL (bytes: the last need). */
+inline const TileOption *first_fit(const TileOption *opts, int n, int want_kernel, int want_stages,
+                                   size_t smem_limit, int &stages, size_t &bytes)
+{
+    for (int pass = want_kernel || want_stages ? 0 : 1; pass < 2; ++pass)
+        for (int i = 0; i < n; ++i)
+            for (int s = 3; s >= 2; --s) {
+                const bool wanted =
+                    (!want_kernel || opts[i].choice == want_kernel) && (!want_stages || s == want_stages);
+                if (pass == 0 && !wanted)
+                    continue;
+                bytes = opts[i].bytes[3 - s];
+                if (bytes <= smem_limit) {
+                    stages = s;
+                    return &opts[i];
+                }
+            }
+    return nullptr;
+}
+
 /*
- * Per kernel, the first candidate (deepest ring first) that fits smem_limit:
- * dK/dV with resident K/V tiles of 64 then 32 rows (BigCfg), then SmallCfg
- * (K/V streamed, at most 64 KiB for every D); dQ with BigCfg, then SmallCfg.
- * Where BigCfg fits (H100: 227 KB) the choice is the one made before
- * SmallCfg existed.
+ * Per kernel, the tuned choice of plan (ffpa_plan.bwd_dkdv, bwd_dq,
+ * bwd_stages) where it fits smem_limit, else the first candidate (deepest
+ * ring first) that fits: dK/dV with resident K/V tiles of 64 then 32 rows
+ * (BigCfg), then SmallCfg (K/V streamed, at most 64 KiB for every D); dQ
+ * with BigCfg, then SmallCfg. Where BigCfg fits (H100: 227 KB) the default
+ * is the one made before SmallCfg existed.
  */
-inline ffpa_status choose_tiles(const ffpa_problem *pb, size_t smem_limit, const char *who, Tiles &t, char *err,
-                                size_t err_len)
+inline ffpa_status choose_tiles(const ffpa_problem *pb, size_t smem_limit, const ffpa_plan &plan, const char *who,
+                                Tiles &t, char *err, size_t err_len)
 {
     const size_t elt = 2;
-    const int dqk = (int)pb->dqk, dv = (int)pb->dv;
+    const int dqk = (int)pb->dqk, dv = (int)pb->dv, bias = pb->has_dbias;
     memset(&t, 0, sizeof t);
-    const struct {
-        int kernel, bc;
-        size_t (*bytes)(int, int, int, int, size_t);
-    } dkdv[] = {{kDkdv64, 64, dkdv_smem_bytes<BigCfg>},
-                {kDkdv32, 32, dkdv_smem_bytes<BigCfg>},
-                {kDkdvSmall, 64, dkdv_smem_bytes<SmallCfg>}};
-    for (const auto &c : dkdv)
-        for (int s = 3; s >= 2 && !t.dkdv_stages; --s)
-            if ((t.dkdv_smem = c.bytes(c.bc, dqk, dv, s, elt)) <= smem_limit) {
-                t.dkdv = c.kernel;
-                t.bc = c.bc;
-                t.dkdv_stages = s;
-            }
-    const struct {
-        int kernel, br;
-        size_t (*bytes)(int, int, size_t);
-    } dq[] = {{kDq, BigCfg::kBr, dq_smem_bytes<BigCfg>}, {kDqSmall, SmallCfg::kBr, dq_smem_bytes<SmallCfg>}};
-    for (const auto &c : dq)
-        for (int s = 3; s >= 2 && !t.dq_stages; --s)
-            if ((t.dq_smem = c.bytes(s, pb->has_dbias, elt)) <= smem_limit) {
-                t.dq = c.kernel;
-                t.br = c.br;
-                t.dq_stages = s;
-            }
+    const TileOption dkdv[] = {
+        {kDkdv64, 64, FFPA_BWD_DKDV_KV64,
+         {dkdv_smem_bytes<BigCfg>(64, dqk, dv, 3, elt), dkdv_smem_bytes<BigCfg>(64, dqk, dv, 2, elt)}},
+        {kDkdv32, 32, FFPA_BWD_DKDV_KV32,
+         {dkdv_smem_bytes<BigCfg>(32, dqk, dv, 3, elt), dkdv_smem_bytes<BigCfg>(32, dqk, dv, 2, elt)}},
+        {kDkdvSmall, 64, FFPA_BWD_DKDV_SMALL,
+         {dkdv_smem_bytes<SmallCfg>(64, dqk, dv, 3, elt), dkdv_smem_bytes<SmallCfg>(64, dqk, dv, 2, elt)}}};
+    const TileOption dq[] = {
+        {kDq, BigCfg::kBr, FFPA_BWD_DQ_BIG, {dq_smem_bytes<BigCfg>(3, bias, elt), dq_smem_bytes<BigCfg>(2, bias, elt)}},
+        {kDqSmall, SmallCfg::kBr, FFPA_BWD_DQ_SMALL,
+         {dq_smem_bytes<SmallCfg>(3, bias, elt), dq_smem_bytes<SmallCfg>(2, bias, elt)}}};
+    const TileOption *kv =
+        first_fit(dkdv, 3, plan.bwd_dkdv, plan.bwd_stages, smem_limit, t.dkdv_stages, t.dkdv_smem);
+    const TileOption *q = first_fit(dq, 2, plan.bwd_dq, plan.bwd_stages, smem_limit, t.dq_stages, t.dq_smem);
     /* Left: devices with less than the small configuration's 2-stage ring
      * (or an FFPA_BWD_SMEM_LIMIT below it); t.*_smem holds that need. */
-    if (!t.dkdv_stages || !t.dq_stages) {
+    if (!kv || !q) {
         snprintf(err, err_len,
                  "q: the %s backward's %s kernel needs %zu bytes of shared memory per block%s; this device has %zu; "
                  "expected a device with more shared memory per block",
-                 who, t.dq_stages ? "dK/dV" : "dQ", t.dq_stages ? t.dkdv_smem : t.dq_smem,
-                 !t.dq_stages && pb->has_dbias ? " (with dbias)" : "", smem_limit);
+                 who, q ? "dK/dV" : "dQ", q ? t.dkdv_smem : t.dq_smem, !q && pb->has_dbias ? " (with dbias)" : "",
+                 smem_limit);
         return FFPA_ERR_UNSUPPORTED;
     }
+    t.dkdv = kv->kernel;
+    t.bc = kv->tile;
+    t.dq = q->kernel;
+    t.br = q->tile;
     return FFPA_OK;
+}
+
+/* The backward's tuned choices for pb: the planner's plan with the
+ * context's tuning table (all choices 0, the defaults, without a table or
+ * where the planner has no plan). */
+inline ffpa_plan tuned_plan(const ffpa_problem *pb, const ffpa_device_limits &lim)
+{
+    ffpa_plan plan;
+    const ffpa_plan_input in = ffpa_plan_input_of(pb, 1);
+    if (ffpa_plan_make(&in, &lim, &plan) != FFPA_OK)
+        memset(&plan, 0, sizeof plan);
+    return plan;
+}
+
+/* "bwd dkdv kv64 s3, dq big s2": the kernels that ran, in the tuning
+ * tables' words (ffpa_last_kernel; the tuner tells configurations apart by it). */
+inline void tiles_label(const Tiles &t, char *buf, size_t len)
+{
+    const char *kv = t.dkdv == kDkdv64 ? "kv64" : t.dkdv == kDkdv32 ? "kv32" : "small";
+    snprintf(buf, len, "bwd dkdv %s s%d, dq %s s%d", kv, t.dkdv_stages, t.dq == kDq ? "big" : "small",
+             t.dq_stages);
 }
 
 inline ffpa_bwd_acc acc_of_buffer(void *data, int64_t rows_total, int64_t rows_per_seq, int64_t dim, bool varlen)
@@ -326,12 +375,14 @@ ffpa_status device_error(typename Rt::Error e, const char *who, const char *what
     return Rt::out_of_memory(e) ? FFPA_ERR_OUT_OF_MEMORY : FFPA_ERR_DEVICE;
 }
 
-/* The whole backward of pb on `stream` (asynchronous). smem_limit: shared
- * memory one block may use on this device. */
+/* The whole backward of pb on `stream` (asynchronous) on a device with
+ * these limits (the planner's; smem_per_block: what one block may use).
+ * ran (optional): the kernels and tiles it launched. */
 template <class Rt>
-ffpa_status run(typename Rt::Stream stream, size_t smem_limit, const char *who, const ffpa_problem *pb, void *ws,
-                size_t ws_bytes, char *err, size_t err_len)
+ffpa_status run(typename Rt::Stream stream, const ffpa_device_limits &lim, const char *who, const ffpa_problem *pb,
+                void *ws, size_t ws_bytes, char *err, size_t err_len, Tiles *ran = nullptr)
 {
+    const size_t smem_limit = lim.smem_per_block;
     ffpa_status status = check(pb, who, err, err_len);
     if (status != FFPA_OK)
         return status;
@@ -343,7 +394,7 @@ ffpa_status run(typename Rt::Stream stream, size_t smem_limit, const char *who, 
     }
     Tiles t;
     const size_t limit = smem_limit_of(smem_limit);
-    if ((status = choose_tiles(pb, limit, who, t, err, err_len)) != FFPA_OK) {
+    if ((status = choose_tiles(pb, limit, tuned_plan(pb, lim), who, t, err, err_len)) != FFPA_OK) {
         const size_t n = err ? strnlen(err, err_len) : err_len;
         if (limit < smem_limit && n + 1 < err_len)
             snprintf(err + n, err_len - n, " (capped by FFPA_BWD_SMEM_LIMIT; the device has %zu)", smem_limit);
@@ -407,6 +458,8 @@ ffpa_status run(typename Rt::Stream stream, size_t smem_limit, const char *who, 
         if (!Rt::ok(e = Rt::dbias_convert(p.dbias, g, pb->dbias.data, (int)pb->dbias_dtype, stride, stream)))
             return device_error<Rt>(e, who, "dbias conversion kernel", err, err_len);
     }
+    if (ran)
+        *ran = t;
     return FFPA_OK;
 }
 
