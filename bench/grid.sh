@@ -31,10 +31,31 @@ for d in 128 512 1024; do
 done
 
 unset FFPA_CUDA_FWD_STAGES
-echo "# ffpa with the tuning table"
-env -u FFPA_TUNING "$BENCH" --backend cuda --reps "$REPS" --csv "$OUT/ffpa_tuned.csv" "${SHAPES[@]}"
-echo "# ffpa with FFPA_TUNING=0 (heuristics)"
-FFPA_TUNING=0 "$BENCH" --backend cuda --reps "$REPS" --csv "$OUT/ffpa_untuned.csv" "${SHAPES[@]}"
+# The A/B runs shape by shape, the two runs of a shape back to back and in
+# alternating order: clock drift over a whole pass (a few percent on this
+# H100) then cannot pass for an effect of the table.
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+run_ab() { # which, shape index, shape
+  local f="$tmp/$1.$2.csv"
+  if [ "$1" = tuned ]; then
+    env -u FFPA_TUNING "$BENCH" --backend cuda --reps "$REPS" --csv "$f" "$3"
+  else
+    FFPA_TUNING=0 "$BENCH" --backend cuda --reps "$REPS" --csv "$f" "$3"
+  fi
+}
+echo "# ffpa with the tuning table (tuned) and with FFPA_TUNING=0 (heuristics), shape by shape"
+for i in "${!SHAPES[@]}"; do
+  if (( i % 2 )); then order="untuned tuned"; else order="tuned untuned"; fi
+  for which in $order; do
+    echo "## $which"
+    run_ab "$which" "$i" "${SHAPES[$i]}"
+  done
+done
+for which in tuned untuned; do
+  head -1 "$tmp/$which.0.csv" >"$OUT/ffpa_$which.csv"
+  for i in "${!SHAPES[@]}"; do tail -n +2 "$tmp/$which.$i.csv"; done >>"$OUT/ffpa_$which.csv"
+done
 echo "# PyTorch SDPA on the same shapes"
 python3 bench/sdpa_bench.py --merge "$OUT/ffpa_tuned.csv" --csv "$OUT/sdpa.csv" >/dev/null
 python3 bench/plot_grid.py --tuned "$OUT/ffpa_tuned.csv" --untuned "$OUT/ffpa_untuned.csv" \
