@@ -199,6 +199,9 @@ FFPA_DEV float quad_sum(float x)
     return x;
 }
 
+/* True in every lane when p holds in some lane of the warp. */
+FFPA_DEV bool warp_any(bool p) { return __any_sync(0xffffffffu, p); }
+
 /* Sum over the 32 lanes of a warp, butterfly 16, 8, 4, 2, 1 (fixed order). */
 FFPA_DEV float warp_sum(float x)
 {

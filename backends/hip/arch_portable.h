@@ -287,6 +287,16 @@ FFPA_DEV float quad_sum(float x)
     return x;
 }
 
+/* True in every lane when p holds in some lane of the logical warp. */
+FFPA_DEV bool warp_any(bool p)
+{
+    int v = p ? 1 : 0;
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1)
+        v |= __shfl_xor(v, off, 32);
+    return v != 0;
+}
+
 /* Sum over the 32 lanes of a logical warp, butterfly 16, 8, 4, 2, 1 (width
  * 32: the two logical warps of a wave64 stay apart). */
 FFPA_DEV float warp_sum(float x)
