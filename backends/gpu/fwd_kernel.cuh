@@ -327,19 +327,7 @@ template <class Cfg> __device__ __forceinline__ void fwd_body(const ffpa_gpu_fwd
                 mask_scores<Cfg::kNT>(s, p, mc, lane);
                 float alpha[2];
                 sm.update<Cfg::kNT>(s, alpha);
-                /* Conditional rescale: once the row maxima settle, alpha is 1
-                 * in every lane and the O multiplies change nothing. */
-                if (arch::warp_any(alpha[0] != 1.0f || alpha[1] != 1.0f)) {
-#pragma unroll
-                    for (int v2 = 0; v2 < Cfg::kVSlabs; ++v2)
-#pragma unroll
-                        for (int nt = 0; nt < Cfg::kONT; ++nt) {
-                            o[v2][nt].r[0] *= alpha[0];
-                            o[v2][nt].r[1] *= alpha[0];
-                            o[v2][nt].r[2] *= alpha[1];
-                            o[v2][nt].r[3] *= alpha[1];
-                        }
-                }
+                OnlineSoftmax::rescale(reinterpret_cast<arch::FragC(&)[Cfg::kVSlabs * Cfg::kONT]>(o), alpha);
                 if (p.has_dropout)
                     apply_dropout<Cfg::kNT>(s, p, mc, lane);
 #pragma unroll

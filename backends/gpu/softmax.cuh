@@ -51,6 +51,23 @@ struct OnlineSoftmax {
         }
     }
 
+    /* o *= alpha per row (the rescale update() asks for), skipped when alpha
+     * is 1 in every lane of the warp: once the row maxima settle the
+     * multiplies change nothing (x * 1 == x), so the result is the same. */
+    template <int kN>
+    static __device__ __forceinline__ void rescale(arch::FragC (&o)[kN], const float (&alpha)[2])
+    {
+        if (!arch::warp_any(alpha[0] != 1.0f || alpha[1] != 1.0f))
+            return;
+#pragma unroll
+        for (int nt = 0; nt < kN; ++nt) {
+            o[nt].r[0] *= alpha[0];
+            o[nt].r[1] *= alpha[0];
+            o[nt].r[2] *= alpha[1];
+            o[nt].r[3] *= alpha[1];
+        }
+    }
+
     /* Final row sums (whole row) and the natural-log LSE per row half. */
     __device__ __forceinline__ void finish(float (&inv_l)[2], float (&lse)[2])
     {

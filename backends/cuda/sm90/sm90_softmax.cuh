@@ -46,17 +46,7 @@ template <class Cfg> struct TileSoftmax {
     FFPA_DEV void finish_tile(float (&s)[32], float (&o)[Cfg::kOAcc], uint32_t (&pf)[4][4], const float (&alpha)[2],
                               const ffpa_gpu_fwd_params &p, int lane, int t)
     {
-        /* Conditional rescale: once the row maxima settle, alpha is 1 for
-         * every row of the warp and the kOAcc multiplies change nothing. */
-        if (__any_sync(0xffffffffu, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
-#pragma unroll
-            for (int nt = 0; nt < Cfg::kOAcc / 4; ++nt) {
-                o[4 * nt] *= alpha[0];
-                o[4 * nt + 1] *= alpha[0];
-                o[4 * nt + 2] *= alpha[1];
-                o[4 * nt + 3] *= alpha[1];
-            }
-        }
+        OnlineSoftmax::rescale(reinterpret_cast<arch::FragC(&)[Cfg::kOAcc / 4]>(o), alpha);
         if (p.has_dropout) {
             mc.col0 = t * Cfg::kBc;
             apply_dropout<Cfg::kNT>(reinterpret_cast<arch::FragC(&)[Cfg::kNT]>(s), p, mc, lane);
