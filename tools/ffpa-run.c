@@ -244,6 +244,7 @@ int main(int argc, char **argv)
     }
     double fwd_ms = median(times, iters);
     printf("forward   %10.3f ms  %8.2f TFLOP/s\n", fwd_ms, fwd_flops / (fwd_ms * 1e9));
+    printf("kernel    forward: %s\n", ffpa_last_kernel(ctx));
 
     double bwd_ms = 0;
     if (c.backward) {
@@ -264,6 +265,7 @@ int main(int argc, char **argv)
         bwd_ms = median(times, iters);
         printf("backward  %10.3f ms  %8.2f TFLOP/s (2.5x forward FLOPs)\n", bwd_ms,
                2.5 * fwd_flops / (bwd_ms * 1e9));
+        printf("kernel    backward: %s\n", ffpa_last_kernel(ctx));
     }
 
     int failed = 0;

@@ -4,12 +4,16 @@
  * launch sequence) and the plugin's extern "C" entry points.
  */
 #include <cuda_runtime.h>
+#include <stdio.h>
+#include <string.h>
 
 #include "arch_sm80.cuh"
+#include "env.h"
 
 #include "bwd/bwd_host.h"
 #include "bwd_kernels.h"
 #include "bwd_launch.h"
+#include "sm90/sm90_bwd_launch.h"
 
 namespace {
 
@@ -53,6 +57,28 @@ extern "C" size_t ffpa_cuda_backward_workspace(const ffpa_problem *pb)
 extern "C" ffpa_status ffpa_cuda_backward(struct ffpa_cuda_state *st, const ffpa_problem *pb, void *ws,
                                           size_t ws_bytes, char *err, size_t err_len)
 {
+    /* FFPA_CUDA_KERNEL=generic|sm90 forces one family (as in the forward);
+     * auto or unset: the Hopper kernel where it covers pb, else generic. */
+    const char *choice = ffpa_env_string("FFPA_CUDA_KERNEL");
+    const bool force_sm90 = choice && strcmp(choice, "sm90") == 0;
+    const bool force_generic = choice && strcmp(choice, "generic") == 0;
+    if (choice && !force_sm90 && !force_generic && strcmp(choice, "auto") != 0) {
+        snprintf(err, err_len, "FFPA_CUDA_KERNEL: unknown kernel family; expected generic, sm90 or auto");
+        return FFPA_ERR_INVALID_ARGUMENT;
+    }
+    if (!force_generic) {
+        const char *kernel = NULL;
+        char why[256] = "";
+        const ffpa_status s = ffpa_cuda_sm90_backward(st, pb, ws, ws_bytes, &kernel, why, sizeof why);
+        if (s == FFPA_OK) {
+            st->last_kernel = kernel;
+            return FFPA_OK;
+        }
+        if (s != FFPA_ERR_UNSUPPORTED || force_sm90) {
+            snprintf(err, err_len, "%s%s", force_sm90 ? "FFPA_CUDA_KERNEL=sm90: " : "", why);
+            return s;
+        }
+    }
     host::Tiles ran;
     const ffpa_status s = host::run<CudaRuntime>(st->stream, st->caps.limits, "cuda", pb, ws, ws_bytes, err, err_len,
                                                  &ran);

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Writes wgmma_ops.cuh: the wgmma.mma_async m64nNk16 wrappers the Hopper
-forward uses. Each N needs its own inline-asm operand list (N/2 fp32
+forward and backward use. Each N needs its own inline-asm operand list (N/2 fp32
 accumulators), so they are generated rather than written by hand.
 
     python3 backends/cuda/sm90/gen_wgmma.py > backends/cuda/sm90/wgmma_ops.cuh
@@ -8,6 +8,8 @@ accumulators), so they are generated rather than written by hand.
 
 SS_N = [64]                 # S = Q K^T: A (Q) and B (K) from shared memory, both K-major
 RS_N = [64, 128, 192, 256]  # O += P V: A (P) from registers, B (V) MN-major (trans-b)
+SS_BT_N = [128]             # backward dV += P^T dO, dK += dS^T Q: A K-major, B MN-major (trans-b)
+SS_ABT_N = [128]            # backward dQ = dS K: A (dS^T stored) and B (K) MN-major (trans-a, trans-b)
 TYPES = [("f16", "f16"), ("bf16", "bf16")]
 
 
@@ -19,15 +21,18 @@ def acc_operands(n):
     return ", ".join(f'"+f"(d[{i}])' for i in range(n // 2))
 
 
-def ss(n, tag, ptx):
+SS_NAMES = {(0, 0): "wgmma_ss", (0, 1): "wgmma_ss_bt", (1, 1): "wgmma_ss_abt"}
+
+
+def ss(n, tag, ptx, ta=0, tb=0):
     k = n // 2
     return f"""
-template <> FFPA_DEV void wgmma_ss<{tag}, {n}>(float (&d)[{k}], uint64_t desc_a, uint64_t desc_b, int accumulate)
+template <> FFPA_DEV void {SS_NAMES[(ta, tb)]}<{tag}, {n}>(float (&d)[{k}], uint64_t desc_a, uint64_t desc_b, int accumulate)
 {{
     asm volatile(
         "{{\\n.reg .pred p;\\nsetp.ne.b32 p, %{k + 2}, 0;\\n"
         "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx}.{ptx} "
-        "{{{acc_list(n)}}}, %{k}, %{k + 1}, p, 1, 1, 0, 0;\\n}}\\n"
+        "{{{acc_list(n)}}}, %{k}, %{k + 1}, p, 1, 1, {ta}, {tb};\\n}}\\n"
         : {acc_operands(n)}
         : "l"(desc_a), "l"(desc_b), "r"(accumulate));
 }}
@@ -55,7 +60,10 @@ def main():
  * accumulators (sm_90a):
  *   wgmma_ss<T, N>: A and B from shared memory, both K-major (S = Q K^T);
  *   wgmma_rs<T, N>: A from registers (the FragA layout of mma.sync, one per
- *                   warp's 16 rows), B MN-major (O += P V, V row-major).
+ *                   warp's 16 rows), B MN-major (O += P V, V row-major);
+ *   wgmma_ss_bt<T, N>:  A K-major, B MN-major from shared memory (dV += P^T dO);
+ *   wgmma_ss_abt<T, N>: A and B MN-major from shared memory (dQ = dS K, dS
+ *                       read from the stored dS^T).
  * accumulate = 0 overwrites d (first k-step), 1 adds.
  */
 #ifndef FFPA_CUDA_SM90_WGMMA_OPS_CUH
@@ -68,6 +76,8 @@ namespace sm90 {
 
 template <typename T, int N> FFPA_DEV void wgmma_ss(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, int accumulate);
 template <typename T, int N> FFPA_DEV void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[4], uint64_t desc_b, int accumulate);
+template <typename T, int N> FFPA_DEV void wgmma_ss_bt(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, int accumulate);
+template <typename T, int N> FFPA_DEV void wgmma_ss_abt(float (&d)[N / 2], uint64_t desc_a, uint64_t desc_b, int accumulate);
 """]
     for tag, ptx in TYPES:
         t = f"arch::{tag}"
@@ -75,6 +85,10 @@ template <typename T, int N> FFPA_DEV void wgmma_rs(float (&d)[N / 2], const uin
             out.append(ss(n, t, ptx))
         for n in RS_N:
             out.append(rs(n, t, ptx))
+        for n in SS_BT_N:
+            out.append(ss(n, t, ptx, 0, 1))
+        for n in SS_ABT_N:
+            out.append(ss(n, t, ptx, 1, 1))
     out.append("""
 } /* namespace sm90 */
 } /* namespace ffpa */

@@ -80,6 +80,13 @@ FFPA_DEV void mbar_wait(uint64_t *bar, uint32_t parity) { FFPA_SM90_MBAR_WAIT(""
 /* The same with cluster-scope acquire (the arrivals came from a peer CTA). */
 FFPA_DEV void mbar_wait_cluster(uint64_t *bar, uint32_t parity) { FFPA_SM90_MBAR_WAIT(".acquire.cluster"); }
 
+/* Orders this thread's generic-proxy shared-memory writes before later
+ * async-proxy reads (wgmma operands written with st.shared). */
+FFPA_DEV void fence_proxy_async_shared()
+{
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
 /* ----------------------------------------------------------------- TMA */
 
 FFPA_DEV void prefetch_tensormap(const CUtensorMap *map)
@@ -165,6 +172,13 @@ FFPA_DEV void named_barrier_sync(int id, int threads)
 FFPA_DEV void named_barrier_arrive(int id, int threads)
 {
     asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+/* Two fp32 adds into global memory as one 8-byte reduction (no return;
+ * addr 8-byte aligned). */
+FFPA_DEV void red_add_v2(float *addr, float a, float b)
+{
+    asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(addr), "f"(a), "f"(b) : "memory");
 }
 
 /* -------------------------------------------------------------- cluster */

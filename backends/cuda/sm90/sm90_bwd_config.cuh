@@ -1,0 +1,85 @@
+/*
+ * Compile-time shape of one Hopper backward instantiation and its
+ * shared-memory layout (host and device agree on it through this file).
+ *
+ * A CTA owns one key block (kBc = 64 keys) of one (kv head, batch) and runs
+ * every query tile (kBr = 64 rows) of every query head of its GQA group past
+ * it. K and V of the block stay resident; Q and dO stream through a ring of
+ * 128-column slabs. The dK/dV accumulators of a whole head dimension do not
+ * fit the register file (64 x 512 x 2 fp32 = the whole of it), so the
+ * columns are covered in passes of 256: each pass recomputes S^T and dP^T
+ * over the full D and accumulates 128 columns of dK and dV per consumer
+ * warpgroup in registers (the FFPA paper's SM>=90 scheme: recompute instead
+ * of a global read-modify-write per query tile). dQ = dS K of the pass's
+ * columns goes to the fp32 buffer with vector reductions.
+ *
+ * Threads: warpgroup 0 is the producer (one thread issues TMA loads);
+ * consumer 0 computes S^T = K Q^T, P^T and dS^T; consumer 1 computes
+ * dP^T = V dO^T; both then run dV += P^T dO, dK += dS^T Q and dQ = dS K for
+ * their own 128 columns.
+ */
+#ifndef FFPA_CUDA_SM90_BWD_CONFIG_CUH
+#define FFPA_CUDA_SM90_BWD_CONFIG_CUH
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sm90_fwd_config.cuh" /* kBoxCols, kBoxBytes, kSmemLimit */
+
+namespace ffpa {
+namespace sm90 {
+
+template <typename T_, int kBoxes_> struct BwdConfig {
+    using T = T_;
+    static constexpr int kBoxes = kBoxes_;      /* 64-column boxes covering Dqk and Dv */
+    static constexpr int kSlabs = kBoxes / 2;   /* 128-column slabs of a Q or dO tile */
+    static constexpr int kPassCols = 256;       /* dK/dV columns per pass (128 per consumer) */
+    static constexpr int kPasses = (kBoxes * kBoxCols + kPassCols - 1) / kPassCols;
+    static constexpr int kBc = 64;              /* keys per CTA */
+    static constexpr int kBr = 64;              /* query rows per tile */
+    static constexpr int kThreads = 384;
+
+    static constexpr size_t kKVBytes = (size_t)kBoxes * kBoxBytes; /* K (or V) of the key block */
+    static constexpr size_t kSlabBytes = 2 * (size_t)kBoxBytes;
+    static constexpr size_t kDpBytes = 64 * 64 * 4;  /* dP^T, fp32, fragment order */
+    static constexpr size_t kPdsBytes = 64 * 64 * 2; /* P^T or dS^T, 16-bit, swizzled */
+    static constexpr size_t kRowBytes = 2 * 64 * 4;  /* LSE (base 2) and Delta of the tile's rows */
+    static constexpr size_t kBarBytes = 256;
+    static constexpr size_t kAlignSlack = 1024;
+    static constexpr int kMaxSlots = 8;
+
+    static constexpr size_t fixed_bytes()
+    {
+        return 2 * kKVBytes + kDpBytes + 2 * kPdsBytes + kRowBytes + kBarBytes + kAlignSlack;
+    }
+    static constexpr int slots_that_fit()
+    {
+        int s = kMaxSlots;
+        while (s > 3 && fixed_bytes() + s * kSlabBytes > kSmemLimit)
+            --s;
+        return s;
+    }
+    static constexpr int kSlots = slots_that_fit();
+    static constexpr size_t kSmemBytes = fixed_bytes() + kSlots * kSlabBytes;
+
+    static_assert(kBoxes % 2 == 0 && kBoxes >= 2 && kBoxes <= 8, "2 to 8 boxes (D up to 512), whole slabs");
+    static_assert(kSmemBytes <= kSmemLimit, "fits the opt-in shared memory");
+    static_assert(kSlots >= 4, "the interleaved Q/dO ring needs four slots");
+};
+
+/* Byte offsets inside the (1024-aligned) dynamic shared memory. */
+template <class Cfg> struct BwdSmemLayout {
+    static constexpr size_t k = 0;
+    static constexpr size_t v = k + Cfg::kKVBytes;
+    static constexpr size_t ring = v + Cfg::kKVBytes;
+    static constexpr size_t dp = ring + Cfg::kSlots * Cfg::kSlabBytes;
+    static constexpr size_t pt = dp + Cfg::kDpBytes;
+    static constexpr size_t dst = pt + Cfg::kPdsBytes;
+    static constexpr size_t rows = dst + Cfg::kPdsBytes;
+    static constexpr size_t bars = rows + Cfg::kRowBytes;
+};
+
+} /* namespace sm90 */
+} /* namespace ffpa */
+
+#endif

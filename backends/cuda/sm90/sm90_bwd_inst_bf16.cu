@@ -1,0 +1,13 @@
+/* Hopper backward instantiations, bf16 (see sm90_bwd_kernels.cuh). */
+#include "sm90_bwd_kernels.cuh"
+
+namespace ffpa {
+namespace sm90 {
+const BwdKernelDesc bwd_bf16[kNumBwdShapes] = {
+    bwd_desc<BwdConfig<arch::bf16, 2>>("sm90 wgmma bwd d128"),
+    bwd_desc<BwdConfig<arch::bf16, 4>>("sm90 wgmma bwd d256"),
+    bwd_desc<BwdConfig<arch::bf16, 6>>("sm90 wgmma bwd d384"),
+    bwd_desc<BwdConfig<arch::bf16, 8>>("sm90 wgmma bwd d512"),
+};
+}
+}

@@ -1,0 +1,202 @@
+/*
+ * The Hopper backward (sm_90a): dK, dV and dQ in one kernel, composed from
+ *   sm90_bwd_mainloop.cuh  work of a CTA, producer TMA ring, wgmma GEMMs
+ *   sm90_bwd_softmax.cuh   P^T and dS^T of a tile (masking, LSE, Delta)
+ *   sm90_bwd_epilogue.cuh  dK/dV stores, dQ reductions
+ * (shape and shared memory: sm90_bwd_config.cuh).
+ *
+ * Per pass and query tile:
+ *   consumer 0: S^T = K Q^T (wgmma SS over all of Dqk)   consumer 1: dP^T = V dO^T
+ *               waits for dP^T, writes P^T, dS^T ------>             waits for them
+ *   both:       dV_c += P^T dO_c, dK_c += dS^T Q_c, dQ_c = dS K_c (own 128 columns c)
+ * dK and dV are register accumulators across all query tiles of the pass
+ * and are stored once; dQ is reduced into the fp32 buffer per tile.
+ */
+#ifndef FFPA_CUDA_SM90_BWD_KERNEL_CUH
+#define FFPA_CUDA_SM90_BWD_KERNEL_CUH
+
+#include "sm90_arch.cuh"
+#include "sm90_bwd_config.cuh"
+#include "sm90_bwd_epilogue.cuh"
+#include "sm90_bwd_mainloop.cuh"
+#include "sm90_bwd_softmax.cuh"
+
+namespace ffpa {
+namespace sm90 {
+
+/* The dK and dV output views (the kernel writes them directly: one CTA owns
+ * each key row of each kv head). Element (b, h, n, d) of a view is at
+ * h*sh + (varlen ? (cu_k[b] + n) * sn : b*sb + n*sn) + d*sd. */
+struct BwdOutViews {
+    void *dk, *dv;
+    int64_t dk_sb, dk_sh, dk_sn, dk_sd;
+    int64_t dv_sb, dv_sh, dv_sn, dv_sd;
+};
+
+constexpr int kBwdProducerRegs = 24;
+constexpr int kBwdConsumerRegs = 240;
+
+template <class Cfg>
+FFPA_DEV void bwd_consumer(const ffpa_bwd_params &p, const BwdOutViews &out, uint8_t *smem, BwdBarriers *bars,
+                           const BwdWork &w, int consumer, int ctid)
+{
+    using T = typename Cfg::T;
+    using L = BwdSmemLayout<Cfg>;
+    using R = BwdRing<Cfg>;
+    using G = BwdGemms<Cfg>;
+    const int lane = ctid & 31;
+    const uint32_t k_addr = smem_u32(smem + L::k), v_addr = smem_u32(smem + L::v);
+    const uint32_t pt_addr = smem_u32(smem + L::pt), dst_addr = smem_u32(smem + L::dst);
+    float *dp = reinterpret_cast<float *>(smem + L::dp);
+    float *rows = reinterpret_cast<float *>(smem + L::rows);
+    auto release = [&](int slab) {
+        __syncwarp();
+        if (lane == 0)
+            mbar_arrive(&bars->empty[R::slot(slab)]);
+    };
+
+    const int items = w.items();
+    const int total = items * Cfg::kPasses;
+    if (items > 0)
+        mbar_wait(&bars->kv_full, 0);
+    if (consumer == 1 && total > 0)
+        named_barrier_arrive(kBarPdsEmpty, 256); /* the buffers start free */
+
+    int slab = 0, done = 0;
+#pragma unroll 1
+    for (int pass = 0; pass < Cfg::kPasses; ++pass) {
+        const int cols_slab = 2 * pass + consumer; /* this consumer's 128 columns */
+        const bool owns = cols_slab < Cfg::kSlabs;
+        float dv[64], dk[64];
+#pragma unroll
+        for (int i = 0; i < 64; ++i)
+            dv[i] = dk[i] = 0.0f;
+
+#pragma unroll 1
+        for (int it = 0; it < items; ++it, ++done) {
+            const int h = w.head(it), q0 = w.q0(it);
+            /* Phase 1: S^T (consumer 0) or dP^T (consumer 1) over all of D,
+             * releasing each slab once the next one's wgmma is issued. */
+            float acc[32];
+            if (consumer == 0)
+                load_rows(p, w, h, q0, rows, ctid);
+            const uint32_t kv = consumer == 0 ? k_addr : v_addr;
+#pragma unroll
+            for (int s = 0; s < Cfg::kSlabs; ++s) {
+                const int i = slab + 2 * s + consumer;
+                mbar_wait(&bars->full[R::slot(i)], R::parity(i));
+                fence_operands(acc);
+                wgmma_fence();
+                G::scores_slab(acc, kv, smem_u32(R::ptr(smem, i)), s, s == 0);
+                wgmma_commit();
+                if (s > 0) {
+                    wgmma_wait<1>();
+                    release(i - 2);
+                }
+            }
+            wgmma_wait<0>();
+            fence_operands(acc);
+            release(slab + 2 * (Cfg::kSlabs - 1) + consumer);
+
+            if (consumer == 0) {
+                named_barrier_sync(kBarRows, 128);
+                named_barrier_sync(kBarPdsEmpty, 256);
+                named_barrier_sync(kBarDpFull, 256);
+                softmax_grad<Cfg>(acc, dp, rows, smem + L::pt, smem + L::dst, p, w, q0, ctid);
+                fence_proxy_async_shared();
+            } else {
+                store_dp(acc, dp, ctid);
+                named_barrier_arrive(kBarDpFull, 256);
+            }
+            named_barrier_sync(kBarPdsFull, 256);
+
+            /* Phase 2: this consumer's columns of dV, dK and dQ. */
+            const int own = slab + 2 * Cfg::kSlabs + 2 * consumer;
+            if (owns) {
+                float dq[64];
+                mbar_wait(&bars->full[R::slot(own)], R::parity(own));
+                fence_operands(dv);
+                fence_operands(dk);
+                wgmma_fence();
+                G::grad_slab(dv, pt_addr, smem_u32(R::ptr(smem, own)));
+                wgmma_commit();
+                mbar_wait(&bars->full[R::slot(own + 1)], R::parity(own + 1));
+                G::grad_slab(dk, dst_addr, smem_u32(R::ptr(smem, own + 1)));
+                wgmma_commit();
+                G::dq_gemm(dq, dst_addr, k_addr + (uint32_t)(2 * cols_slab) * kBoxBytes);
+                wgmma_commit();
+                wgmma_wait<2>();
+                release(own);
+                wgmma_wait<1>();
+                release(own + 1);
+                wgmma_wait<0>();
+                fence_operands(dv);
+                fence_operands(dk);
+                fence_operands(dq);
+                const int rows_valid = min(Cfg::kBr, w.seqlen_q - q0);
+                float *dqg = static_cast<float *>(p.dq.data) + (int64_t)h * p.dq.sh +
+                             (p.cu_q ? (w.q_start + q0) * p.dq.sn : (int64_t)w.b * p.dq.sb + (int64_t)q0 * p.dq.sn);
+                reduce_dq(dq, dqg, p.dq.sn, rows_valid, cols_slab * 128, p.dqk, ctid);
+            }
+            if (consumer == 1 && done + 1 < total)
+                named_barrier_arrive(kBarPdsEmpty, 256);
+            slab += R::per_tile(pass);
+        }
+
+        if (owns) {
+            const int rows_valid = min(Cfg::kBc, w.seqlen_k - w.kb0);
+            const int64_t krow = p.cu_q ? w.k_start + w.kb0 : w.kb0;
+            T *dkg = static_cast<T *>(out.dk) + (int64_t)w.kvh * out.dk_sh + (p.cu_q ? 0 : (int64_t)w.b * out.dk_sb) +
+                     krow * out.dk_sn;
+            T *dvg = static_cast<T *>(out.dv) + (int64_t)w.kvh * out.dv_sh + (p.cu_q ? 0 : (int64_t)w.b * out.dv_sb) +
+                     krow * out.dv_sn;
+            store_grad<T>(dk, dkg, out.dk_sn, out.dk_sd, rows_valid, cols_slab * 128, p.dqk, ctid);
+            store_grad<T>(dv, dvg, out.dv_sn, out.dv_sd, rows_valid, cols_slab * 128, p.dv, ctid);
+        }
+    }
+}
+
+template <class Cfg> FFPA_DEV void bwd_body(const BwdMaps &maps, const ffpa_bwd_params &p, const BwdOutViews &out)
+{
+    extern __shared__ uint8_t smem_dyn[];
+    /* 128-byte swizzled tiles want 1024-byte aligned atoms. */
+    uint8_t *smem = reinterpret_cast<uint8_t *>((reinterpret_cast<uintptr_t>(smem_dyn) + 1023) & ~(uintptr_t)1023);
+    using L = BwdSmemLayout<Cfg>;
+    BwdBarriers *bars = reinterpret_cast<BwdBarriers *>(smem + L::bars);
+    const int tid = threadIdx.x;
+
+    BwdWork w;
+    if (!bwd_work<Cfg>(p, w))
+        return;
+
+    if (tid == 0) {
+        mbar_init(&bars->kv_full, 1);
+        for (int s = 0; s < Cfg::kSlots; ++s) {
+            mbar_init(&bars->full[s], 1);
+            mbar_init(&bars->empty[s], 4); /* the 4 warps of the one consumer that reads the slab */
+        }
+        fence_barrier_init();
+    }
+    __syncthreads();
+
+    const int wg = tid / 128;
+    if (wg == 0) {
+        setmaxnreg_dec<kBwdProducerRegs>();
+        if (tid == 0 && w.items() > 0) {
+            prefetch_tensormap(&maps.q);
+            prefetch_tensormap(&maps.k);
+            prefetch_tensormap(&maps.v);
+            prefetch_tensormap(&maps.dout);
+            BwdProducer<Cfg>::run(maps, smem, bars, w);
+        }
+        __syncwarp();
+    } else {
+        setmaxnreg_inc<kBwdConsumerRegs>();
+        bwd_consumer<Cfg>(p, out, smem, bars, w, wg - 1, tid - 128 * wg);
+    }
+}
+
+} /* namespace sm90 */
+} /* namespace ffpa */
+
+#endif

@@ -1,0 +1,135 @@
+/*
+ * Host side of the Hopper backward: coverage, the instantiation for Dqk/Dv,
+ * the tensor maps and the launch sequence
+ *   Delta -> zero the fp32 dQ buffer -> fused dK/dV/dQ kernel -> dQ conversion.
+ * Checks, workspace layout and kernel parameters are the generic
+ * backward's (backends/gpu/bwd/bwd_host.h), so both paths accept and refuse
+ * the same inputs with the same messages.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "arch_sm80.cuh"
+
+#include "../bwd/bwd_kernels.h"
+#include "bwd/bwd_host.h"
+#include "sm90_bwd_kernels.cuh"
+#include "sm90_bwd_launch.h"
+#include "sm90_host.h"
+
+namespace {
+
+using ffpa::sm90::BwdKernelDesc;
+using ffpa::sm90::BwdMaps;
+using ffpa::sm90::BwdOutViews;
+using ffpa::sm90::encode;
+using ffpa::sm90::unsupported;
+
+const BwdKernelDesc *pick(ffpa_dtype dtype, int64_t dqk, int64_t dv)
+{
+    const BwdKernelDesc *table = dtype == FFPA_F16 ? ffpa::sm90::bwd_f16 : ffpa::sm90::bwd_bf16;
+    const int64_t d = dqk > dv ? dqk : dv;
+    for (int i = 0; i < ffpa::sm90::kNumBwdShapes; ++i)
+        if (d <= 64 * (int64_t)table[i].boxes)
+            return &table[i];
+    return NULL;
+}
+
+} /* namespace */
+
+extern "C" ffpa_status ffpa_cuda_sm90_backward(struct ffpa_cuda_state *st, const ffpa_problem *pb, void *ws,
+                                               size_t ws_bytes, const char **kernel, char *err, size_t err_len)
+{
+#ifndef FFPA_CUDA_HAVE_SM90A
+    (void)st, (void)pb, (void)ws, (void)ws_bytes, (void)kernel;
+    return unsupported(err, err_len, "the sm90 kernels were not built (-Dcuda-archs has no 90a)");
+#else
+    namespace host = ffpa::bwd::host;
+    if (st->prop.major != 9 || st->prop.minor != 0)
+        return unsupported(err, err_len, "the sm90 backward needs an sm_90 device (H100/H200)");
+    if (pb->has_bias || pb->has_dbias || pb->dropout_p > 0.0f)
+        return unsupported(err, err_len, "the sm90 backward has no bias, dbias or dropout (the generic one has)");
+    if (pb->deterministic)
+        return unsupported(err, err_len, "the sm90 backward reduces dQ with atomics: not deterministic");
+    if (pb->grad_accum != FFPA_GRAD_ACCUM_F32)
+        return unsupported(err, err_len, "the sm90 backward accumulates dQ in the fp32 buffer only");
+    ffpa_status s = host::check(pb, "cuda", err, err_len);
+    if (s != FFPA_OK)
+        return s;
+    const BwdKernelDesc *kd = pick(pb->dtype, pb->dqk, pb->dv);
+    if (!kd)
+        return unsupported(err, err_len, "q: the sm90 backward covers Dqk and Dv up to 512");
+    if (kd->smem_bytes > st->prop.sharedMemPerBlockOptin)
+        return unsupported(err, err_len, "the sm90 backward needs more shared memory than this device has");
+    const host::Layout lay = host::layout_of(pb);
+    if (lay.total > 0 && (ws == NULL || ws_bytes < lay.total)) {
+        snprintf(err, err_len, "workspace: %zu bytes given to the cuda backward; expected >= %zu", ws_bytes, lay.total);
+        return FFPA_ERR_INVALID_ARGUMENT;
+    }
+
+    const bool varlen = pb->cu_q != NULL;
+    BwdMaps maps;
+    memset(&maps, 0, sizeof maps);
+    const int64_t qb = varlen ? 1 : pb->batch;
+    const int64_t qrows = varlen ? pb->total_q : pb->nq, krows = varlen ? pb->total_k : pb->nkv;
+    if (!encode(&maps.q, pb->q, pb->dtype, pb->dqk, qrows, pb->hq, qb) ||
+        !encode(&maps.dout, pb->dout, pb->dtype, pb->dv, qrows, pb->hq, qb) ||
+        !encode(&maps.k, pb->k, pb->dtype, pb->dqk, krows, pb->hkv, qb) ||
+        !encode(&maps.v, pb->v, pb->dtype, pb->dv, krows, pb->hkv, qb))
+        return unsupported(err, err_len,
+                           "q/k/v/dout: strides not expressible as a TMA tensor map (e.g. broadcast stride 0)");
+
+    host::Tiles t;
+    memset(&t, 0, sizeof t);
+    t.bc = 64;
+    t.br = 64;
+    unsigned char *base = static_cast<unsigned char *>(ws);
+    ffpa_bwd_params p;
+    int64_t g[4], dq_blocks;
+    host::fill_params(pb, base, lay, t, p, g, dq_blocks);
+
+    BwdOutViews out;
+    out.dk = pb->grad_k.data;
+    out.dk_sb = pb->grad_k.sb, out.dk_sh = pb->grad_k.sh, out.dk_sn = pb->grad_k.sn, out.dk_sd = pb->grad_k.sd;
+    out.dv = pb->grad_v.data;
+    out.dv_sb = pb->grad_v.sb, out.dv_sh = pb->grad_v.sh, out.dv_sn = pb->grad_v.sn, out.dv_sd = pb->grad_v.sd;
+
+    cudaStream_t stream = st->stream;
+    cudaError_t e = cudaSuccess;
+    if (varlen) {
+        const size_t bytes = (size_t)(pb->batch + 1) * sizeof(int32_t);
+        if ((e = cudaMemcpyAsync(base + lay.cu_q, pb->cu_q, bytes, cudaMemcpyHostToDevice, stream)) != cudaSuccess ||
+            (e = cudaMemcpyAsync(base + lay.cu_k, pb->cu_k, bytes, cudaMemcpyHostToDevice, stream)) != cudaSuccess)
+            return ffpa_cuda_error(e, "cuda backward: uploading cu_seqlens", err, err_len);
+    }
+    const int dtype = (int)pb->dtype;
+    const size_t dq_bytes = (size_t)(pb->hq * pb->total_q * pb->dqk) * sizeof(float);
+    if (pb->nq > 0) {
+        if ((e = ffpa::bwd::launch_delta(dtype, p, stream)) != cudaSuccess)
+            return ffpa_cuda_error(e, "cuda backward: delta kernel", err, err_len);
+        if ((e = cudaMemsetAsync(p.dq.data, 0, dq_bytes, stream)) != cudaSuccess)
+            return ffpa_cuda_error(e, "cuda backward: clearing the dQ buffer", err, err_len);
+    }
+    const int64_t ctas = (int64_t)p.kv_blocks * pb->hkv * pb->batch;
+    if (pb->nkv > 0 && (e = kd->launch(maps, p, out, ctas, stream)) != cudaSuccess)
+        return ffpa_cuda_error(e, "cuda backward: sm90 dK/dV/dQ kernel", err, err_len);
+    if (pb->nq > 0) {
+        ffpa::bwd::ConvertJob cj;
+        cj.acc = static_cast<const float *>(p.dq.data);
+        cj.out = pb->grad_q.data;
+        cj.sb = pb->grad_q.sb;
+        cj.sh = pb->grad_q.sh;
+        cj.sn = pb->grad_q.sn;
+        cj.sd = pb->grad_q.sd;
+        cj.heads = pb->hq;
+        cj.rows_total = pb->total_q;
+        cj.nlen = varlen ? 0 : pb->nq;
+        cj.dim = (int)pb->dqk;
+        if ((e = ffpa::bwd::launch_convert(dtype, cj, stream)) != cudaSuccess)
+            return ffpa_cuda_error(e, "cuda backward: dQ conversion kernel", err, err_len);
+    }
+    if (kernel)
+        *kernel = kd->name;
+    return FFPA_OK;
+#endif
+}

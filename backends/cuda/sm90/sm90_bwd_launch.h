@@ -1,0 +1,32 @@
+/*
+ * extern "C" interface of the Hopper (sm_90a) backward, called by the CUDA
+ * backward launcher (../bwd/bwd_launch.cu) before it falls back to the
+ * generic mma.sync kernels.
+ */
+#ifndef FFPA_CUDA_SM90_BWD_LAUNCH_H
+#define FFPA_CUDA_SM90_BWD_LAUNCH_H
+
+#include <stddef.h>
+
+#include "../cuda_state.h"
+#include "problem.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Runs the whole backward of pb on the WGMMA/TMA kernel: Delta, the fused
+ * dK/dV/dQ kernel (dQ through the fp32 workspace buffer, with reductions:
+ * not bit-reproducible), the dQ conversion. FFPA_ERR_UNSUPPORTED (reason in
+ * err, nothing launched) when this path does not cover pb: another device,
+ * Dqk or Dv above 512, bias, dbias or dropout, deterministic mode,
+ * FFPA_GRAD_ACCUM_OUTPUT, layouts TMA cannot express. *kernel names the
+ * kernel that ran. */
+ffpa_status ffpa_cuda_sm90_backward(struct ffpa_cuda_state *st, const ffpa_problem *pb, void *ws, size_t ws_bytes,
+                                    const char **kernel, char *err, size_t err_len);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,187 @@
+/*
+ * Main loop pieces of the Hopper backward: the work of a CTA, the
+ * producer's TMA loads, and the consumers' warpgroup GEMMs.
+ *
+ * Ring of 128-column slabs (slab i in slot i % kSlots, use i / kSlots), per
+ * query tile and pass, in this order:
+ *   Q slab 0, dO slab 0, Q slab 1, dO slab 1, ...   (consumer 0 takes Q for
+ *                                                     S^T, consumer 1 dO for dP^T)
+ *   dO own(0), Q own(0), dO own(1), Q own(1)         (consumer c's 128 columns
+ *                                                     of the pass, where they exist)
+ * Every slab is read by one consumer: empty[slot] takes its 4 warps.
+ */
+#ifndef FFPA_CUDA_SM90_BWD_MAINLOOP_CUH
+#define FFPA_CUDA_SM90_BWD_MAINLOOP_CUH
+
+#include "bwd/bwd_params.h"
+#include "sm90_arch.cuh"
+#include "sm90_bwd_config.cuh"
+#include "wgmma_ops.cuh"
+
+namespace ffpa {
+namespace sm90 {
+
+/* [D, rows, heads, batch] views of Q, K, V and dO. */
+struct BwdMaps {
+    CUtensorMap q, k, v, dout;
+};
+
+struct BwdBarriers {
+    uint64_t kv_full;
+    uint64_t full[8], empty[8]; /* per ring slot (kMaxSlots) */
+};
+
+/* Named barriers between the two consumers (ids; 0 is __syncthreads). */
+enum BwdNamedBarrier {
+    kBarDpFull = 1,  /* consumer 1's dP^T is in shared memory */
+    kBarPdsFull = 2, /* consumer 0's P^T and dS^T are; the dP^T buffer is free */
+    kBarPdsEmpty = 3, /* consumer 1's wgmma no longer reads P^T / dS^T */
+    kBarRows = 4,    /* consumer 0 only: the tile's LSE and Delta are in shared memory */
+};
+
+/* One CTA's work: key block kb0..kb0+63 of (batch b, kv head kvh), against
+ * query tiles [t_first, n_qt) of each of the group's query heads. */
+struct BwdWork {
+    int b, kvh, kb0;
+    int64_t q_start, k_start; /* packed row of the sequence's first query / key (varlen), else 0 */
+    int seqlen_q, seqlen_k, diag;
+    int t_first, n_qt, group;
+    int tma_b; /* batch coordinate of the tensor maps (0 for varlen) */
+
+    FFPA_DEV int tiles_per_head() const { return n_qt - t_first; }
+    FFPA_DEV int items() const { return group * tiles_per_head(); }
+    FFPA_DEV int head(int item) const { return kvh * group + item / tiles_per_head(); }
+    FFPA_DEV int q0(int item) const { return (t_first + item % tiles_per_head()) * 64; }
+};
+
+template <class Cfg> FFPA_DEV bool bwd_work(const ffpa_bwd_params &p, BwdWork &w)
+{
+    const int kv_blocks = p.kv_blocks;
+    const int j = (int)(blockIdx.x % (unsigned)kv_blocks);
+    const int rest = (int)(blockIdx.x / (unsigned)kv_blocks);
+    w.kvh = rest % p.hkv;
+    w.b = rest / p.hkv;
+    w.kb0 = j * Cfg::kBc;
+    w.q_start = w.k_start = 0;
+    w.seqlen_q = p.nq;
+    w.seqlen_k = p.nkv;
+    if (p.cu_q) {
+        w.q_start = p.cu_q[w.b];
+        w.seqlen_q = p.cu_q[w.b + 1] - p.cu_q[w.b];
+        w.k_start = p.cu_k[w.b];
+        w.seqlen_k = p.cu_k[w.b + 1] - p.cu_k[w.b];
+    }
+    if (w.kb0 >= w.seqlen_k)
+        return false; /* a varlen sequence shorter than the longest: nothing here */
+    w.diag = w.seqlen_k - w.seqlen_q;
+    w.n_qt = (w.seqlen_q + Cfg::kBr - 1) / Cfg::kBr;
+    /* Causal (bottom-right): query q sees key k when k <= q + diag. */
+    const int q_first = p.causal ? max(0, w.kb0 - w.diag) : 0;
+    w.t_first = min(q_first / Cfg::kBr, w.n_qt);
+    w.group = p.group;
+    w.tma_b = p.cu_q ? 0 : w.b;
+    return true;
+}
+
+template <class Cfg> struct BwdRing {
+    static FFPA_DEV uint32_t slot(int slab) { return (uint32_t)slab % Cfg::kSlots; }
+    static FFPA_DEV uint32_t parity(int slab) { return ((uint32_t)slab / Cfg::kSlots) & 1; }
+    static FFPA_DEV uint8_t *ptr(uint8_t *smem, int slab)
+    {
+        return smem + BwdSmemLayout<Cfg>::ring + (size_t)slot(slab) * Cfg::kSlabBytes;
+    }
+    /* Own slabs of pass `pass` (1 or 2: consumer c owns slab 2 * pass + c). */
+    static FFPA_DEV constexpr int own_slabs(int pass) { return Cfg::kSlabs - 2 * pass < 2 ? Cfg::kSlabs - 2 * pass : 2; }
+    /* Slabs one query tile puts through the ring in pass `pass`. */
+    static FFPA_DEV constexpr int per_tile(int pass) { return 2 * Cfg::kSlabs + 2 * own_slabs(pass); }
+};
+
+template <class Cfg> struct BwdProducer {
+    using R = BwdRing<Cfg>;
+
+    static FFPA_DEV void load_slab(const CUtensorMap *map, uint8_t *smem, BwdBarriers *bars, int slab, int col_slab,
+                                   int row, int h, int b)
+    {
+        const uint32_t slot = R::slot(slab);
+        if (slab >= Cfg::kSlots)
+            mbar_wait(&bars->empty[slot], R::parity(slab) ^ 1);
+        mbar_arrive_expect_tx(&bars->full[slot], (uint32_t)Cfg::kSlabBytes);
+        uint8_t *dst = R::ptr(smem, slab);
+        for (int bb = 0; bb < 2; ++bb)
+            tma_load_4d(dst + (size_t)bb * kBoxBytes, map, &bars->full[slot], (2 * col_slab + bb) * kBoxCols, row, h, b);
+    }
+
+    /* K and V of the block once, then the slabs of every (pass, query tile).
+     * Boxes past D are zero-filled by TMA and counted in the bytes. */
+    static FFPA_DEV void run(const BwdMaps &maps, uint8_t *smem, BwdBarriers *bars, const BwdWork &w)
+    {
+        using L = BwdSmemLayout<Cfg>;
+        const int krow = (int)w.k_start + w.kb0;
+        mbar_arrive_expect_tx(&bars->kv_full, (uint32_t)(2 * Cfg::kKVBytes));
+        for (int box = 0; box < Cfg::kBoxes; ++box) {
+            tma_load_4d(smem + L::k + (size_t)box * kBoxBytes, &maps.k, &bars->kv_full, box * kBoxCols, krow, w.kvh,
+                        w.tma_b);
+            tma_load_4d(smem + L::v + (size_t)box * kBoxBytes, &maps.v, &bars->kv_full, box * kBoxCols, krow, w.kvh,
+                        w.tma_b);
+        }
+        int slab = 0;
+        const int items = w.items();
+        for (int pass = 0; pass < Cfg::kPasses; ++pass)
+            for (int it = 0; it < items; ++it) {
+                const int h = w.head(it), row = (int)w.q_start + w.q0(it);
+                for (int s = 0; s < Cfg::kSlabs; ++s) {
+                    load_slab(&maps.q, smem, bars, slab++, s, row, h, w.tma_b);
+                    load_slab(&maps.dout, smem, bars, slab++, s, row, h, w.tma_b);
+                }
+                for (int c = 0; c < R::own_slabs(pass); ++c) {
+                    load_slab(&maps.dout, smem, bars, slab++, 2 * pass + c, row, h, w.tma_b);
+                    load_slab(&maps.q, smem, bars, slab++, 2 * pass + c, row, h, w.tma_b);
+                }
+            }
+    }
+};
+
+template <class Cfg> struct BwdGemms {
+    using T = typename Cfg::T;
+
+    /* acc(64 keys x 64 rows) (+)= X_box Y_slab^T over one slab's two boxes,
+     * X = K (S^T) or V (dP^T) resident, Y = Q or dO; both K-major. */
+    static FFPA_DEV void scores_slab(float (&acc)[32], uint32_t kv_addr, uint32_t slab_addr, int slab_cols,
+                                     bool first)
+    {
+#pragma unroll
+        for (int bb = 0; bb < 2; ++bb)
+#pragma unroll
+            for (int kk = 0; kk < 4; ++kk) {
+                const uint32_t a = kv_addr + (uint32_t)(2 * slab_cols + bb) * kBoxBytes + kk * 32;
+                const uint32_t b = slab_addr + (uint32_t)bb * kBoxBytes + kk * 32;
+                wgmma_ss<T, 64>(acc, make_desc_sw128(a, 16, 1024), make_desc_sw128(b, 16, 1024),
+                                !(first && bb == 0 && kk == 0));
+            }
+    }
+
+    /* acc(64 keys x 128 columns) += A Y_slab, A = P^T or dS^T (64 keys x 64
+     * rows, K-major), Y = the dO or Q slab (rows x 128 columns, MN-major). */
+    static FFPA_DEV void grad_slab(float (&acc)[64], uint32_t a_addr, uint32_t slab_addr)
+    {
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk)
+            wgmma_ss_bt<T, 128>(acc, make_desc_sw128(a_addr + kk * 32, 16, 1024),
+                                make_desc_sw128(slab_addr + kk * 2048, kBoxBytes, 1024), 1);
+    }
+
+    /* acc(64 rows x 128 columns) = dS K_cols: dS read MN-major from the
+     * stored dS^T (keys x rows), K's two boxes of the columns MN-major. */
+    static FFPA_DEV void dq_gemm(float (&acc)[64], uint32_t dst_addr, uint32_t k_cols_addr)
+    {
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk)
+            wgmma_ss_abt<T, 128>(acc, make_desc_sw128(dst_addr + kk * 2048, kBoxBytes, 1024),
+                                 make_desc_sw128(k_cols_addr + kk * 2048, kBoxBytes, 1024), kk > 0);
+    }
+};
+
+} /* namespace sm90 */
+} /* namespace ffpa */
+
+#endif

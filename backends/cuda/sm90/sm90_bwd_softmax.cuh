@@ -1,0 +1,93 @@
+/*
+ * Softmax gradient of a Hopper backward tile, in the transposed frame the
+ * dK/dV GEMMs want (keys are the rows of the wgmma accumulators):
+ *   P^T  = exp2(S^T * scale_log2 - lse2[row])   masked to 0 outside the
+ *          sequence and above the causal diagonal,
+ *   dS^T = P^T * (dP^T - Delta[row]) * scale     (scale folded in here: it
+ *          multiplies both dK = dS^T Q and dQ = dS K).
+ * Both leave as 16-bit tiles in shared memory in the TMA 128-byte swizzle
+ * (rows of 64 query rows = 128 bytes), the layout the wgmma descriptors of
+ * the second GEMM phase read. P and dS stay fp32 until that rounding.
+ */
+#ifndef FFPA_CUDA_SM90_BWD_SOFTMAX_CUH
+#define FFPA_CUDA_SM90_BWD_SOFTMAX_CUH
+
+#include <math.h>
+
+#include "bwd/bwd_params.h"
+#include "sm90_arch.cuh"
+#include "sm90_bwd_mainloop.cuh"
+
+namespace ffpa {
+namespace sm90 {
+
+/* The query rows' lse2 (base-2 LSE; +inf past the sequence or for a row
+ * with no keys, so P = 0 there) and Delta, into rows[0..63] and
+ * rows[64..127]; one value per thread of consumer 0. */
+FFPA_DEV void load_rows(const ffpa_bwd_params &p, const BwdWork &w, int h, int q0, float *rows, int ctid)
+{
+    const int r = q0 + (ctid & 63);
+    float v;
+    if (ctid < 64) {
+        const float *lse =
+            p.lse + (int64_t)h * p.lse_sh + (p.cu_q ? w.q_start * p.lse_sn : (int64_t)w.b * p.lse_sb);
+        const float l = r < w.seqlen_q ? lse[(int64_t)r * p.lse_sn] : -INFINITY;
+        v = l == -INFINITY ? INFINITY : l * 1.4426950408889634f;
+    } else {
+        const float *dl = p.delta + (int64_t)h * p.total_q + (p.cu_q ? w.q_start : (int64_t)w.b * p.nq);
+        v = r < w.seqlen_q ? dl[r] : 0.0f;
+    }
+    rows[ctid] = v;
+}
+
+/* Byte offset of element (row, 2 * quad .. +1 of column chunk j) in a
+ * swizzled 64 x 64 16-bit tile. */
+FFPA_DEV uint32_t swizzled_pair(int row, int j, int quad)
+{
+    return (uint32_t)row * 128 + ((uint32_t)(j ^ (row & 7)) << 4) + (uint32_t)quad * 4;
+}
+
+/* s: S^T accumulator of consumer 0 (wgmma m64n64 fragment); dp: consumer
+ * 1's dP^T in fragment order (float4 j of thread t at (j * 128 + t) * 16). */
+template <class Cfg>
+FFPA_DEV void softmax_grad(const float (&s)[32], const float *dp, const float *rows, uint8_t *pt, uint8_t *dst,
+                           const ffpa_bwd_params &p, const BwdWork &w, int q0, int ctid)
+{
+    using T = typename Cfg::T;
+    const int warp = ctid >> 5, lane = ctid & 31, quad = lane & 3;
+    const float scale_log2 = p.mask.scale_log2, scale = p.scale;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+        const float4 d4 = reinterpret_cast<const float4 *>(dp)[j * 128 + ctid];
+        const float dpv[4] = {d4.x, d4.y, d4.z, d4.w};
+        float pv[4], dsv[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int half = i >> 1, e = i & 1;
+            const int key = w.kb0 + warp * 16 + (lane >> 2) + 8 * half;
+            const int r = 8 * j + 2 * quad + e;
+            const bool live = key < w.seqlen_k && (!p.causal || key <= q0 + r + w.diag);
+            pv[i] = live ? arch::exp2_fast(s[4 * j + i] * scale_log2 - rows[r]) : 0.0f;
+            dsv[i] = pv[i] * (dpv[i] - rows[64 + r]) * scale;
+        }
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            const uint32_t off = swizzled_pair(warp * 16 + (lane >> 2) + 8 * half, j, quad);
+            *reinterpret_cast<uint32_t *>(pt + off) = arch::pack_f32x2<T>(pv[2 * half], pv[2 * half + 1]);
+            *reinterpret_cast<uint32_t *>(dst + off) = arch::pack_f32x2<T>(dsv[2 * half], dsv[2 * half + 1]);
+        }
+    }
+}
+
+/* Consumer 1's dP^T into the fragment-order buffer softmax_grad reads. */
+FFPA_DEV void store_dp(const float (&dpt)[32], float *dp, int ctid)
+{
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+        reinterpret_cast<float4 *>(dp)[j * 128 + ctid] = make_float4(dpt[4 * j], dpt[4 * j + 1], dpt[4 * j + 2], dpt[4 * j + 3]);
+}
+
+} /* namespace sm90 */
+} /* namespace ffpa */
+
+#endif
