@@ -1,6 +1,7 @@
 /*
- * ffpa-bench: forward latency and TFLOP/s of libffpa on one backend, through
- * the public API only, plus an optional check against the cpu backend.
+ * ffpa-bench: forward (and with --backward, backward) latency and TFLOP/s of
+ * libffpa on one backend, through the public API only, plus an optional check
+ * against the cpu backend.
  *
  *   ffpa-bench [options] SHAPE...      or   ffpa-bench [options] -f FILE
  *
@@ -12,11 +13,20 @@
  * --iters N (iterations per timed repetition, default auto), --reps N
  * (repetitions, median taken, >= 10), --warmup N, --csv FILE,
  * --check (run every shape on the cpu backend too and compare all elements;
- * outputs are poisoned with NaN first), --no-time.
+ * outputs are poisoned with NaN first), --no-time, --backward (also time
+ * ffpa_backward on every shape: a "bwd" row after each forward row, and with
+ * --check dQ/dK/dV compared with the cpu backend's).
  *
  * Timing: ffpa_synchronize before and after each repetition of `iters`
  * calls, wall clock in between; the median over repetitions. FLOPs:
  * 4 * sum_b(Nq_b * Nkv_b) * Hq * (Dqk + Dv) / 2 (= 4 B Hq Nq Nkv D), half for causal.
+ * Backward FLOPs: 2.5x the forward's (as FlashAttention counts them). The
+ * backward reads O and LSE of one untimed forward with LSE output, a random
+ * dO, and the forward's options (bias, dropout seed and offset, varlen).
+ *
+ * CSV columns: shape,backend,device,dtype,path,ms,tflops,check; with
+ * --backward a last column pass (fwd|bwd) is added. Without --backward the
+ * table and the CSV are exactly those of a forward-only run.
  */
 #include <math.h>
 #include <stdint.h>
@@ -39,6 +49,7 @@ typedef struct bench_opts {
     ffpa_dtype dtype;
     int iters, reps, warmup, check, time;
     const char *csv;
+    int backward;
 } bench_opts;
 
 static double now_s(void)
@@ -110,11 +121,15 @@ typedef struct run_bufs {
     int32_t *cu_q, *cu_k;
     int64_t total_q, total_k;
     double pairs; /* sum over sequences of visible (query, key) pairs, full square */
+    /* Backward only (setup_backward). Its LSE is a buffer of its own so the
+     * timed forward keeps writing LSE only when the shape asks for it (l). */
+    void *dout, *dq, *dk, *dv, *blse;
+    ffpa_tensor tdo, tdq, tdk, tdv, tbl;
 } run_bufs;
 
 /* Host-side inputs shared by both contexts. */
 typedef struct host_inputs {
-    uint16_t *q, *k, *v;
+    uint16_t *q, *k, *v, *dout;
     float *bias;
     int32_t *cu_q, *cu_k;
     int64_t nseq, total_q, total_k;
@@ -160,9 +175,24 @@ static int make_inputs(const shape *s, ffpa_dtype dt, host_inputs *hi)
     return 1;
 }
 
+/* dO for the backward, from a random stream of its own: the inputs of later
+ * shapes stay those of a forward-only run, so --backward moves no forward row. */
+static int make_dout(const shape *s, ffpa_dtype dt, host_inputs *hi)
+{
+    size_t n = (size_t)(hi->total_q * s->hq * s->dv);
+    hi->dout = malloc(n * 2);
+    if (!hi->dout)
+        return 0;
+    uint64_t saved = rng_state;
+    rng_state = 0xD1B54A32D192ED03ull;
+    fill_random(hi->dout, n, dt);
+    rng_state = saved;
+    return 1;
+}
+
 static void free_inputs(host_inputs *hi)
 {
-    free(hi->q), free(hi->k), free(hi->v), free(hi->bias), free(hi->cu_q), free(hi->cu_k);
+    free(hi->q), free(hi->k), free(hi->v), free(hi->dout), free(hi->bias), free(hi->cu_q), free(hi->cu_k);
 }
 
 static void *dev_upload(ffpa_context *ctx, const void *host, size_t bytes)
@@ -228,18 +258,49 @@ static int setup_run(ffpa_context *ctx, const shape *s, ffpa_dtype dt, const hos
     return 1;
 }
 
+/* Gradient buffers of the shapes of Q, K, V, and dO / LSE for the backward,
+ * on top of setup_run's. */
+static int setup_backward(ffpa_context *ctx, const host_inputs *hi, run_bufs *r)
+{
+    r->dout = dev_upload(ctx, hi->dout, r->o_bytes);
+    r->dq = dev_upload(ctx, NULL, r->q_bytes);
+    r->dk = dev_upload(ctx, NULL, r->k_bytes);
+    r->dv = dev_upload(ctx, NULL, r->v_bytes);
+    r->blse = dev_upload(ctx, NULL, r->lse_bytes);
+    if (!r->dout || !r->dq || !r->dk || !r->dv || !r->blse)
+        return 0;
+    r->tdo = r->to, r->tdo.data = r->dout;
+    r->tdq = r->tq, r->tdq.data = r->dq;
+    r->tdk = r->tk, r->tdk.data = r->dk;
+    r->tdv = r->tv, r->tdv.data = r->dv;
+    r->tbl = r->tl, r->tbl.data = r->blse;
+    return 1;
+}
+
 static void free_run(ffpa_context *ctx, run_bufs *r)
 {
-    ffpa_free(ctx, r->q), ffpa_free(ctx, r->k), ffpa_free(ctx, r->v), ffpa_free(ctx, r->o);
-    if (r->lse)
-        ffpa_free(ctx, r->lse);
-    if (r->bias)
-        ffpa_free(ctx, r->bias);
+    void *bufs[] = {r->q, r->k, r->v, r->o, r->lse, r->bias, r->dout, r->dq, r->dk, r->dv, r->blse};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; ++i)
+        if (bufs[i])
+            ffpa_free(ctx, bufs[i]);
 }
 
 static ffpa_status run_forward(ffpa_context *ctx, run_bufs *r)
 {
     return ffpa_forward(ctx, &r->tq, &r->tk, &r->tv, &r->to, r->lse ? &r->tl : NULL, &r->opt);
+}
+
+/* The forward the backward differentiates: O and its LSE (required). */
+static ffpa_status run_backward_prep(ffpa_context *ctx, run_bufs *r)
+{
+    return ffpa_forward(ctx, &r->tq, &r->tk, &r->tv, &r->to, &r->tbl, &r->opt);
+}
+
+/* Same options as the forward: bias, dropout seed and offset, varlen. */
+static ffpa_status run_backward(ffpa_context *ctx, run_bufs *r)
+{
+    return ffpa_backward(ctx, &r->tdo, &r->tq, &r->tk, &r->tv, &r->to, &r->tbl, &r->tdq, &r->tdk, &r->tdv,
+                         &r->opt);
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -346,17 +407,223 @@ static int check_against_cpu(ffpa_context *ctx, const shape *s, ffpa_dtype dt, c
     return ok;
 }
 
+/* Poison dQ, dK, dV (NaN bit pattern) on the device. */
+static int poison_grads(ffpa_context *ctx, run_bufs *r)
+{
+    size_t n = r->q_bytes > r->k_bytes ? r->q_bytes : r->k_bytes;
+    n = n > r->v_bytes ? n : r->v_bytes;
+    void *h = malloc(n);
+    if (!h)
+        return 0;
+    memset(h, 0xFF, n);
+    int ok = ffpa_memcpy(ctx, r->dq, h, r->q_bytes, FFPA_COPY_HOST_TO_DEVICE) == FFPA_OK &&
+             ffpa_memcpy(ctx, r->dk, h, r->k_bytes, FFPA_COPY_HOST_TO_DEVICE) == FFPA_OK &&
+             ffpa_memcpy(ctx, r->dv, h, r->v_bytes, FFPA_COPY_HOST_TO_DEVICE) == FFPA_OK;
+    free(h);
+    return ok;
+}
+
+typedef struct grad_err {
+    double max_abs, max_ref; /* over the finite pairs */
+    size_t nonfinite;        /* elements non-finite on either side */
+} grad_err;
+
+/* Every element of one gradient of the backend (dg on ctx) against the cpu
+ * backend's (dc on cpu). Returns 0 if the copies back failed. */
+static int compare_grad(ffpa_context *ctx, ffpa_context *cpu, const void *dg, const void *dc, size_t bytes,
+                        ffpa_dtype dt, grad_err *e)
+{
+    memset(e, 0, sizeof *e);
+    uint16_t *g = malloc(bytes), *c = malloc(bytes);
+    int ok = g && c && ffpa_memcpy(ctx, g, dg, bytes, FFPA_COPY_DEVICE_TO_HOST) == FFPA_OK &&
+             ffpa_memcpy(cpu, c, dc, bytes, FFPA_COPY_DEVICE_TO_HOST) == FFPA_OK;
+    for (size_t i = 0; ok && i < bytes / 2; ++i) {
+        double a = to_f32(g[i], dt), b = to_f32(c[i], dt);
+        if (!isfinite(a) || !isfinite(b)) {
+            ++e->nonfinite;
+            continue;
+        }
+        e->max_abs = fmax(e->max_abs, fabs(a - b));
+        e->max_ref = fmax(e->max_ref, fabs(b));
+    }
+    free(g), free(c);
+    return ok;
+}
+
+/*
+ * Compare dQ, dK, dV of the backend with the cpu backend's, each run on its
+ * own forward's O and LSE (run_backward_prep must have run on ctx). Returns 1
+ * if ok. Tolerance: |err| <= 2e-2 * max|ref| per tensor, the test suite's
+ * gradient tolerance for 16-bit dtypes (tests/harness.c, TH_GRAD): the cpu
+ * backend rounds its gradients once, so it sits well inside that of the
+ * float64 oracle.
+ */
+static int check_backward_against_cpu(ffpa_context *ctx, const shape *s, ffpa_dtype dt, const host_inputs *hi,
+                                      run_bufs *r, char *msg, size_t msg_len)
+{
+    ffpa_context *cpu = NULL;
+    if (ffpa_create(&cpu, "cpu") != FFPA_OK) {
+        snprintf(msg, msg_len, "cpu backend: %s", ffpa_last_error(NULL));
+        return 0;
+    }
+    run_bufs rc;
+    int ok = setup_run(cpu, s, dt, hi, &rc) && setup_backward(cpu, hi, &rc);
+    if (ok && (run_backward_prep(cpu, &rc) != FFPA_OK || run_backward(cpu, &rc) != FFPA_OK)) {
+        snprintf(msg, msg_len, "cpu backward: %s", ffpa_last_error(cpu));
+        ok = 0;
+    }
+    ok = ok && poison_grads(ctx, r);
+    if (ok && run_backward(ctx, r) != FFPA_OK) {
+        snprintf(msg, msg_len, "backward: %s", ffpa_last_error(ctx));
+        ok = 0;
+    }
+    ok = ok && ffpa_synchronize(ctx) == FFPA_OK;
+    grad_err e[3];
+    if (ok) {
+        ok = compare_grad(ctx, cpu, r->dq, rc.dq, r->q_bytes, dt, &e[0]) &&
+             compare_grad(ctx, cpu, r->dk, rc.dk, r->k_bytes, dt, &e[1]) &&
+             compare_grad(ctx, cpu, r->dv, rc.dv, r->v_bytes, dt, &e[2]);
+        if (!ok)
+            snprintf(msg, msg_len, "copy back failed");
+    }
+    if (ok) {
+        const double tol = 2e-2;
+        double rel[3];
+        for (int i = 0; i < 3; ++i) {
+            ok = ok && e[i].nonfinite == 0 && e[i].max_abs <= tol * e[i].max_ref;
+            rel[i] = e[i].max_abs / fmax(e[i].max_ref, 1e-30);
+        }
+        snprintf(msg, msg_len,
+                 "dQ max %.2e (%.1e /max|ref|) dK max %.2e (%.1e) dV max %.2e (%.1e) tol %.0e nonfinite %zu",
+                 e[0].max_abs, rel[0], e[1].max_abs, rel[1], e[2].max_abs, rel[2], tol,
+                 e[0].nonfinite + e[1].nonfinite + e[2].nonfinite);
+    }
+    free_run(cpu, &rc);
+    ffpa_destroy(cpu);
+    return ok;
+}
+
+/* Median seconds per call of op: o->warmup calls, then o->reps repetitions
+ * of `iters` calls (auto: about 20 ms per repetition), ffpa_synchronize
+ * before and after each, wall clock in between. */
+static ffpa_status time_op(ffpa_context *ctx, run_bufs *r, ffpa_status (*op)(ffpa_context *, run_bufs *),
+                           const bench_opts *o, double *med)
+{
+    ffpa_status st = FFPA_OK;
+    for (int w = 0; w < o->warmup && st == FFPA_OK; ++w)
+        st = op(ctx, r);
+    if (st == FFPA_OK)
+        st = ffpa_synchronize(ctx);
+    int iters = o->iters;
+    if (iters <= 0 && st == FFPA_OK) { /* aim for ~20 ms per repetition */
+        double t0 = now_s();
+        st = op(ctx, r);
+        ffpa_synchronize(ctx);
+        double one = now_s() - t0;
+        iters = one > 0.02 ? 1 : (int)(0.02 / (one > 1e-6 ? one : 1e-6));
+        if (iters > 1000)
+            iters = 1000;
+    }
+    double *times = calloc((size_t)o->reps, sizeof(double));
+    for (int rep = 0; rep < o->reps && st == FFPA_OK; ++rep) {
+        ffpa_synchronize(ctx);
+        double t0 = now_s();
+        for (int it = 0; it < iters && st == FFPA_OK; ++it)
+            st = op(ctx, r);
+        if (st == FFPA_OK)
+            st = ffpa_synchronize(ctx);
+        times[rep] = (now_s() - t0) / iters;
+    }
+    if (st == FFPA_OK) {
+        qsort(times, (size_t)o->reps, sizeof(double), cmp_double);
+        *med = times[o->reps / 2];
+    }
+    free(times);
+    return st;
+}
+
+/* One row of the table and the CSV; the pass column only with --backward,
+ * so that forward-only output stays as it always was. */
+static void print_row(const bench_opts *o, FILE *csv, const ffpa_context *ctx, const shape *s,
+                      const char *pass, const char *kernel, double ms, double tflops, int ok, const char *msg)
+{
+    const char *verdict = o->check ? (ok ? "ok " : "FAIL ") : "";
+    if (o->backward)
+        printf("%-36s %-4s %-26s %10.3f %9.1f  %s%s\n", s->text, pass, kernel, ms, tflops, verdict, msg);
+    else
+        printf("%-36s %-26s %10.3f %9.1f  %s%s\n", s->text, kernel, ms, tflops, verdict, msg);
+    fflush(stdout);
+    if (!csv)
+        return;
+    fprintf(csv, "\"%s\",%s,\"%s\",%s,%s,%.4f,%.2f,\"%s%s\"", s->text, ffpa_backend_name(ctx),
+            ffpa_device_name(ctx), ffpa_dtype_name(o->dtype), kernel, ms, tflops, verdict, msg);
+    if (o->backward)
+        fprintf(csv, ",%s", pass);
+    fprintf(csv, "\n");
+}
+
+/* Forward FLOPs: QK^T and PV over the visible pairs; causal halves them. */
+static double forward_flops(const shape *s, const run_bufs *r)
+{
+    double flops = 2.0 * r->pairs * (double)s->hq * (double)(s->dqk + s->dv);
+    return s->causal ? flops * 0.5 : flops;
+}
+
+/*
+ * The backward row of a shape whose forward row is done: one forward with LSE
+ * for O and LSE, the optional check, the timing. The kernel column is what
+ * ffpa_last_kernel says after the backward where it names the backward's
+ * kernels (cuda), else "bwd " and the shape's path. Returns 1 on a failure.
+ */
+static int bench_backward(ffpa_context *ctx, const shape *s, const bench_opts *o, host_inputs *hi,
+                          run_bufs *r, FILE *csv)
+{
+    char msg[256] = "-", prep_kernel[128] = "", kernel[128];
+    double ms = NAN, tflops = NAN;
+    if (!make_dout(s, o->dtype, hi) || !setup_backward(ctx, hi, r)) {
+        printf("%-36s bwd  setup failed: %s\n", s->text, ffpa_last_error(ctx));
+        return 1;
+    }
+    if (run_backward_prep(ctx, r) != FFPA_OK) {
+        printf("%-36s bwd  forward with LSE failed: %s\n", s->text, ffpa_last_error(ctx));
+        return 1;
+    }
+    snprintf(prep_kernel, sizeof prep_kernel, "%s", ffpa_last_kernel(ctx));
+    int ok = 1, failed = 0;
+    if (o->check) {
+        ok = check_backward_against_cpu(ctx, s, o->dtype, hi, r, msg, sizeof msg);
+        failed |= !ok;
+    }
+    if (o->time) {
+        double med = 0;
+        if (time_op(ctx, r, run_backward, o, &med) == FFPA_OK) {
+            ms = med * 1e3;
+            tflops = 2.5 * forward_flops(s, r) / med * 1e-12;
+        } else {
+            snprintf(msg, sizeof msg, "backward failed: %s", ffpa_last_error(ctx));
+            failed = 1;
+        }
+    }
+    const char *k = ffpa_last_kernel(ctx);
+    if (k[0] && strcmp(k, ffpa_backend_name(ctx)) != 0 && strcmp(k, prep_kernel) != 0)
+        snprintf(kernel, sizeof kernel, "%s", k);
+    else
+        snprintf(kernel, sizeof kernel, "bwd %s", path_label(s));
+    print_row(o, csv, ctx, s, "bwd", kernel, ms, tflops, ok, msg);
+    return failed;
+}
+
 static void usage(void)
 {
     fprintf(stderr,
             "usage: ffpa-bench [--backend NAME] [--dtype bf16|f16] [--iters N] [--reps N] [--warmup N]\n"
-            "                  [--csv FILE] [--check] [--no-time] (SHAPE... | -f FILE)\n"
+            "                  [--csv FILE] [--check] [--no-time] [--backward] (SHAPE... | -f FILE)\n"
             "SHAPE: B,Hq,Hkv,Nq,Nkv,Dqk,Dv[,flags]  flags: c causal, b bias, d dropout, v varlen, l lse\n");
 }
 
 int main(int argc, char **argv)
 {
-    bench_opts o = {NULL, FFPA_BF16, 0, 10, 3, 0, 1, NULL};
+    bench_opts o = {NULL, FFPA_BF16, 0, 10, 3, 0, 1, NULL, 0};
     shape *shapes = NULL;
     int n_shapes = 0, cap = 0;
     for (int i = 1; i < argc; ++i) {
@@ -378,6 +645,8 @@ int main(int argc, char **argv)
             o.check = 1;
         else if (!strcmp(a, "--no-time"))
             o.time = 0;
+        else if (!strcmp(a, "--backward"))
+            o.backward = 1;
         else if ((!strcmp(a, "-f") || !strcmp(a, "--file")) && next) {
             FILE *f = fopen(argv[++i], "r");
             if (!f) {
@@ -428,8 +697,11 @@ int main(int argc, char **argv)
            ffpa_dtype_name(o.dtype));
     FILE *csv = o.csv ? fopen(o.csv, "w") : NULL;
     if (csv)
-        fprintf(csv, "shape,backend,device,dtype,path,ms,tflops,check\n");
-    printf("%-36s %-26s %10s %9s  %s\n", "shape", "kernel", "ms", "TFLOP/s", "check");
+        fprintf(csv, "shape,backend,device,dtype,path,ms,tflops,check%s\n", o.backward ? ",pass" : "");
+    if (o.backward)
+        printf("%-36s %-4s %-26s %10s %9s  %s\n", "shape", "pass", "kernel", "ms", "TFLOP/s", "check");
+    else
+        printf("%-36s %-26s %10s %9s  %s\n", "shape", "kernel", "ms", "TFLOP/s", "check");
     int failures = 0;
     for (int si = 0; si < n_shapes; ++si) {
         const shape *s = &shapes[si];
@@ -449,58 +721,25 @@ int main(int argc, char **argv)
             if (!ok)
                 ++failures;
         }
-        ffpa_status st = FFPA_OK;
         if (o.time) {
-            for (int w = 0; w < o.warmup && st == FFPA_OK; ++w)
-                st = run_forward(ctx, &r);
-            if (st == FFPA_OK)
-                st = ffpa_synchronize(ctx);
-            int iters = o.iters;
-            if (iters <= 0 && st == FFPA_OK) { /* aim for ~20 ms per repetition */
-                double t0 = now_s();
-                st = run_forward(ctx, &r);
-                ffpa_synchronize(ctx);
-                double one = now_s() - t0;
-                iters = one > 0.02 ? 1 : (int)(0.02 / (one > 1e-6 ? one : 1e-6));
-                if (iters > 1000)
-                    iters = 1000;
-            }
-            double *times = calloc((size_t)o.reps, sizeof(double));
-            for (int rep = 0; rep < o.reps && st == FFPA_OK; ++rep) {
-                ffpa_synchronize(ctx);
-                double t0 = now_s();
-                for (int it = 0; it < iters && st == FFPA_OK; ++it)
-                    st = run_forward(ctx, &r);
-                if (st == FFPA_OK)
-                    st = ffpa_synchronize(ctx);
-                times[rep] = (now_s() - t0) / iters;
-            }
-            if (st == FFPA_OK) {
-                qsort(times, (size_t)o.reps, sizeof(double), cmp_double);
-                double med = times[o.reps / 2];
+            double med = 0;
+            if (time_op(ctx, &r, run_forward, &o, &med) == FFPA_OK) {
                 ms = med * 1e3;
-                double flops = 2.0 * r.pairs * (double)s->hq * (double)(s->dqk + s->dv);
-                if (s->causal)
-                    flops *= 0.5;
-                tflops = flops / med * 1e-12;
+                tflops = forward_flops(s, &r) / med * 1e-12;
             } else {
                 snprintf(check_msg, sizeof check_msg, "forward failed: %s", ffpa_last_error(ctx));
                 ++failures;
             }
-            free(times);
         }
-        printf("%-36s %-26s %10.3f %9.1f  %s%s\n", s->text, kernel_label(ctx, s), ms, tflops,
-               o.check ? (ok ? "ok " : "FAIL ") : "", check_msg);
-        fflush(stdout);
-        if (csv)
-            fprintf(csv, "\"%s\",%s,\"%s\",%s,%s,%.4f,%.2f,\"%s%s\"\n", s->text, ffpa_backend_name(ctx),
-                    ffpa_device_name(ctx), ffpa_dtype_name(o.dtype), kernel_label(ctx, s), ms, tflops,
-                    o.check ? (ok ? "ok " : "FAIL ") : "", check_msg);
+        print_row(&o, csv, ctx, s, "fwd", kernel_label(ctx, s), ms, tflops, ok, check_msg);
+        if (o.backward)
+            failures += bench_backward(ctx, s, &o, &hi, &r, csv);
         free_run(ctx, &r);
         free_inputs(&hi);
     }
     if (csv)
         fclose(csv);
     ffpa_destroy(ctx);
+    free(shapes);
     return failures ? 1 : 0;
 }
