@@ -224,6 +224,18 @@ FFPA_DEV void st_async_remote_v2(void *local_dst, uint64_t *local_bar, uint32_t 
                  : "memory");
 }
 
+/* The same for one 32-bit word (a packed pair of 16-bit values). */
+FFPA_DEV void st_async_remote_b32(void *local_dst, uint64_t *local_bar, uint32_t rank, uint32_t v)
+{
+    asm volatile("{\n.reg .b32 rd, rb;\n"
+                 "mapa.shared::cluster.u32 rd, %0, %2;\n"
+                 "mapa.shared::cluster.u32 rb, %1, %2;\n"
+                 "st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [rd], %3, [rb];\n}\n" ::"r"(
+                     smem_u32(local_dst)),
+                 "r"(smem_u32(local_bar)), "r"(rank), "r"(v)
+                 : "memory");
+}
+
 } /* namespace sm90 */
 } /* namespace ffpa */
 

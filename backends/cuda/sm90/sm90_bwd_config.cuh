@@ -17,6 +17,14 @@
  * consumer 0 computes S^T = K Q^T, P^T and dS^T; consumer 1 computes
  * dP^T = V dO^T; both then run dV += P^T dO, dK += dS^T Q and dQ = dS K for
  * their own 128 columns.
+ *
+ * D above 512 (K and V of 64 keys no longer fit next to the ring): a
+ * cluster of kCluster = 2 CTAs splits the head dimension, CTA r holding
+ * columns [r * kCols, (r + 1) * kCols) of K, V, Q, dO and of the gradients.
+ * S^T and dP^T are then partial sums; the pair exchanges them through
+ * distributed shared memory (sm90_bwd_exchange.cuh): a reduce-scatter over
+ * the tile's query columns (CTA r finishes block r: 32 rows), then an
+ * all-gather of the 16-bit P^T and dS^T blocks.
  */
 #ifndef FFPA_CUDA_SM90_BWD_CONFIG_CUH
 #define FFPA_CUDA_SM90_BWD_CONFIG_CUH
@@ -29,9 +37,12 @@
 namespace ffpa {
 namespace sm90 {
 
-template <typename T_, int kBoxes_> struct BwdConfig {
+template <typename T_, int kBoxes_, int kCluster_ = 1> struct BwdConfig {
     using T = T_;
-    static constexpr int kBoxes = kBoxes_;      /* 64-column boxes covering Dqk and Dv */
+    static constexpr int kBoxes = kBoxes_;      /* 64-column boxes per CTA */
+    static constexpr int kCluster = kCluster_;  /* CTAs splitting D (1 or 2) */
+    static constexpr int kCols = kBoxes * kBoxCols; /* head-dim columns per CTA */
+    static constexpr int kBlockNT = 8 / kCluster;   /* n8-blocks (8 query rows) a CTA finishes */
     static constexpr int kSlabs = kBoxes / 2;   /* 128-column slabs of a Q or dO tile */
     static constexpr int kPassCols = 256;       /* dK/dV columns per pass (128 per consumer) */
     static constexpr int kPasses = (kBoxes * kBoxCols + kPassCols - 1) / kPassCols;
@@ -41,7 +52,10 @@ template <typename T_, int kBoxes_> struct BwdConfig {
 
     static constexpr size_t kKVBytes = (size_t)kBoxes * kBoxBytes; /* K (or V) of the key block */
     static constexpr size_t kSlabBytes = 2 * (size_t)kBoxBytes;
-    static constexpr size_t kDpBytes = 64 * 64 * 4;  /* dP^T, fp32, fragment order */
+    /* dP^T of the CTA's query block, fp32, fragment order (with a cluster:
+     * first the peer's partial lands here, then the sum). */
+    static constexpr size_t kDpBytes = 64 * 64 * 4 / kCluster;
+    static constexpr size_t kRsBytes = (kCluster - 1) * kDpBytes; /* the peer's partial S^T block */
     static constexpr size_t kPdsBytes = 64 * 64 * 2; /* P^T or dS^T, 16-bit, swizzled */
     static constexpr size_t kRowBytes = 2 * 64 * 4;  /* LSE (base 2) and Delta of the tile's rows */
     static constexpr size_t kBarBytes = 256;
@@ -50,7 +64,7 @@ template <typename T_, int kBoxes_> struct BwdConfig {
 
     static constexpr size_t fixed_bytes()
     {
-        return 2 * kKVBytes + kDpBytes + 2 * kPdsBytes + kRowBytes + kBarBytes + kAlignSlack;
+        return 2 * kKVBytes + kDpBytes + kRsBytes + 2 * kPdsBytes + kRowBytes + kBarBytes + kAlignSlack;
     }
     static constexpr int slots_that_fit()
     {
@@ -62,7 +76,8 @@ template <typename T_, int kBoxes_> struct BwdConfig {
     static constexpr int kSlots = slots_that_fit();
     static constexpr size_t kSmemBytes = fixed_bytes() + kSlots * kSlabBytes;
 
-    static_assert(kBoxes % 2 == 0 && kBoxes >= 2 && kBoxes <= 8, "2 to 8 boxes (D up to 512), whole slabs");
+    static_assert(kBoxes % 2 == 0 && kBoxes >= 2 && kBoxes <= 8, "2 to 8 boxes (512 columns) per CTA, whole slabs");
+    static_assert(kCluster == 1 || kCluster == 2, "a cluster of 1 or 2");
     static_assert(kSmemBytes <= kSmemLimit, "fits the opt-in shared memory");
     static_assert(kSlots >= 4, "the interleaved Q/dO ring needs four slots");
 };
@@ -73,7 +88,8 @@ template <class Cfg> struct BwdSmemLayout {
     static constexpr size_t v = k + Cfg::kKVBytes;
     static constexpr size_t ring = v + Cfg::kKVBytes;
     static constexpr size_t dp = ring + Cfg::kSlots * Cfg::kSlabBytes;
-    static constexpr size_t pt = dp + Cfg::kDpBytes;
+    static constexpr size_t rs = dp + Cfg::kDpBytes;
+    static constexpr size_t pt = rs + Cfg::kRsBytes;
     static constexpr size_t dst = pt + Cfg::kPdsBytes;
     static constexpr size_t rows = dst + Cfg::kPdsBytes;
     static constexpr size_t bars = rows + Cfg::kRowBytes;

@@ -10,7 +10,9 @@
  *               waits for dP^T, writes P^T, dS^T ------>             waits for them
  *   both:       dV_c += P^T dO_c, dK_c += dS^T Q_c, dQ_c = dS K_c (own 128 columns c)
  * dK and dV are register accumulators across all query tiles of the pass
- * and are stored once; dQ is reduced into the fp32 buffer per tile.
+ * and are stored once; dQ is reduced into the fp32 buffer per tile. With a
+ * cluster of two (D > 512) the pair completes S^T and dP^T through
+ * sm90_bwd_exchange.cuh between the two phases.
  */
 #ifndef FFPA_CUDA_SM90_BWD_KERNEL_CUH
 #define FFPA_CUDA_SM90_BWD_KERNEL_CUH
@@ -18,6 +20,7 @@
 #include "sm90_arch.cuh"
 #include "sm90_bwd_config.cuh"
 #include "sm90_bwd_epilogue.cuh"
+#include "sm90_bwd_exchange.cuh"
 #include "sm90_bwd_mainloop.cuh"
 #include "sm90_bwd_softmax.cuh"
 
@@ -38,7 +41,7 @@ constexpr int kBwdConsumerRegs = 240;
 
 template <class Cfg>
 FFPA_DEV void bwd_consumer(const ffpa_bwd_params &p, const BwdOutViews &out, uint8_t *smem, BwdBarriers *bars,
-                           const BwdWork &w, int consumer, int ctid)
+                           const BwdWork &w, uint32_t rank, int consumer, int ctid)
 {
     using T = typename Cfg::T;
     using L = BwdSmemLayout<Cfg>;
@@ -49,6 +52,7 @@ FFPA_DEV void bwd_consumer(const ffpa_bwd_params &p, const BwdOutViews &out, uin
     const uint32_t pt_addr = smem_u32(smem + L::pt), dst_addr = smem_u32(smem + L::dst);
     float *dp = reinterpret_cast<float *>(smem + L::dp);
     float *rows = reinterpret_cast<float *>(smem + L::rows);
+    const BwdExchange<Cfg> xch{smem, bars, rank, rank ^ 1u, ctid};
     auto release = [&](int slab) {
         __syncwarp();
         if (lane == 0)
@@ -99,16 +103,25 @@ FFPA_DEV void bwd_consumer(const ffpa_bwd_params &p, const BwdOutViews &out, uin
             release(slab + 2 * (Cfg::kSlabs - 1) + consumer);
 
             if (consumer == 0) {
+                if constexpr (Cfg::kCluster > 1)
+                    xch.reduce_scores(acc, done);
                 named_barrier_sync(kBarRows, 128);
                 named_barrier_sync(kBarPdsEmpty, 256);
                 named_barrier_sync(kBarDpFull, 256);
-                softmax_grad<Cfg>(acc, dp, rows, smem + L::pt, smem + L::dst, p, w, q0, ctid);
+                softmax_grad<Cfg>(acc, dp, rows, smem + L::pt, smem + L::dst, p, w, q0, ctid, rank, &bars->ag_full);
+                if constexpr (Cfg::kCluster > 1)
+                    xch.gather_wait(done);
                 fence_proxy_async_shared();
             } else {
-                store_dp(acc, dp, ctid);
+                if constexpr (Cfg::kCluster > 1)
+                    xch.reduce_dp(acc, done);
+                else
+                    store_dp(acc, dp, ctid);
                 named_barrier_arrive(kBarDpFull, 256);
             }
             named_barrier_sync(kBarPdsFull, 256);
+            if constexpr (Cfg::kCluster > 1)
+                fence_proxy_async_shared(); /* the peer's blocks came through st.async */
 
             /* Phase 2: this consumer's columns of dV, dK and dQ. */
             const int own = slab + 2 * Cfg::kSlabs + 2 * consumer;
@@ -136,7 +149,7 @@ FFPA_DEV void bwd_consumer(const ffpa_bwd_params &p, const BwdOutViews &out, uin
                 const int rows_valid = min(Cfg::kBr, w.seqlen_q - q0);
                 float *dqg = static_cast<float *>(p.dq.data) + (int64_t)h * p.dq.sh +
                              (p.cu_q ? (w.q_start + q0) * p.dq.sn : (int64_t)w.b * p.dq.sb + (int64_t)q0 * p.dq.sn);
-                reduce_dq(dq, dqg, p.dq.sn, rows_valid, cols_slab * 128, p.dqk, ctid);
+                reduce_dq(dq, dqg, p.dq.sn, rows_valid, w.col0 + cols_slab * 128, p.dqk, ctid);
             }
             if (consumer == 1 && done + 1 < total)
                 named_barrier_arrive(kBarPdsEmpty, 256);
@@ -150,8 +163,8 @@ FFPA_DEV void bwd_consumer(const ffpa_bwd_params &p, const BwdOutViews &out, uin
                      krow * out.dk_sn;
             T *dvg = static_cast<T *>(out.dv) + (int64_t)w.kvh * out.dv_sh + (p.cu_q ? 0 : (int64_t)w.b * out.dv_sb) +
                      krow * out.dv_sn;
-            store_grad<T>(dk, dkg, out.dk_sn, out.dk_sd, rows_valid, cols_slab * 128, p.dqk, ctid);
-            store_grad<T>(dv, dvg, out.dv_sn, out.dv_sd, rows_valid, cols_slab * 128, p.dv, ctid);
+            store_grad<T>(dk, dkg, out.dk_sn, out.dk_sd, rows_valid, w.col0 + cols_slab * 128, p.dqk, ctid);
+            store_grad<T>(dv, dvg, out.dv_sn, out.dv_sd, rows_valid, w.col0 + cols_slab * 128, p.dv, ctid);
         }
     }
 }
@@ -164,10 +177,11 @@ template <class Cfg> FFPA_DEV void bwd_body(const BwdMaps &maps, const ffpa_bwd_
     using L = BwdSmemLayout<Cfg>;
     BwdBarriers *bars = reinterpret_cast<BwdBarriers *>(smem + L::bars);
     const int tid = threadIdx.x;
+    const uint32_t rank = Cfg::kCluster > 1 ? cluster_rank() : 0;
 
     BwdWork w;
-    if (!bwd_work<Cfg>(p, w))
-        return;
+    if (!bwd_work<Cfg>(p, rank, w))
+        return; /* the same answer in both CTAs of a cluster */
 
     if (tid == 0) {
         mbar_init(&bars->kv_full, 1);
@@ -175,9 +189,15 @@ template <class Cfg> FFPA_DEV void bwd_body(const BwdMaps &maps, const ffpa_bwd_
             mbar_init(&bars->full[s], 1);
             mbar_init(&bars->empty[s], 4); /* the 4 warps of the one consumer that reads the slab */
         }
+        mbar_init(&bars->rs_full[0], 1);
+        mbar_init(&bars->rs_full[1], 1);
+        mbar_init(&bars->ag_full, 1);
         fence_barrier_init();
     }
-    __syncthreads();
+    if (Cfg::kCluster > 1)
+        cluster_sync(); /* the peer arrives on our barriers: they must exist first */
+    else
+        __syncthreads();
 
     const int wg = tid / 128;
     if (wg == 0) {
@@ -192,8 +212,10 @@ template <class Cfg> FFPA_DEV void bwd_body(const BwdMaps &maps, const ffpa_bwd_
         __syncwarp();
     } else {
         setmaxnreg_inc<kBwdConsumerRegs>();
-        bwd_consumer<Cfg>(p, out, smem, bars, w, wg - 1, tid - 128 * wg);
+        bwd_consumer<Cfg>(p, out, smem, bars, w, rank, wg - 1, tid - 128 * wg);
     }
+    if (Cfg::kCluster > 1)
+        cluster_sync(); /* no CTA leaves while its peer may still write into it */
 }
 
 } /* namespace sm90 */

@@ -23,7 +23,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 }
 
 struct BwdKernelDesc {
-    int boxes; /* 64-column boxes covered: max(Dqk, Dv) <= 64 * boxes */
+    int boxes, cluster; /* max(Dqk, Dv) <= 64 * boxes * cluster */
     size_t smem_bytes;
     const char *name;
     cudaError_t (*launch)(const BwdMaps &maps, const ffpa_bwd_params &p, const BwdOutViews &out, int64_t ctas,
@@ -32,23 +32,37 @@ struct BwdKernelDesc {
 
 template <class Cfg>
 cudaError_t bwd_launch(const BwdMaps &maps, const ffpa_bwd_params &p, const BwdOutViews &out, int64_t ctas,
-                       cudaStream_t stream)
+                       cudaStream_t stream) /* ctas: work items, one cluster each */
 {
     auto kernel = sm90_bwd_kernel<Cfg>;
     cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Cfg::kSmemBytes);
     if (e != cudaSuccess)
         return e;
-    kernel<<<(unsigned)ctas, Cfg::kThreads, Cfg::kSmemBytes, stream>>>(maps, p, out);
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3((unsigned)(ctas * Cfg::kCluster), 1, 1);
+    cfg.blockDim = dim3(Cfg::kThreads, 1, 1);
+    cfg.dynamicSmemBytes = Cfg::kSmemBytes;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = Cfg::kCluster;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    e = cudaLaunchKernelEx(&cfg, kernel, maps, p, out);
+    if (e != cudaSuccess)
+        return e;
     return cudaGetLastError();
 }
 
 template <class Cfg> constexpr BwdKernelDesc bwd_desc(const char *name)
 {
-    return BwdKernelDesc{Cfg::kBoxes, Cfg::kSmemBytes, name, &bwd_launch<Cfg>};
+    return BwdKernelDesc{Cfg::kBoxes, Cfg::kCluster, Cfg::kSmemBytes, name, &bwd_launch<Cfg>};
 }
 
 /* Widths, smallest first (sm90_bwd_launch.cu takes the first that covers D). */
-constexpr int kNumBwdShapes = 4;
+constexpr int kNumBwdShapes = 6;
 extern const BwdKernelDesc bwd_f16[kNumBwdShapes], bwd_bf16[kNumBwdShapes];
 
 } /* namespace sm90 */

@@ -30,7 +30,7 @@ const BwdKernelDesc *pick(ffpa_dtype dtype, int64_t dqk, int64_t dv)
     const BwdKernelDesc *table = dtype == FFPA_F16 ? ffpa::sm90::bwd_f16 : ffpa::sm90::bwd_bf16;
     const int64_t d = dqk > dv ? dqk : dv;
     for (int i = 0; i < ffpa::sm90::kNumBwdShapes; ++i)
-        if (d <= 64 * (int64_t)table[i].boxes)
+        if (d <= 64 * (int64_t)table[i].boxes * table[i].cluster)
             return &table[i];
     return NULL;
 }
@@ -58,7 +58,7 @@ extern "C" ffpa_status ffpa_cuda_sm90_backward(struct ffpa_cuda_state *st, const
         return s;
     const BwdKernelDesc *kd = pick(pb->dtype, pb->dqk, pb->dv);
     if (!kd)
-        return unsupported(err, err_len, "q: the sm90 backward covers Dqk and Dv up to 512");
+        return unsupported(err, err_len, "q: the sm90 backward covers Dqk and Dv up to 1024");
     if (kd->smem_bytes > st->prop.sharedMemPerBlockOptin)
         return unsupported(err, err_len, "the sm90 backward needs more shared memory than this device has");
     const host::Layout lay = host::layout_of(pb);

@@ -29,6 +29,7 @@ struct BwdMaps {
 struct BwdBarriers {
     uint64_t kv_full;
     uint64_t full[8], empty[8]; /* per ring slot (kMaxSlots) */
+    uint64_t rs_full[2], ag_full; /* cluster exchange [consumer] (sm90_bwd_exchange.cuh) */
 };
 
 /* Named barriers between the two consumers (ids; 0 is __syncthreads). */
@@ -47,6 +48,7 @@ struct BwdWork {
     int seqlen_q, seqlen_k, diag;
     int t_first, n_qt, group;
     int tma_b; /* batch coordinate of the tensor maps (0 for varlen) */
+    int col0;  /* first head-dim column of this CTA (cluster rank * kCols) */
 
     FFPA_DEV int tiles_per_head() const { return n_qt - t_first; }
     FFPA_DEV int items() const { return group * tiles_per_head(); }
@@ -54,11 +56,13 @@ struct BwdWork {
     FFPA_DEV int q0(int item) const { return (t_first + item % tiles_per_head()) * 64; }
 };
 
-template <class Cfg> FFPA_DEV bool bwd_work(const ffpa_bwd_params &p, BwdWork &w)
+template <class Cfg> FFPA_DEV bool bwd_work(const ffpa_bwd_params &p, uint32_t rank, BwdWork &w)
 {
     const int kv_blocks = p.kv_blocks;
-    const int j = (int)(blockIdx.x % (unsigned)kv_blocks);
-    const int rest = (int)(blockIdx.x / (unsigned)kv_blocks);
+    const unsigned work = blockIdx.x / Cfg::kCluster; /* the same for both CTAs of a cluster */
+    const int j = (int)(work % (unsigned)kv_blocks);
+    const int rest = (int)(work / (unsigned)kv_blocks);
+    w.col0 = (int)rank * Cfg::kCols;
     w.kvh = rest % p.hkv;
     w.b = rest / p.hkv;
     w.kb0 = j * Cfg::kBc;
@@ -99,8 +103,8 @@ template <class Cfg> struct BwdRing {
 template <class Cfg> struct BwdProducer {
     using R = BwdRing<Cfg>;
 
-    static FFPA_DEV void load_slab(const CUtensorMap *map, uint8_t *smem, BwdBarriers *bars, int slab, int col_slab,
-                                   int row, int h, int b)
+    static FFPA_DEV void load_slab(const CUtensorMap *map, uint8_t *smem, BwdBarriers *bars, int slab, int col0,
+                                   int col_slab, int row, int h, int b)
     {
         const uint32_t slot = R::slot(slab);
         if (slab >= Cfg::kSlots)
@@ -108,7 +112,8 @@ template <class Cfg> struct BwdProducer {
         mbar_arrive_expect_tx(&bars->full[slot], (uint32_t)Cfg::kSlabBytes);
         uint8_t *dst = R::ptr(smem, slab);
         for (int bb = 0; bb < 2; ++bb)
-            tma_load_4d(dst + (size_t)bb * kBoxBytes, map, &bars->full[slot], (2 * col_slab + bb) * kBoxCols, row, h, b);
+            tma_load_4d(dst + (size_t)bb * kBoxBytes, map, &bars->full[slot], col0 + (2 * col_slab + bb) * kBoxCols,
+                        row, h, b);
     }
 
     /* K and V of the block once, then the slabs of every (pass, query tile).
@@ -119,10 +124,9 @@ template <class Cfg> struct BwdProducer {
         const int krow = (int)w.k_start + w.kb0;
         mbar_arrive_expect_tx(&bars->kv_full, (uint32_t)(2 * Cfg::kKVBytes));
         for (int box = 0; box < Cfg::kBoxes; ++box) {
-            tma_load_4d(smem + L::k + (size_t)box * kBoxBytes, &maps.k, &bars->kv_full, box * kBoxCols, krow, w.kvh,
-                        w.tma_b);
-            tma_load_4d(smem + L::v + (size_t)box * kBoxBytes, &maps.v, &bars->kv_full, box * kBoxCols, krow, w.kvh,
-                        w.tma_b);
+            const int col = w.col0 + box * kBoxCols;
+            tma_load_4d(smem + L::k + (size_t)box * kBoxBytes, &maps.k, &bars->kv_full, col, krow, w.kvh, w.tma_b);
+            tma_load_4d(smem + L::v + (size_t)box * kBoxBytes, &maps.v, &bars->kv_full, col, krow, w.kvh, w.tma_b);
         }
         int slab = 0;
         const int items = w.items();
@@ -130,12 +134,12 @@ template <class Cfg> struct BwdProducer {
             for (int it = 0; it < items; ++it) {
                 const int h = w.head(it), row = (int)w.q_start + w.q0(it);
                 for (int s = 0; s < Cfg::kSlabs; ++s) {
-                    load_slab(&maps.q, smem, bars, slab++, s, row, h, w.tma_b);
-                    load_slab(&maps.dout, smem, bars, slab++, s, row, h, w.tma_b);
+                    load_slab(&maps.q, smem, bars, slab++, w.col0, s, row, h, w.tma_b);
+                    load_slab(&maps.dout, smem, bars, slab++, w.col0, s, row, h, w.tma_b);
                 }
                 for (int c = 0; c < R::own_slabs(pass); ++c) {
-                    load_slab(&maps.dout, smem, bars, slab++, 2 * pass + c, row, h, w.tma_b);
-                    load_slab(&maps.q, smem, bars, slab++, 2 * pass + c, row, h, w.tma_b);
+                    load_slab(&maps.dout, smem, bars, slab++, w.col0, 2 * pass + c, row, h, w.tma_b);
+                    load_slab(&maps.q, smem, bars, slab++, w.col0, 2 * pass + c, row, h, w.tma_b);
                 }
             }
     }

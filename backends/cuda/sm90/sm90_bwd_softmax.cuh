@@ -47,18 +47,25 @@ FFPA_DEV uint32_t swizzled_pair(int row, int j, int quad)
     return (uint32_t)row * 128 + ((uint32_t)(j ^ (row & 7)) << 4) + (uint32_t)quad * 4;
 }
 
-/* s: S^T accumulator of consumer 0 (wgmma m64n64 fragment); dp: consumer
- * 1's dP^T in fragment order (float4 j of thread t at (j * 128 + t) * 16). */
+/* s: S^T accumulator of consumer 0 (wgmma m64n64 fragment); dp: dP^T of
+ * this CTA's query block in fragment order (float4 q of thread t at
+ * (q * 128 + t) * 16, q counted from the block's first n8-block). With a
+ * cluster, only block `rank` (n8-blocks 4 * rank ..) is finished here; its
+ * pairs also go to the peer's tiles (the all-gather, completing on the
+ * peer's ag_full). */
 template <class Cfg>
 FFPA_DEV void softmax_grad(const float (&s)[32], const float *dp, const float *rows, uint8_t *pt, uint8_t *dst,
-                           const ffpa_bwd_params &p, const BwdWork &w, int q0, int ctid)
+                           const ffpa_bwd_params &p, const BwdWork &w, int q0, int ctid, uint32_t rank,
+                           uint64_t *ag_full)
 {
     using T = typename Cfg::T;
     const int warp = ctid >> 5, lane = ctid & 31, quad = lane & 3;
     const float scale_log2 = p.mask.scale_log2, scale = p.scale;
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
-        const float4 d4 = reinterpret_cast<const float4 *>(dp)[j * 128 + ctid];
+        if (j / Cfg::kBlockNT != (int)rank)
+            continue; /* j stays a compile-time register index */
+        const float4 d4 = reinterpret_cast<const float4 *>(dp)[(j % Cfg::kBlockNT) * 128 + ctid];
         const float dpv[4] = {d4.x, d4.y, d4.z, d4.w};
         float pv[4], dsv[4];
 #pragma unroll
@@ -73,8 +80,14 @@ FFPA_DEV void softmax_grad(const float (&s)[32], const float *dp, const float *r
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
             const uint32_t off = swizzled_pair(warp * 16 + (lane >> 2) + 8 * half, j, quad);
-            *reinterpret_cast<uint32_t *>(pt + off) = arch::pack_f32x2<T>(pv[2 * half], pv[2 * half + 1]);
-            *reinterpret_cast<uint32_t *>(dst + off) = arch::pack_f32x2<T>(dsv[2 * half], dsv[2 * half + 1]);
+            const uint32_t pw = arch::pack_f32x2<T>(pv[2 * half], pv[2 * half + 1]);
+            const uint32_t dw = arch::pack_f32x2<T>(dsv[2 * half], dsv[2 * half + 1]);
+            *reinterpret_cast<uint32_t *>(pt + off) = pw;
+            *reinterpret_cast<uint32_t *>(dst + off) = dw;
+            if constexpr (Cfg::kCluster > 1) {
+                st_async_remote_b32(pt + off, ag_full, rank ^ 1u, pw);
+                st_async_remote_b32(dst + off, ag_full, rank ^ 1u, dw);
+            }
         }
     }
 }
