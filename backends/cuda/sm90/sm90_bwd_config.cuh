@@ -4,8 +4,8 @@
  *
  * A CTA owns one key block (kBc = 64 keys) of one (kv head, batch) and runs
  * every query tile (kBr = 64 rows) of every query head of its GQA group past
- * it. K and V of the block stay resident; Q and dO stream through a ring of
- * 128-column slabs. The dK/dV accumulators of a whole head dimension do not
+ * it. K and V of the block stay resident; Q and dO stream through two rings
+ * (one per consumer) of 128-column slabs. The dK/dV accumulators of a whole head dimension do not
  * fit the register file (64 x 512 x 2 fp32 = the whole of it), so the
  * columns are covered in passes of 256: each pass recomputes S^T and dP^T
  * over the full D and accumulates 128 columns of dK and dV per consumer
@@ -73,13 +73,14 @@ template <typename T_, int kBoxes_, int kCluster_ = 1> struct BwdConfig {
             --s;
         return s;
     }
-    static constexpr int kSlots = slots_that_fit();
+    static constexpr int kSlots = slots_that_fit() / 2 * 2;
+    static constexpr int kRingSlots = kSlots / 2; /* per consumer's ring (sm90_bwd_mainloop.cuh) */
     static constexpr size_t kSmemBytes = fixed_bytes() + kSlots * kSlabBytes;
 
     static_assert(kBoxes % 2 == 0 && kBoxes >= 2 && kBoxes <= 8, "2 to 8 boxes (512 columns) per CTA, whole slabs");
     static_assert(kCluster == 1 || kCluster == 2, "a cluster of 1 or 2");
     static_assert(kSmemBytes <= kSmemLimit, "fits the opt-in shared memory");
-    static_assert(kSlots >= 4, "the interleaved Q/dO ring needs four slots");
+    static_assert(kRingSlots >= 2, "a consumer holds one slab while the next one lands");
 };
 
 /* Byte offsets inside the (1024-aligned) dynamic shared memory. */

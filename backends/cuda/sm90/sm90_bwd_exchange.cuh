@@ -58,7 +58,7 @@ template <class Cfg> struct BwdExchange {
     {
         if (ctid == 0)
             mbar_arrive_expect_tx(bar, bytes);
-        mbar_wait_cluster(bar, (uint32_t)tile & 1);
+        bwd_wait(bar, (uint32_t)tile & 1, true, 6 + (int)(bar - bars->rs_full), tile);
     }
 
     /* Consumer 0: block `rank` of s becomes the full S^T. */

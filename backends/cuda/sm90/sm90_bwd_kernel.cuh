@@ -53,24 +53,24 @@ FFPA_DEV void bwd_consumer(const ffpa_bwd_params &p, const BwdOutViews &out, uin
     float *dp = reinterpret_cast<float *>(smem + L::dp);
     float *rows = reinterpret_cast<float *>(smem + L::rows);
     const BwdExchange<Cfg> xch{smem, bars, rank, rank ^ 1u, ctid};
-    auto release = [&](int slab) {
+    auto release = [&](int n) {
         __syncwarp();
         if (lane == 0)
-            mbar_arrive(&bars->empty[R::slot(slab)]);
+            mbar_arrive(R::empty(bars, consumer, n));
     };
 
     const int items = w.items();
     const int total = items * Cfg::kPasses;
     if (items > 0)
-        mbar_wait(&bars->kv_full, 0);
+        bwd_wait(&bars->kv_full, 0, false, 1, 0);
     if (consumer == 1 && total > 0)
         named_barrier_arrive(kBarPdsEmpty, 256); /* the buffers start free */
 
-    int slab = 0, done = 0;
+    int n = 0, done = 0; /* slabs taken from this consumer's ring; tiles done */
 #pragma unroll 1
     for (int pass = 0; pass < Cfg::kPasses; ++pass) {
         const int cols_slab = 2 * pass + consumer; /* this consumer's 128 columns */
-        const bool owns = cols_slab < Cfg::kSlabs;
+        const bool owns = R::owns(pass, consumer);
         float dv[64], dk[64];
 #pragma unroll
         for (int i = 0; i < 64; ++i)
@@ -87,20 +87,20 @@ FFPA_DEV void bwd_consumer(const ffpa_bwd_params &p, const BwdOutViews &out, uin
             const uint32_t kv = consumer == 0 ? k_addr : v_addr;
 #pragma unroll
             for (int s = 0; s < Cfg::kSlabs; ++s) {
-                const int i = slab + 2 * s + consumer;
-                mbar_wait(&bars->full[R::slot(i)], R::parity(i));
+                const int i = n + s;
+                bwd_wait(R::full(bars, consumer, i), R::parity(i), false, 2, i);
                 fence_operands(acc);
                 wgmma_fence();
-                G::scores_slab(acc, kv, smem_u32(R::ptr(smem, i)), s, s == 0);
+                G::scores_slab(acc, kv, smem_u32(R::ptr(smem, consumer, i)), s, s == 0);
                 wgmma_commit();
                 if (s > 0) {
                     wgmma_wait<1>();
-                    release(i - 2);
+                    release(i - 1);
                 }
             }
             wgmma_wait<0>();
             fence_operands(acc);
-            release(slab + 2 * (Cfg::kSlabs - 1) + consumer);
+            release(n + Cfg::kSlabs - 1);
 
             if (consumer == 0) {
                 if constexpr (Cfg::kCluster > 1)
@@ -124,17 +124,17 @@ FFPA_DEV void bwd_consumer(const ffpa_bwd_params &p, const BwdOutViews &out, uin
                 fence_proxy_async_shared(); /* the peer's blocks came through st.async */
 
             /* Phase 2: this consumer's columns of dV, dK and dQ. */
-            const int own = slab + 2 * Cfg::kSlabs + 2 * consumer;
+            const int own = n + Cfg::kSlabs;
             if (owns) {
                 float dq[64];
-                mbar_wait(&bars->full[R::slot(own)], R::parity(own));
+                bwd_wait(R::full(bars, consumer, own), R::parity(own), false, 3, own);
                 fence_operands(dv);
                 fence_operands(dk);
                 wgmma_fence();
-                G::grad_slab(dv, pt_addr, smem_u32(R::ptr(smem, own)));
+                G::grad_slab(dv, pt_addr, smem_u32(R::ptr(smem, consumer, own)));
                 wgmma_commit();
-                mbar_wait(&bars->full[R::slot(own + 1)], R::parity(own + 1));
-                G::grad_slab(dk, dst_addr, smem_u32(R::ptr(smem, own + 1)));
+                bwd_wait(R::full(bars, consumer, own + 1), R::parity(own + 1), false, 4, own + 1);
+                G::grad_slab(dk, dst_addr, smem_u32(R::ptr(smem, consumer, own + 1)));
                 wgmma_commit();
                 G::dq_gemm(dq, dst_addr, k_addr + (uint32_t)(2 * cols_slab) * kBoxBytes);
                 wgmma_commit();
@@ -153,7 +153,7 @@ FFPA_DEV void bwd_consumer(const ffpa_bwd_params &p, const BwdOutViews &out, uin
             }
             if (consumer == 1 && done + 1 < total)
                 named_barrier_arrive(kBarPdsEmpty, 256);
-            slab += R::per_tile(pass);
+            n += R::per_tile(pass, consumer);
         }
 
         if (owns) {
@@ -185,10 +185,11 @@ template <class Cfg> FFPA_DEV void bwd_body(const BwdMaps &maps, const ffpa_bwd_
 
     if (tid == 0) {
         mbar_init(&bars->kv_full, 1);
-        for (int s = 0; s < Cfg::kSlots; ++s) {
-            mbar_init(&bars->full[s], 1);
-            mbar_init(&bars->empty[s], 4); /* the 4 warps of the one consumer that reads the slab */
-        }
+        for (int r = 0; r < 2; ++r)
+            for (int s = 0; s < Cfg::kRingSlots; ++s) {
+                mbar_init(&bars->full[r][s], 1);
+                mbar_init(&bars->empty[r][s], 4); /* the 4 warps of the ring's consumer */
+            }
         mbar_init(&bars->rs_full[0], 1);
         mbar_init(&bars->rs_full[1], 1);
         mbar_init(&bars->ag_full, 1);
@@ -202,12 +203,19 @@ template <class Cfg> FFPA_DEV void bwd_body(const BwdMaps &maps, const ffpa_bwd_
     const int wg = tid / 128;
     if (wg == 0) {
         setmaxnreg_dec<kBwdProducerRegs>();
-        if (tid == 0 && w.items() > 0) {
-            prefetch_tensormap(&maps.q);
-            prefetch_tensormap(&maps.k);
-            prefetch_tensormap(&maps.v);
-            prefetch_tensormap(&maps.dout);
-            BwdProducer<Cfg>::run(maps, smem, bars, w);
+        /* Thread 0 feeds consumer 0's ring (and loads K, V), thread 32
+         * consumer 1's: neither ring waits on the other's consumer. */
+        if ((tid & 31) == 0 && tid < 64 && w.items() > 0) {
+            const int ring = tid / 32;
+            if (ring == 0) {
+                prefetch_tensormap(&maps.q);
+                prefetch_tensormap(&maps.k);
+                prefetch_tensormap(&maps.v);
+                BwdProducer<Cfg>::load_kv(maps, smem, bars, w);
+            } else {
+                prefetch_tensormap(&maps.dout);
+            }
+            BwdProducer<Cfg>::run(maps, smem, bars, w, ring);
         }
         __syncwarp();
     } else {

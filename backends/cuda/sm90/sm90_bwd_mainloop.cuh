@@ -2,16 +2,25 @@
  * Main loop pieces of the Hopper backward: the work of a CTA, the
  * producer's TMA loads, and the consumers' warpgroup GEMMs.
  *
- * Ring of 128-column slabs (slab i in slot i % kSlots, use i / kSlots), per
- * query tile and pass, in this order:
- *   Q slab 0, dO slab 0, Q slab 1, dO slab 1, ...   (consumer 0 takes Q for
- *                                                     S^T, consumer 1 dO for dP^T)
- *   dO own(0), Q own(0), dO own(1), Q own(1)         (consumer c's 128 columns
- *                                                     of the pass, where they exist)
- * Every slab is read by one consumer: empty[slot] takes its 4 warps.
+ * Two rings of 128-column slabs, one per consumer, each fed by its own
+ * producer thread (slab n of ring c in slot n % kRingSlots, use
+ * n / kRingSlots). Per query tile and pass, ring c carries:
+ *   consumer 0: Q slabs 0 .. kSlabs-1 (S^T), then dO and Q of its 128 columns;
+ *   consumer 1: dO slabs 0 .. kSlabs-1 (dP^T), then dO and Q of its columns
+ * (the column slabs only where the consumer has columns in that pass).
+ * empty[c][slot] takes the consumer's 4 warps. Why not one shared ring: a
+ * consumer waits on full[slot] with a phase parity, and a consumer that
+ * runs a whole lap ahead of the other (consumer 1 has no columns in a
+ * pass, so it goes straight on to the next tile) would wait on the parity
+ * of a phase two uses away and pass on the old one. In its own ring a
+ * consumer has seen every earlier phase of the slot itself.
  */
 #ifndef FFPA_CUDA_SM90_BWD_MAINLOOP_CUH
 #define FFPA_CUDA_SM90_BWD_MAINLOOP_CUH
+
+#ifdef FFPA_SM90_BWD_WATCHDOG
+#include <stdio.h>
+#endif
 
 #include "bwd/bwd_params.h"
 #include "sm90_arch.cuh"
@@ -21,6 +30,43 @@
 namespace ffpa {
 namespace sm90 {
 
+/* mbarrier wait of the backward. Diagnostic builds
+ * (-DFFPA_SM90_BWD_WATCHDOG) report a wait that spins for seconds (the
+ * barrier, a tag and a counter) and trap, so a hang names its barrier. */
+FFPA_DEV void bwd_wait(uint64_t *bar, uint32_t parity, bool cluster_scope, int tag, int x)
+{
+#ifdef FFPA_SM90_BWD_WATCHDOG
+    long long n = 0;
+    for (;;) {
+        uint32_t ok;
+        if (cluster_scope)
+            asm volatile("{\n.reg .pred p;\nmbarrier.test_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
+                         "selp.u32 %0, 1, 0, p;\n}\n"
+                         : "=r"(ok)
+                         : "r"(smem_u32(bar)), "r"(parity)
+                         : "memory");
+        else
+            asm volatile("{\n.reg .pred p;\nmbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                         "selp.u32 %0, 1, 0, p;\n}\n"
+                         : "=r"(ok)
+                         : "r"(smem_u32(bar)), "r"(parity)
+                         : "memory");
+        if (ok)
+            return;
+        if (++n == (1ll << 25) && (threadIdx.x & 31) == 0)
+            printf("watchdog block %u thread %u tag %d x %d parity %u\n", blockIdx.x, threadIdx.x, tag, x, parity);
+        if (n == (1ll << 27))
+            __trap();
+    }
+#else
+    (void)tag, (void)x;
+    if (cluster_scope)
+        mbar_wait_cluster(bar, parity);
+    else
+        mbar_wait(bar, parity);
+#endif
+}
+
 /* [D, rows, heads, batch] views of Q, K, V and dO. */
 struct BwdMaps {
     CUtensorMap q, k, v, dout;
@@ -28,7 +74,7 @@ struct BwdMaps {
 
 struct BwdBarriers {
     uint64_t kv_full;
-    uint64_t full[8], empty[8]; /* per ring slot (kMaxSlots) */
+    uint64_t full[2][4], empty[2][4]; /* [consumer's ring][slot] (kMaxSlots / 2) */
     uint64_t rs_full[2], ag_full; /* cluster exchange [consumer] (sm90_bwd_exchange.cuh) */
 };
 
@@ -88,37 +134,38 @@ template <class Cfg> FFPA_DEV bool bwd_work(const ffpa_bwd_params &p, uint32_t r
 }
 
 template <class Cfg> struct BwdRing {
-    static FFPA_DEV uint32_t slot(int slab) { return (uint32_t)slab % Cfg::kSlots; }
-    static FFPA_DEV uint32_t parity(int slab) { return ((uint32_t)slab / Cfg::kSlots) & 1; }
-    static FFPA_DEV uint8_t *ptr(uint8_t *smem, int slab)
+    static constexpr int kN = Cfg::kRingSlots;
+    static FFPA_DEV uint32_t slot(int n) { return (uint32_t)n % kN; }
+    static FFPA_DEV uint32_t parity(int n) { return ((uint32_t)n / kN) & 1; }
+    static FFPA_DEV uint8_t *ptr(uint8_t *smem, int ring, int n)
     {
-        return smem + BwdSmemLayout<Cfg>::ring + (size_t)slot(slab) * Cfg::kSlabBytes;
+        return smem + BwdSmemLayout<Cfg>::ring + (size_t)(ring * kN + (int)slot(n)) * Cfg::kSlabBytes;
     }
-    /* Own slabs of pass `pass` (1 or 2: consumer c owns slab 2 * pass + c). */
-    static FFPA_DEV constexpr int own_slabs(int pass) { return Cfg::kSlabs - 2 * pass < 2 ? Cfg::kSlabs - 2 * pass : 2; }
-    /* Slabs one query tile puts through the ring in pass `pass`. */
-    static FFPA_DEV constexpr int per_tile(int pass) { return 2 * Cfg::kSlabs + 2 * own_slabs(pass); }
+    static FFPA_DEV uint64_t *full(BwdBarriers *bars, int ring, int n) { return &bars->full[ring][slot(n)]; }
+    static FFPA_DEV uint64_t *empty(BwdBarriers *bars, int ring, int n) { return &bars->empty[ring][slot(n)]; }
+    /* Consumer c's columns in pass `pass`: slab 2 * pass + c, if it exists. */
+    static FFPA_DEV constexpr bool owns(int pass, int c) { return 2 * pass + c < Cfg::kSlabs; }
+    /* Slabs ring c carries per query tile in pass `pass`. */
+    static FFPA_DEV constexpr int per_tile(int pass, int c) { return Cfg::kSlabs + (owns(pass, c) ? 2 : 0); }
 };
 
 template <class Cfg> struct BwdProducer {
     using R = BwdRing<Cfg>;
 
-    static FFPA_DEV void load_slab(const CUtensorMap *map, uint8_t *smem, BwdBarriers *bars, int slab, int col0,
-                                   int col_slab, int row, int h, int b)
+    static FFPA_DEV void load_slab(const CUtensorMap *map, uint8_t *smem, BwdBarriers *bars, int ring, int n,
+                                   int col0, int col_slab, int row, int h, int b)
     {
-        const uint32_t slot = R::slot(slab);
-        if (slab >= Cfg::kSlots)
-            mbar_wait(&bars->empty[slot], R::parity(slab) ^ 1);
-        mbar_arrive_expect_tx(&bars->full[slot], (uint32_t)Cfg::kSlabBytes);
-        uint8_t *dst = R::ptr(smem, slab);
+        if (n >= R::kN)
+            bwd_wait(R::empty(bars, ring, n), R::parity(n) ^ 1, false, 5, n);
+        uint64_t *full = R::full(bars, ring, n);
+        mbar_arrive_expect_tx(full, (uint32_t)Cfg::kSlabBytes);
+        uint8_t *dst = R::ptr(smem, ring, n);
         for (int bb = 0; bb < 2; ++bb)
-            tma_load_4d(dst + (size_t)bb * kBoxBytes, map, &bars->full[slot], col0 + (2 * col_slab + bb) * kBoxCols,
-                        row, h, b);
+            tma_load_4d(dst + (size_t)bb * kBoxBytes, map, full, col0 + (2 * col_slab + bb) * kBoxCols, row, h, b);
     }
 
-    /* K and V of the block once, then the slabs of every (pass, query tile).
-     * Boxes past D are zero-filled by TMA and counted in the bytes. */
-    static FFPA_DEV void run(const BwdMaps &maps, uint8_t *smem, BwdBarriers *bars, const BwdWork &w)
+    /* K and V of the block, once (one producer thread). */
+    static FFPA_DEV void load_kv(const BwdMaps &maps, uint8_t *smem, BwdBarriers *bars, const BwdWork &w)
     {
         using L = BwdSmemLayout<Cfg>;
         const int krow = (int)w.k_start + w.kb0;
@@ -128,18 +175,23 @@ template <class Cfg> struct BwdProducer {
             tma_load_4d(smem + L::k + (size_t)box * kBoxBytes, &maps.k, &bars->kv_full, col, krow, w.kvh, w.tma_b);
             tma_load_4d(smem + L::v + (size_t)box * kBoxBytes, &maps.v, &bars->kv_full, col, krow, w.kvh, w.tma_b);
         }
-        int slab = 0;
+    }
+
+    /* Ring `ring`'s slabs of every (pass, query tile). Boxes past D are
+     * zero-filled by TMA and counted in the bytes. */
+    static FFPA_DEV void run(const BwdMaps &maps, uint8_t *smem, BwdBarriers *bars, const BwdWork &w, int ring)
+    {
+        const CUtensorMap *scores = ring == 0 ? &maps.q : &maps.dout;
+        int n = 0;
         const int items = w.items();
         for (int pass = 0; pass < Cfg::kPasses; ++pass)
             for (int it = 0; it < items; ++it) {
                 const int h = w.head(it), row = (int)w.q_start + w.q0(it);
-                for (int s = 0; s < Cfg::kSlabs; ++s) {
-                    load_slab(&maps.q, smem, bars, slab++, w.col0, s, row, h, w.tma_b);
-                    load_slab(&maps.dout, smem, bars, slab++, w.col0, s, row, h, w.tma_b);
-                }
-                for (int c = 0; c < R::own_slabs(pass); ++c) {
-                    load_slab(&maps.dout, smem, bars, slab++, w.col0, 2 * pass + c, row, h, w.tma_b);
-                    load_slab(&maps.q, smem, bars, slab++, w.col0, 2 * pass + c, row, h, w.tma_b);
+                for (int s = 0; s < Cfg::kSlabs; ++s)
+                    load_slab(scores, smem, bars, ring, n++, w.col0, s, row, h, w.tma_b);
+                if (R::owns(pass, ring)) {
+                    load_slab(&maps.dout, smem, bars, ring, n++, w.col0, 2 * pass + ring, row, h, w.tma_b);
+                    load_slab(&maps.q, smem, bars, ring, n++, w.col0, 2 * pass + ring, row, h, w.tma_b);
                 }
             }
     }
