@@ -140,7 +140,10 @@ typedef struct ffpa_options {
 
     /* Backward only. */
     ffpa_grad_accum grad_accum; /* see ffpa_grad_accum */
-    int deterministic;          /* 1: two runs give bit-identical gradients */
+    /* 1: two runs give bit-identical gradients. 0 (default): a backend may
+     * reduce with atomics where that is faster (the cuda backend's Hopper
+     * kernel does for dQ; its deterministic runs take the generic kernels). */
+    int deterministic;
     /* Optional d(bias) output with the bias's shape, float32 or the bias
      * dtype; gradients are summed over its size-1 and stride-0 dimensions.
      * NULL: not computed. */

@@ -15,19 +15,7 @@ mkdir -p "$OUT"
 B=${BUILD:-build-sm90}
 SKIP=${SKIP:-}
 skip() { [[ " $SKIP " == *" $1 "* ]]; }
-[ -d .deps ] && . tools/device-env.sh
-summary=()
-note() { summary+=("$1"); echo "== $1"; }
-
-if [ ! -f "$B/build.ninja" ]; then
-  meson setup "$B" -Dcuda=enabled -Dcuda-archs="${ARCHS:-90a}" -Dhip=disabled >"$OUT/setup.log" 2>&1 ||
-    { tail -20 "$OUT/setup.log"; exit 1; }
-fi
-t0=$(date +%s)
-ninja -C "$B" >"$OUT/build.log" 2>&1 || { tail -40 "$OUT/build.log"; exit 1; }
-note "build: $(( $(date +%s) - t0 )) s"
-BENCH="$B/bench/ffpa-bench"
-export FFPA_BACKEND_PATH="$PWD/$B/backends/cuda"
+. bench/sm90-build.sh
 SO="$B/backends/cuda/libffpa-cuda.so"
 meson test -C "$B" sm90-sass >"$OUT/sass.log" 2>&1
 note "SASS test (meson sm90-sass): rc=$? $(grep -h 'HGMMA' "$B/meson-logs/testlog.txt" | head -1)"
