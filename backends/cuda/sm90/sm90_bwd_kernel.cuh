@@ -39,7 +39,7 @@ struct BwdOutViews {
 constexpr int kBwdProducerRegs = 24;
 constexpr int kBwdConsumerRegs = 240;
 
-template <class Cfg>
+template <class Cfg, bool kExtras>
 FFPA_DEV void bwd_consumer(const ffpa_bwd_params &p, const BwdOutViews &out, uint8_t *smem, BwdBarriers *bars,
                            const BwdWork &w, uint32_t rank, int consumer, int ctid)
 {
@@ -108,7 +108,8 @@ FFPA_DEV void bwd_consumer(const ffpa_bwd_params &p, const BwdOutViews &out, uin
                 named_barrier_sync(kBarRows, 128);
                 named_barrier_sync(kBarPdsEmpty, 256);
                 named_barrier_sync(kBarDpFull, 256);
-                softmax_grad<Cfg>(acc, dp, rows, smem + L::pt, smem + L::dst, p, w, q0, ctid, rank, &bars->ag_full);
+                softmax_grad<Cfg, kExtras>(acc, dp, rows, smem + L::pt, smem + L::dst, p, w, h, q0, ctid, rank,
+                                  &bars->ag_full);
                 if constexpr (Cfg::kCluster > 1)
                     xch.gather_wait(done);
                 fence_proxy_async_shared();
@@ -169,7 +170,9 @@ FFPA_DEV void bwd_consumer(const ffpa_bwd_params &p, const BwdOutViews &out, uin
     }
 }
 
-template <class Cfg> FFPA_DEV void bwd_body(const BwdMaps &maps, const ffpa_bwd_params &p, const BwdOutViews &out)
+/* kExtras: the instantiation with bias and dropout (sm90_bwd_softmax.cuh). */
+template <class Cfg, bool kExtras>
+FFPA_DEV void bwd_body(const BwdMaps &maps, const ffpa_bwd_params &p, const BwdOutViews &out)
 {
     extern __shared__ uint8_t smem_dyn[];
     /* 128-byte swizzled tiles want 1024-byte aligned atoms. */
@@ -220,7 +223,7 @@ template <class Cfg> FFPA_DEV void bwd_body(const BwdMaps &maps, const ffpa_bwd_
         __syncwarp();
     } else {
         setmaxnreg_inc<kBwdConsumerRegs>();
-        bwd_consumer<Cfg>(p, out, smem, bars, w, rank, wg - 1, tid - 128 * wg);
+        bwd_consumer<Cfg, kExtras>(p, out, smem, bars, w, rank, wg - 1, tid - 128 * wg);
     }
     if (Cfg::kCluster > 1)
         cluster_sync(); /* no CTA leaves while its peer may still write into it */

@@ -13,12 +13,12 @@
 namespace ffpa {
 namespace sm90 {
 
-template <class Cfg>
+template <class Cfg, bool kExtras>
 __global__ void __launch_bounds__(Cfg::kThreads, 1)
     sm90_bwd_kernel(const __grid_constant__ BwdMaps maps, const ffpa_bwd_params p, const BwdOutViews out)
 {
 #if FFPA_SM90_DEVICE
-    bwd_body<Cfg>(maps, p, out);
+    bwd_body<Cfg, kExtras>(maps, p, out);
 #endif
 }
 
@@ -26,15 +26,16 @@ struct BwdKernelDesc {
     int boxes, cluster; /* max(Dqk, Dv) <= 64 * boxes * cluster */
     size_t smem_bytes;
     const char *name;
-    cudaError_t (*launch)(const BwdMaps &maps, const ffpa_bwd_params &p, const BwdOutViews &out, int64_t ctas,
-                          cudaStream_t stream);
+    /* launch[0]: plain; launch[1]: with bias and/or dropout. */
+    cudaError_t (*launch[2])(const BwdMaps &maps, const ffpa_bwd_params &p, const BwdOutViews &out, int64_t ctas,
+                             cudaStream_t stream);
 };
 
-template <class Cfg>
+template <class Cfg, bool kExtras>
 cudaError_t bwd_launch(const BwdMaps &maps, const ffpa_bwd_params &p, const BwdOutViews &out, int64_t ctas,
                        cudaStream_t stream) /* ctas: work items, one cluster each */
 {
-    auto kernel = sm90_bwd_kernel<Cfg>;
+    auto kernel = sm90_bwd_kernel<Cfg, kExtras>;
     cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Cfg::kSmemBytes);
     if (e != cudaSuccess)
         return e;
@@ -58,7 +59,8 @@ cudaError_t bwd_launch(const BwdMaps &maps, const ffpa_bwd_params &p, const BwdO
 
 template <class Cfg> constexpr BwdKernelDesc bwd_desc(const char *name)
 {
-    return BwdKernelDesc{Cfg::kBoxes, Cfg::kCluster, Cfg::kSmemBytes, name, &bwd_launch<Cfg>};
+    return BwdKernelDesc{Cfg::kBoxes, Cfg::kCluster, Cfg::kSmemBytes, name,
+                         {&bwd_launch<Cfg, false>, &bwd_launch<Cfg, true>}};
 }
 
 /* Widths, smallest first (sm90_bwd_launch.cu takes the first that covers D). */

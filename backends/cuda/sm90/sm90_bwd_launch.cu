@@ -47,8 +47,8 @@ extern "C" ffpa_status ffpa_cuda_sm90_backward(struct ffpa_cuda_state *st, const
     namespace host = ffpa::bwd::host;
     if (st->prop.major != 9 || st->prop.minor != 0)
         return unsupported(err, err_len, "the sm90 backward needs an sm_90 device (H100/H200)");
-    if (pb->has_bias || pb->has_dbias || pb->dropout_p > 0.0f)
-        return unsupported(err, err_len, "the sm90 backward has no bias, dbias or dropout (the generic one has)");
+    if (pb->has_dbias)
+        return unsupported(err, err_len, "the sm90 backward computes no dbias (the generic one does)");
     if (pb->deterministic)
         return unsupported(err, err_len, "the sm90 backward reduces dQ with atomics: not deterministic");
     if (pb->grad_accum != FFPA_GRAD_ACCUM_F32)
@@ -111,7 +111,8 @@ extern "C" ffpa_status ffpa_cuda_sm90_backward(struct ffpa_cuda_state *st, const
             return ffpa_cuda_error(e, "cuda backward: clearing the dQ buffer", err, err_len);
     }
     const int64_t ctas = (int64_t)p.kv_blocks * pb->hkv * pb->batch;
-    if (pb->nkv > 0 && (e = kd->launch(maps, p, out, ctas, stream)) != cudaSuccess)
+    const int extras = p.mask.bias != NULL || p.mask.has_dropout;
+    if (pb->nkv > 0 && (e = kd->launch[extras](maps, p, out, ctas, stream)) != cudaSuccess)
         return ffpa_cuda_error(e, "cuda backward: sm90 dK/dV/dQ kernel", err, err_len);
     if (pb->nq > 0) {
         ffpa::bwd::ConvertJob cj;

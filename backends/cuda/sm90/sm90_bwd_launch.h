@@ -19,7 +19,7 @@ extern "C" {
  * dK/dV/dQ kernel (dQ through the fp32 workspace buffer, with reductions:
  * not bit-reproducible), the dQ conversion. FFPA_ERR_UNSUPPORTED (reason in
  * err, nothing launched) when this path does not cover pb: another device,
- * bias, dbias or dropout, deterministic mode,
+ * dbias, deterministic mode,
  * FFPA_GRAD_ACCUM_OUTPUT, layouts TMA cannot express. *kernel names the
  * kernel that ran. */
 ffpa_status ffpa_cuda_sm90_backward(struct ffpa_cuda_state *st, const ffpa_problem *pb, void *ws, size_t ws_bytes,

@@ -1,9 +1,12 @@
 /*
  * Softmax gradient of a Hopper backward tile, in the transposed frame the
  * dK/dV GEMMs want (keys are the rows of the wgmma accumulators):
- *   P^T  = exp2(S^T * scale_log2 - lse2[row])   masked to 0 outside the
- *          sequence and above the causal diagonal,
- *   dS^T = P^T * (dP^T - Delta[row]) * scale     (scale folded in here: it
+ *   P^T  = exp2(S^T * scale_log2 + bias * log2e - lse2[row])   masked to 0
+ *          outside the sequence and above the causal diagonal,
+ *   Z    = keep * dropout_scale (the mask of common/philox.h, as the forward
+ *          and the cpu backend draw it; 1 without dropout),
+ *   P^T Z  -> the dV GEMM,
+ *   dS^T = P^T * (dP^T Z - Delta[row]) * scale   (scale folded in here: it
  *          multiplies both dK = dS^T Q and dQ = dS K).
  * Both leave as 16-bit tiles in shared memory in the TMA 128-byte swizzle
  * (rows of 64 query rows = 128 bytes), the layout the wgmma descriptors of
@@ -15,6 +18,7 @@
 #include <math.h>
 
 #include "bwd/bwd_params.h"
+#include "masking.cuh" /* load_bias, kLog2e; philox.h */
 #include "sm90_arch.cuh"
 #include "sm90_bwd_mainloop.cuh"
 
@@ -47,20 +51,44 @@ FFPA_DEV uint32_t swizzled_pair(int row, int j, int quad)
     return (uint32_t)row * 128 + ((uint32_t)(j ^ (row & 7)) << 4) + (uint32_t)quad * 4;
 }
 
-/* s: S^T accumulator of consumer 0 (wgmma m64n64 fragment); dp: dP^T of
- * this CTA's query block in fragment order (float4 q of thread t at
- * (q * 128 + t) * 16, q counted from the block's first n8-block). With a
- * cluster, only block `rank` (n8-blocks 4 * rank ..) is finished here; its
- * pairs also go to the peer's tiles (the all-gather, completing on the
- * peer's ag_full). */
+/* Dropout keep bits of this thread's elements of the tile (bit 4j + i), in
+ * a rolled loop: one Philox block live at a time. */
 template <class Cfg>
+FFPA_DEV uint32_t keep_bits(const ffpa_gpu_fwd_params &m, const BwdWork &w, int h, int q0, int ctid, uint32_t rank)
+{
+    const int warp = ctid >> 5, lane = ctid & 31, quad = lane & 3;
+    uint32_t bits = 0;
+#pragma unroll 1
+    for (int k = 0; k < 4 * Cfg::kBlockNT; ++k) {
+        const int j = (int)rank * Cfg::kBlockNT + (k >> 2), i = k & 3;
+        const int key = w.kb0 + warp * 16 + (lane >> 2) + 8 * (i >> 1);
+        const int q = q0 + 8 * j + 2 * quad + (i & 1);
+        bits |= (uint32_t)ffpa_dropout_keep(m.dropout_seed, m.dropout_offset, m.dropout_threshold, m.hq, w.b, h, q,
+                                            key)
+                << (4 * j + i);
+    }
+    return bits;
+}
+
+/* s: S^T accumulator of consumer 0 (wgmma m64n64 fragment) for query head
+ * h and the tile's first row q0; dp: dP^T of this CTA's query block in
+ * fragment order (float4 q of thread t at (q * 128 + t) * 16, q counted
+ * from the block's first n8-block). With a cluster, only block `rank`
+ * (n8-blocks 4 * rank ..) is finished here; its pairs also go to the peer's
+ * tiles (the all-gather, completing on the peer's ag_full). kExtras: bias
+ * and/or dropout (a separate kernel instantiation: in the same kernel their
+ * registers and code cost the plain path ~10%). */
+template <class Cfg, bool kExtras>
 FFPA_DEV void softmax_grad(const float (&s)[32], const float *dp, const float *rows, uint8_t *pt, uint8_t *dst,
-                           const ffpa_bwd_params &p, const BwdWork &w, int q0, int ctid, uint32_t rank,
-                           uint64_t *ag_full)
+                                const ffpa_bwd_params &p, const BwdWork &w, int h, int q0, int ctid, uint32_t rank,
+                                uint64_t *ag_full)
 {
     using T = typename Cfg::T;
     const int warp = ctid >> 5, lane = ctid & 31, quad = lane & 3;
     const float scale_log2 = p.mask.scale_log2, scale = p.scale;
+    const ffpa_gpu_fwd_params &m = p.mask;
+    const uint32_t keep = kExtras && m.has_dropout ? keep_bits<Cfg>(m, w, h, q0, ctid, rank) : 0xFFFFFFFFu;
+    const float z_kept = kExtras && m.has_dropout ? m.dropout_scale : 1.0f;
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
         if (j / Cfg::kBlockNT != (int)rank)
@@ -72,10 +100,18 @@ FFPA_DEV void softmax_grad(const float (&s)[32], const float *dp, const float *r
         for (int i = 0; i < 4; ++i) {
             const int half = i >> 1, e = i & 1;
             const int key = w.kb0 + warp * 16 + (lane >> 2) + 8 * half;
-            const int r = 8 * j + 2 * quad + e;
-            const bool live = key < w.seqlen_k && (!p.causal || key <= q0 + r + w.diag);
-            pv[i] = live ? arch::exp2_fast(s[4 * j + i] * scale_log2 - rows[r]) : 0.0f;
-            dsv[i] = pv[i] * (dpv[i] - rows[64 + r]) * scale;
+            const int q = q0 + 8 * j + 2 * quad + e;
+            const bool live = key < w.seqlen_k && (!p.causal || key <= q + w.diag);
+            float sv = s[4 * j + i] * scale_log2;
+            if (kExtras && m.bias && live && q < w.seqlen_q)
+                sv += load_bias(m.bias, m.bias_dtype,
+                                (int64_t)w.b * m.bias_sb + (int64_t)h * m.bias_sh + (int64_t)q * m.bias_sn +
+                                    (int64_t)key * m.bias_sd) *
+                      kLog2e;
+            const float pr = live ? arch::exp2_fast(sv - rows[8 * j + 2 * quad + e]) : 0.0f;
+            const float z = (keep >> ((4 * j + i) & 31)) & 1 ? z_kept : 0.0f;
+            pv[i] = pr * z;
+            dsv[i] = pr * (dpv[i] * z - rows[64 + 8 * j + 2 * quad + e]) * scale;
         }
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
