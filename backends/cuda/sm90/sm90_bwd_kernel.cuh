@@ -53,10 +53,10 @@ FFPA_DEV void bwd_consumer(const ffpa_bwd_params &p, const BwdOutViews &out, uin
     float *dp = reinterpret_cast<float *>(smem + L::dp);
     float *rows = reinterpret_cast<float *>(smem + L::rows);
     const BwdExchange<Cfg> xch{smem, bars, rank, rank ^ 1u, ctid};
-    auto release = [&](int n) {
+    auto release = [&](int ring, int n) {
         __syncwarp();
         if (lane == 0)
-            mbar_arrive(R::empty(bars, consumer, n));
+            mbar_arrive(R::empty(bars, ring, n));
     };
 
     const int items = w.items();
@@ -66,7 +66,7 @@ FFPA_DEV void bwd_consumer(const ffpa_bwd_params &p, const BwdOutViews &out, uin
     if (consumer == 1 && total > 0)
         named_barrier_arrive(kBarPdsEmpty, 256); /* the buffers start free */
 
-    int n = 0, done = 0; /* slabs taken from this consumer's ring; tiles done */
+    int n = 0, done = 0; /* slabs per ring so far (the same in both rings); tiles done */
 #pragma unroll 1
     for (int pass = 0; pass < Cfg::kPasses; ++pass) {
         const int cols_slab = 2 * pass + consumer; /* this consumer's 128 columns */
@@ -80,7 +80,8 @@ FFPA_DEV void bwd_consumer(const ffpa_bwd_params &p, const BwdOutViews &out, uin
         for (int it = 0; it < items; ++it, ++done) {
             const int h = w.head(it), q0 = w.q0(it);
             /* Phase 1: S^T (consumer 0) or dP^T (consumer 1) over all of D,
-             * releasing each slab once the next one's wgmma is issued. */
+             * releasing each slab once the next one's wgmma is issued, except
+             * the pass's own column slabs (held for phase 2). */
             float acc[32];
             if (consumer == 0)
                 load_rows(p, w, h, q0, rows, ctid);
@@ -91,16 +92,18 @@ FFPA_DEV void bwd_consumer(const ffpa_bwd_params &p, const BwdOutViews &out, uin
                 bwd_wait(R::full(bars, consumer, i), R::parity(i), false, 2, i);
                 fence_operands(acc);
                 wgmma_fence();
-                G::scores_slab(acc, kv, smem_u32(R::ptr(smem, consumer, i)), s, s == 0);
+                G::scores_slab(acc, kv, smem_u32(R::ptr(smem, consumer, i)), R::col_of(pass, s), s == 0);
                 wgmma_commit();
                 if (s > 0) {
                     wgmma_wait<1>();
-                    release(i - 1);
+                    if (!R::held(pass, s - 1))
+                        release(consumer, i - 1);
                 }
             }
             wgmma_wait<0>();
             fence_operands(acc);
-            release(n + Cfg::kSlabs - 1);
+            if (!R::held(pass, Cfg::kSlabs - 1))
+                release(consumer, n + Cfg::kSlabs - 1);
 
             if (consumer == 0) {
                 if constexpr (Cfg::kCluster > 1)
@@ -124,25 +127,28 @@ FFPA_DEV void bwd_consumer(const ffpa_bwd_params &p, const BwdOutViews &out, uin
             if constexpr (Cfg::kCluster > 1)
                 fence_proxy_async_shared(); /* the peer's blocks came through st.async */
 
-            /* Phase 2: this consumer's columns of dV, dK and dQ. */
-            const int own = n + Cfg::kSlabs;
+            /* Phase 2: this consumer's columns of dV, dK and dQ, from its own
+             * slabs still in the rings (dO in ring 1, Q in ring 0). */
             if (owns) {
                 float dq[64];
-                bwd_wait(R::full(bars, consumer, own), R::parity(own), false, 3, own);
+                const int own = n + R::own_pos(pass, consumer);
+                /* One of the two was waited for by the other consumer: its phase is
+                 * complete and the slot stays until we release it. */
+                bwd_wait(R::full(bars, 1, own), R::parity(own), false, 3, own);
+                bwd_wait(R::full(bars, 0, own), R::parity(own), false, 4, own);
                 fence_operands(dv);
                 fence_operands(dk);
                 wgmma_fence();
-                G::grad_slab(dv, pt_addr, smem_u32(R::ptr(smem, consumer, own)));
+                G::grad_slab(dv, pt_addr, smem_u32(R::ptr(smem, 1, own)));
                 wgmma_commit();
-                bwd_wait(R::full(bars, consumer, own + 1), R::parity(own + 1), false, 4, own + 1);
-                G::grad_slab(dk, dst_addr, smem_u32(R::ptr(smem, consumer, own + 1)));
+                G::grad_slab(dk, dst_addr, smem_u32(R::ptr(smem, 0, own)));
                 wgmma_commit();
                 G::dq_gemm(dq, dst_addr, k_addr + (uint32_t)(2 * cols_slab) * kBoxBytes);
                 wgmma_commit();
                 wgmma_wait<2>();
-                release(own);
+                release(1, own);
                 wgmma_wait<1>();
-                release(own + 1);
+                release(0, own);
                 wgmma_wait<0>();
                 fence_operands(dv);
                 fence_operands(dk);
@@ -154,7 +160,7 @@ FFPA_DEV void bwd_consumer(const ffpa_bwd_params &p, const BwdOutViews &out, uin
             }
             if (consumer == 1 && done + 1 < total)
                 named_barrier_arrive(kBarPdsEmpty, 256);
-            n += R::per_tile(pass, consumer);
+            n += Cfg::kSlabs;
         }
 
         if (owns) {

@@ -4,17 +4,21 @@
  *
  * Two rings of 128-column slabs, one per consumer, each fed by its own
  * producer thread (slab n of ring c in slot n % kRingSlots, use
- * n / kRingSlots). Per query tile and pass, ring c carries:
- *   consumer 0: Q slabs 0 .. kSlabs-1 (S^T), then dO and Q of its 128 columns;
- *   consumer 1: dO slabs 0 .. kSlabs-1 (dP^T), then dO and Q of its columns
- * (the column slabs only where the consumer has columns in that pass).
- * empty[c][slot] takes the consumer's 4 warps. Why not one shared ring: a
- * consumer waits on full[slot] with a phase parity, and a consumer that
- * runs a whole lap ahead of the other (consumer 1 has no columns in a
- * pass, so it goes straight on to the next tile) would wait on the parity
- * of a phase two uses away and pass on the old one. In its own ring a
- * consumer has seen every earlier phase of the slot itself.
- */
+ * n / kRingSlots). Per query tile, ring 0 carries the kSlabs Q slabs (for
+ * consumer 0's S^T), ring 1 the dO slabs (consumer 1's dP^T), in the order
+ * col_of(): the pass's own column slabs (2 * pass + c, consumer c's dK/dV
+ * columns) last. Those stay in the rings after phase 1 and are read again
+ * in phase 2 (dV_c needs dO of slab 2 * pass + c, dK_c its Q slab): no slab
+ * is loaded twice. empty[r][slot] takes 4 warps: the consumer that reads a
+ * slab last releases it (consumer c, for the two own slabs 2 * pass + c in
+ * both rings).
+ *
+ * Why not one shared ring: a consumer waits on full[slot] with a phase
+ * parity, and a consumer that runs a lap ahead of the other would wait on
+ * the parity of a phase two uses away and pass on the old one. Here a
+ * consumer waits only on slabs of its own ring, or (phase 2) on the other
+ * ring's own slabs, whose phase its peer has already waited for and which
+ * cannot be refilled before this consumer releases them. */
 #ifndef FFPA_CUDA_SM90_BWD_MAINLOOP_CUH
 #define FFPA_CUDA_SM90_BWD_MAINLOOP_CUH
 
@@ -143,10 +147,18 @@ template <class Cfg> struct BwdRing {
     }
     static FFPA_DEV uint64_t *full(BwdBarriers *bars, int ring, int n) { return &bars->full[ring][slot(n)]; }
     static FFPA_DEV uint64_t *empty(BwdBarriers *bars, int ring, int n) { return &bars->empty[ring][slot(n)]; }
-    /* Consumer c's columns in pass `pass`: slab 2 * pass + c, if it exists. */
-    static FFPA_DEV constexpr bool owns(int pass, int c) { return 2 * pass + c < Cfg::kSlabs; }
-    /* Slabs ring c carries per query tile in pass `pass`. */
-    static FFPA_DEV constexpr int per_tile(int pass, int c) { return Cfg::kSlabs + (owns(pass, c) ? 2 : 0); }
+    /* Consumers with columns in pass `pass` (1 or 2; consumer c has slab 2 * pass + c). */
+    static FFPA_DEV constexpr int n_own(int pass) { return Cfg::kSlabs - 2 * pass < 2 ? Cfg::kSlabs - 2 * pass : 2; }
+    static FFPA_DEV constexpr bool owns(int pass, int c) { return c < n_own(pass); }
+    /* The column slab at stream position pos: the others in order, the own ones last. */
+    static FFPA_DEV int col_of(int pass, int pos)
+    {
+        const int first_own = Cfg::kSlabs - n_own(pass);
+        return pos >= first_own ? 2 * pass + (pos - first_own) : pos < 2 * pass ? pos : pos + n_own(pass);
+    }
+    /* Stream position of consumer c's own slab; positions from there on stay for phase 2. */
+    static FFPA_DEV int own_pos(int pass, int c) { return Cfg::kSlabs - n_own(pass) + c; }
+    static FFPA_DEV bool held(int pass, int pos) { return pos >= Cfg::kSlabs - n_own(pass); }
 };
 
 template <class Cfg> struct BwdProducer {
@@ -177,22 +189,18 @@ template <class Cfg> struct BwdProducer {
         }
     }
 
-    /* Ring `ring`'s slabs of every (pass, query tile). Boxes past D are
-     * zero-filled by TMA and counted in the bytes. */
+    /* Ring `ring`'s slabs (Q for ring 0, dO for ring 1) of every (pass,
+     * query tile). Boxes past D are zero-filled by TMA and counted in the bytes. */
     static FFPA_DEV void run(const BwdMaps &maps, uint8_t *smem, BwdBarriers *bars, const BwdWork &w, int ring)
     {
-        const CUtensorMap *scores = ring == 0 ? &maps.q : &maps.dout;
+        const CUtensorMap *map = ring == 0 ? &maps.q : &maps.dout;
         int n = 0;
         const int items = w.items();
         for (int pass = 0; pass < Cfg::kPasses; ++pass)
             for (int it = 0; it < items; ++it) {
                 const int h = w.head(it), row = (int)w.q_start + w.q0(it);
-                for (int s = 0; s < Cfg::kSlabs; ++s)
-                    load_slab(scores, smem, bars, ring, n++, w.col0, s, row, h, w.tma_b);
-                if (R::owns(pass, ring)) {
-                    load_slab(&maps.dout, smem, bars, ring, n++, w.col0, 2 * pass + ring, row, h, w.tma_b);
-                    load_slab(&maps.q, smem, bars, ring, n++, w.col0, 2 * pass + ring, row, h, w.tma_b);
-                }
+                for (int pos = 0; pos < Cfg::kSlabs; ++pos)
+                    load_slab(map, smem, bars, ring, n++, w.col0, R::col_of(pass, pos), row, h, w.tma_b);
             }
     }
 };
