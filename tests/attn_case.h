@@ -52,6 +52,8 @@ typedef struct attn_case {
     ffpa_dtype dbias_dtype;
     int finite_differences; /* also check gradients against central differences of
                                the oracle's loss sum(O * dout) (keep shapes tiny) */
+    double max_abs_dv;   /* > 0: also require max |dV - dV_ref| <= this, and print
+                            the largest absolute errors of dQ, dK, dV */
 
     double tol_factor;   /* 1 unless the test says why */
     uint64_t seed;       /* input RNG seed */

@@ -354,8 +354,8 @@ static int64_t ref_index(const int64_t shape[4], int64_t a, int64_t b, int64_t c
     return ((a * shape[1] + b) * shape[2] + c) * shape[3] + d;
 }
 
-void th_check(const char *what, th_tensor *t, const double *ref, const double *mag,
-              const int64_t ref_shape[4], th_kind kind, double tol_factor)
+double th_check(const char *what, th_tensor *t, const double *ref, const double *mag,
+                const int64_t ref_shape[4], th_kind kind, double tol_factor)
 {
     th_tensor_download(t);
     const ffpa_tensor *h = &t->host;
@@ -443,6 +443,7 @@ void th_check(const char *what, th_tensor *t, const double *ref, const double *m
     if (stray >= 0)
         fail_msg("%s: element at buffer offset %lld lies outside the view but was written",
                  what, (long long)stray);
+    return worst;
 }
 
 int th_message_names(const char *message, const char *const *names)

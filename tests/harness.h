@@ -146,10 +146,11 @@ void th_expect_unchanged(const char *what, th_tensor *t, const unsigned char *sn
  *     |out - ref| <= tol * max(max|ref|, mag); without mag, tol * max|ref|;
  *   - plus, in both, an underflow floor far below any normal-sized error
  *     (2^-24 for f16, 2^-126 otherwise, + 1e-30 of the tensor's scale);
- * and no byte of the buffer outside the view changed.
+ * and no byte of the buffer outside the view changed. Returns the largest
+ * finite absolute error (for tests that report or bound it).
  */
-void th_check(const char *what, th_tensor *t, const double *ref, const double *mag,
-              const int64_t ref_shape[4], th_kind kind, double tol_factor);
+double th_check(const char *what, th_tensor *t, const double *ref, const double *mag,
+                const int64_t ref_shape[4], th_kind kind, double tol_factor);
 
 /* 1 when the message starts with "<name>:" for one of the NULL-terminated names. */
 int th_message_names(const char *message, const char *const *names);
