@@ -61,45 +61,44 @@ template <class Cfg> struct BwdExchange {
         bwd_wait(bar, (uint32_t)tile & 1, true, 6 + (int)(bar - bars->rs_full), tile);
     }
 
+    /* acc's block `rank` += buf (the peer's partial, fragment order); the
+     * sum also goes back to buf when store_sum (dP^T for consumer 0). */
+    FFPA_DEV void add_peer(float (&acc)[32], float4 *buf, bool store_sum) const
+    {
+#pragma unroll
+        for (int b = 0; b < Cfg::kCluster; ++b) {
+            if (b != (int)rank)
+                continue;
+#pragma unroll
+            for (int q = 0; q < kNT; ++q) {
+                const float4 x = buf[q * 128 + ctid];
+                const int i = 4 * (b * kNT + q);
+                acc[i] += x.x;
+                acc[i + 1] += x.y;
+                acc[i + 2] += x.z;
+                acc[i + 3] += x.w;
+                if (store_sum)
+                    buf[q * 128 + ctid] = make_float4(acc[i], acc[i + 1], acc[i + 2], acc[i + 3]);
+            }
+        }
+    }
+
     /* Consumer 0: block `rank` of s becomes the full S^T. */
     FFPA_DEV void reduce_scores(float (&s)[32], int tile) const
     {
         float4 *rs = reinterpret_cast<float4 *>(smem + BwdSmemLayout<Cfg>::rs);
         send_block(s, rs, &bars->rs_full[0]);
         wait_bytes(&bars->rs_full[0], (uint32_t)Cfg::kDpBytes, tile);
-#pragma unroll
-        for (int b = 0; b < Cfg::kCluster; ++b) {
-            if (b != (int)rank)
-                continue;
-#pragma unroll
-            for (int q = 0; q < kNT; ++q) {
-                const float4 x = rs[q * 128 + ctid];
-                const int i = 4 * (b * kNT + q);
-                s[i] += x.x;
-                s[i + 1] += x.y;
-                s[i + 2] += x.z;
-                s[i + 3] += x.w;
-            }
-        }
+        add_peer(s, rs, false);
     }
 
     /* Consumer 1: the full dP^T of block `rank` into the dP^T buffer. */
-    FFPA_DEV void reduce_dp(const float (&dpt)[32], int tile) const
+    FFPA_DEV void reduce_dp(float (&dpt)[32], int tile) const
     {
         float4 *dp = reinterpret_cast<float4 *>(smem + BwdSmemLayout<Cfg>::dp);
         send_block(dpt, dp, &bars->rs_full[1]);
         wait_bytes(&bars->rs_full[1], (uint32_t)Cfg::kDpBytes, tile);
-#pragma unroll
-        for (int b = 0; b < Cfg::kCluster; ++b) {
-            if (b != (int)rank)
-                continue;
-#pragma unroll
-            for (int q = 0; q < kNT; ++q) {
-                const float4 x = dp[q * 128 + ctid];
-                const int i = 4 * (b * kNT + q);
-                dp[q * 128 + ctid] = make_float4(x.x + dpt[i], x.y + dpt[i + 1], x.z + dpt[i + 2], x.w + dpt[i + 3]);
-            }
-        }
+        add_peer(dpt, dp, true);
     }
 
     /* Consumer 0, after sending its block: the peer's P^T and dS^T block. */

@@ -9,6 +9,7 @@
 #include <cuda_runtime.h>
 
 #include "sm90_bwd_kernel.cuh"
+#include "sm90_launch.cuh"
 
 namespace ffpa {
 namespace sm90 {
@@ -35,26 +36,8 @@ template <class Cfg, bool kExtras>
 cudaError_t bwd_launch(const BwdMaps &maps, const ffpa_bwd_params &p, const BwdOutViews &out, int64_t ctas,
                        cudaStream_t stream) /* ctas: work items, one cluster each */
 {
-    auto kernel = sm90_bwd_kernel<Cfg, kExtras>;
-    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Cfg::kSmemBytes);
-    if (e != cudaSuccess)
-        return e;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)(ctas * Cfg::kCluster), 1, 1);
-    cfg.blockDim = dim3(Cfg::kThreads, 1, 1);
-    cfg.dynamicSmemBytes = Cfg::kSmemBytes;
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = Cfg::kCluster;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    e = cudaLaunchKernelEx(&cfg, kernel, maps, p, out);
-    if (e != cudaSuccess)
-        return e;
-    return cudaGetLastError();
+    return launch_clusters(sm90_bwd_kernel<Cfg, kExtras>, ctas, Cfg::kCluster, Cfg::kThreads, Cfg::kSmemBytes, stream,
+                           maps, p, out);
 }
 
 template <class Cfg> constexpr BwdKernelDesc bwd_desc(const char *name)

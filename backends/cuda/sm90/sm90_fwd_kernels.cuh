@@ -10,6 +10,7 @@
 #include <cuda_runtime.h>
 
 #include "sm90_fwd_kernel.cuh"
+#include "sm90_launch.cuh"
 
 namespace ffpa {
 namespace sm90 {
@@ -34,26 +35,8 @@ struct KernelDesc {
 template <class Cfg>
 cudaError_t launch(const FwdMaps &maps, const ffpa_gpu_fwd_params &p, int64_t clusters, cudaStream_t stream)
 {
-    auto kernel = sm90_fwd_kernel<Cfg>;
-    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Cfg::kSmemBytes);
-    if (e != cudaSuccess)
-        return e;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3((unsigned)(clusters * Cfg::kCluster), 1, 1);
-    cfg.blockDim = dim3(Cfg::kThreads, 1, 1);
-    cfg.dynamicSmemBytes = Cfg::kSmemBytes;
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = Cfg::kCluster;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    e = cudaLaunchKernelEx(&cfg, kernel, maps, p);
-    if (e != cudaSuccess)
-        return e;
-    return cudaGetLastError();
+    return launch_clusters(sm90_fwd_kernel<Cfg>, clusters, Cfg::kCluster, Cfg::kThreads, Cfg::kSmemBytes, stream,
+                           maps, p);
 }
 
 template <class Cfg> constexpr KernelDesc desc(const char *name)
