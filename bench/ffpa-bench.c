@@ -309,18 +309,30 @@ static int cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
-/* Poison O (NaN bit pattern) and LSE on the device. */
-static int poison(ffpa_context *ctx, run_bufs *r)
+/* Fill n device buffers with 0xFF bytes (a NaN bit pattern in every dtype):
+ * an element the run under test leaves unwritten shows as non-finite. */
+static int poison_buffers(ffpa_context *ctx, void *const *bufs, const size_t *bytes, int n)
 {
-    void *h = malloc(r->o_bytes > r->lse_bytes ? r->o_bytes : r->lse_bytes);
+    size_t most = 0;
+    for (int i = 0; i < n; ++i)
+        most = bytes[i] > most ? bytes[i] : most;
+    void *h = malloc(most);
     if (!h)
         return 0;
-    memset(h, 0xFF, r->o_bytes > r->lse_bytes ? r->o_bytes : r->lse_bytes);
-    int ok = ffpa_memcpy(ctx, r->o, h, r->o_bytes, FFPA_COPY_HOST_TO_DEVICE) == FFPA_OK;
-    if (r->lse)
-        ok = ok && ffpa_memcpy(ctx, r->lse, h, r->lse_bytes, FFPA_COPY_HOST_TO_DEVICE) == FFPA_OK;
+    memset(h, 0xFF, most);
+    int ok = 1;
+    for (int i = 0; i < n && ok; ++i)
+        ok = !bufs[i] || ffpa_memcpy(ctx, bufs[i], h, bytes[i], FFPA_COPY_HOST_TO_DEVICE) == FFPA_OK;
     free(h);
     return ok;
+}
+
+/* Poison O and LSE on the device. */
+static int poison(ffpa_context *ctx, run_bufs *r)
+{
+    void *bufs[] = {r->o, r->lse};
+    size_t bytes[] = {r->o_bytes, r->lse_bytes};
+    return poison_buffers(ctx, bufs, bytes, 2);
 }
 
 static float to_f32(uint16_t x, ffpa_dtype dt)
@@ -407,20 +419,12 @@ static int check_against_cpu(ffpa_context *ctx, const shape *s, ffpa_dtype dt, c
     return ok;
 }
 
-/* Poison dQ, dK, dV (NaN bit pattern) on the device. */
+/* Poison dQ, dK, dV on the device. */
 static int poison_grads(ffpa_context *ctx, run_bufs *r)
 {
-    size_t n = r->q_bytes > r->k_bytes ? r->q_bytes : r->k_bytes;
-    n = n > r->v_bytes ? n : r->v_bytes;
-    void *h = malloc(n);
-    if (!h)
-        return 0;
-    memset(h, 0xFF, n);
-    int ok = ffpa_memcpy(ctx, r->dq, h, r->q_bytes, FFPA_COPY_HOST_TO_DEVICE) == FFPA_OK &&
-             ffpa_memcpy(ctx, r->dk, h, r->k_bytes, FFPA_COPY_HOST_TO_DEVICE) == FFPA_OK &&
-             ffpa_memcpy(ctx, r->dv, h, r->v_bytes, FFPA_COPY_HOST_TO_DEVICE) == FFPA_OK;
-    free(h);
-    return ok;
+    void *bufs[] = {r->dq, r->dk, r->dv};
+    size_t bytes[] = {r->q_bytes, r->k_bytes, r->v_bytes};
+    return poison_buffers(ctx, bufs, bytes, 3);
 }
 
 typedef struct grad_err {

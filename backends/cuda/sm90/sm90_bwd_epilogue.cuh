@@ -16,32 +16,11 @@
 namespace ffpa {
 namespace sm90 {
 
-/* out points at (key 0 of the block, column 0); element (r, c) at
- * r * sn + c * sd. Rows >= rows_valid and columns >= dim are not written. */
-template <typename T>
-FFPA_DEV void store_grad(const float (&acc)[64], T *out, int64_t sn, int64_t sd, int rows_valid, int col0, int dim,
-                         int ctid)
-{
-    const int warp = ctid >> 5, lane = ctid & 31;
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-        const int r = warp * 16 + (lane >> 2) + 8 * half;
-        if (r >= rows_valid)
-            continue;
-#pragma unroll
-        for (int j = 0; j < 16; ++j)
-#pragma unroll
-            for (int e = 0; e < 2; ++e) {
-                const int c = col0 + 8 * j + 2 * (lane & 3) + e;
-                if (c < dim)
-                    out[(int64_t)r * sn + (int64_t)c * sd] = arch::from_f32<T>(acc[4 * j + 2 * half + e]);
-            }
-    }
-}
-
-/* dq points at (row 0 of the tile, column 0) of the fp32 buffer (row
- * stride sn, a multiple of 8); dim is a multiple of 8. */
-FFPA_DEV void reduce_dq(const float (&acc)[64], float *dq, int64_t sn, int rows_valid, int col0, int dim, int ctid)
+/* f(r, c, a, b) for each of this thread's value pairs (columns c, c + 1 of
+ * row r) with r < rows_valid and c < dim (dim a multiple of 8, so c + 1 <
+ * dim as well). */
+template <class F>
+FFPA_DEV void for_each_pair(const float (&acc)[64], int rows_valid, int col0, int dim, int ctid, F &&f)
 {
     const int warp = ctid >> 5, lane = ctid & 31;
 #pragma unroll
@@ -53,9 +32,30 @@ FFPA_DEV void reduce_dq(const float (&acc)[64], float *dq, int64_t sn, int rows_
         for (int j = 0; j < 16; ++j) {
             const int c = col0 + 8 * j + 2 * (lane & 3);
             if (c < dim)
-                red_add_v2(dq + (int64_t)r * sn + c, acc[4 * j + 2 * half], acc[4 * j + 2 * half + 1]);
+                f(r, c, acc[4 * j + 2 * half], acc[4 * j + 2 * half + 1]);
         }
     }
+}
+
+/* out points at (key 0 of the block, column 0); element (r, c) at
+ * r * sn + c * sd. Rows >= rows_valid and columns >= dim are not written. */
+template <typename T>
+FFPA_DEV void store_grad(const float (&acc)[64], T *out, int64_t sn, int64_t sd, int rows_valid, int col0, int dim,
+                         int ctid)
+{
+    for_each_pair(acc, rows_valid, col0, dim, ctid, [&](int r, int c, float a, float b) {
+        T *row = out + (int64_t)r * sn;
+        row[(int64_t)c * sd] = arch::from_f32<T>(a);
+        row[(int64_t)(c + 1) * sd] = arch::from_f32<T>(b);
+    });
+}
+
+/* dq points at (row 0 of the tile, column 0) of the fp32 buffer (row
+ * stride sn, a multiple of 8). */
+FFPA_DEV void reduce_dq(const float (&acc)[64], float *dq, int64_t sn, int rows_valid, int col0, int dim, int ctid)
+{
+    for_each_pair(acc, rows_valid, col0, dim, ctid,
+                  [&](int r, int c, float a, float b) { red_add_v2(dq + (int64_t)r * sn + c, a, b); });
 }
 
 } /* namespace sm90 */

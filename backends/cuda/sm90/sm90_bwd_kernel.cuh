@@ -166,12 +166,15 @@ FFPA_DEV void bwd_consumer(const ffpa_bwd_params &p, const BwdOutViews &out, uin
         if (owns) {
             const int rows_valid = min(Cfg::kBc, w.seqlen_k - w.kb0);
             const int64_t krow = p.cu_q ? w.k_start + w.kb0 : w.kb0;
-            T *dkg = static_cast<T *>(out.dk) + (int64_t)w.kvh * out.dk_sh + (p.cu_q ? 0 : (int64_t)w.b * out.dk_sb) +
-                     krow * out.dk_sn;
-            T *dvg = static_cast<T *>(out.dv) + (int64_t)w.kvh * out.dv_sh + (p.cu_q ? 0 : (int64_t)w.b * out.dv_sb) +
-                     krow * out.dv_sn;
-            store_grad<T>(dk, dkg, out.dk_sn, out.dk_sd, rows_valid, w.col0 + cols_slab * 128, p.dqk, ctid);
-            store_grad<T>(dv, dvg, out.dv_sn, out.dv_sd, rows_valid, w.col0 + cols_slab * 128, p.dv, ctid);
+            /* (the block's first key, column 0) of an output view */
+            auto block_row = [&](void *data, int64_t sb, int64_t sh, int64_t sn) {
+                return static_cast<T *>(data) + (int64_t)w.kvh * sh + (p.cu_q ? 0 : (int64_t)w.b * sb) + krow * sn;
+            };
+            const int col0 = w.col0 + cols_slab * 128;
+            store_grad<T>(dk, block_row(out.dk, out.dk_sb, out.dk_sh, out.dk_sn), out.dk_sn, out.dk_sd, rows_valid,
+                          col0, p.dqk, ctid);
+            store_grad<T>(dv, block_row(out.dv, out.dv_sb, out.dv_sh, out.dv_sn), out.dv_sn, out.dv_sd, rows_valid,
+                          col0, p.dv, ctid);
         }
     }
 }
@@ -197,7 +200,7 @@ FFPA_DEV void bwd_body(const BwdMaps &maps, const ffpa_bwd_params &p, const BwdO
         for (int r = 0; r < 2; ++r)
             for (int s = 0; s < Cfg::kRingSlots; ++s) {
                 mbar_init(&bars->full[r][s], 1);
-                mbar_init(&bars->empty[r][s], 4); /* the 4 warps of the ring's consumer */
+                mbar_init(&bars->empty[r][s], 4); /* the 4 warps of the consumer that reads the slab last */
             }
         mbar_init(&bars->rs_full[0], 1);
         mbar_init(&bars->rs_full[1], 1);

@@ -62,10 +62,8 @@ extern "C" ffpa_status ffpa_cuda_sm90_backward(struct ffpa_cuda_state *st, const
     if (kd->smem_bytes > st->prop.sharedMemPerBlockOptin)
         return unsupported(err, err_len, "the sm90 backward needs more shared memory than this device has");
     const host::Layout lay = host::layout_of(pb);
-    if (lay.total > 0 && (ws == NULL || ws_bytes < lay.total)) {
-        snprintf(err, err_len, "workspace: %zu bytes given to the cuda backward; expected >= %zu", ws_bytes, lay.total);
-        return FFPA_ERR_INVALID_ARGUMENT;
-    }
+    if ((s = host::check_workspace(lay, ws, ws_bytes, "cuda", err, err_len)) != FFPA_OK)
+        return s;
 
     const bool varlen = pb->cu_q != NULL;
     BwdMaps maps;
@@ -115,17 +113,8 @@ extern "C" ffpa_status ffpa_cuda_sm90_backward(struct ffpa_cuda_state *st, const
     if (pb->nkv > 0 && (e = kd->launch[extras](maps, p, out, ctas, stream)) != cudaSuccess)
         return ffpa_cuda_error(e, "cuda backward: sm90 dK/dV/dQ kernel", err, err_len);
     if (pb->nq > 0) {
-        ffpa::bwd::ConvertJob cj;
-        cj.acc = static_cast<const float *>(p.dq.data);
-        cj.out = pb->grad_q.data;
-        cj.sb = pb->grad_q.sb;
-        cj.sh = pb->grad_q.sh;
-        cj.sn = pb->grad_q.sn;
-        cj.sd = pb->grad_q.sd;
-        cj.heads = pb->hq;
-        cj.rows_total = pb->total_q;
-        cj.nlen = varlen ? 0 : pb->nq;
-        cj.dim = (int)pb->dqk;
+        const ffpa::bwd::ConvertJob cj = host::convert_job(static_cast<const float *>(p.dq.data), pb->grad_q, pb->hq,
+                                                           pb->total_q, varlen ? 0 : pb->nq, pb->dqk);
         if ((e = ffpa::bwd::launch_convert(dtype, cj, stream)) != cudaSuccess)
             return ffpa_cuda_error(e, "cuda backward: dQ conversion kernel", err, err_len);
     }

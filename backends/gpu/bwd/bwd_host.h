@@ -89,6 +89,37 @@ inline Layout layout_of(const ffpa_problem *pb)
     return l;
 }
 
+/* The workspace the caller gave against what pb needs (lay). */
+inline ffpa_status check_workspace(const Layout &lay, const void *ws, size_t ws_bytes, const char *who, char *err,
+                                   size_t err_len)
+{
+    if (lay.total > 0 && (ws == nullptr || ws_bytes < lay.total)) {
+        snprintf(err, err_len, "workspace: %zu bytes given to the %s backward; expected >= %zu", ws_bytes, who,
+                 lay.total);
+        return FFPA_ERR_INVALID_ARGUMENT;
+    }
+    return FFPA_OK;
+}
+
+/* The conversion of one fp32 gradient buffer [heads][rows][dim] into its
+ * output view (nlen: rows per sequence of a dense batch, 0 for varlen). */
+inline ConvertJob convert_job(const float *acc, const ffpa_view &out, int64_t heads, int64_t rows, int64_t nlen,
+                              int64_t dim)
+{
+    ConvertJob cj;
+    cj.acc = acc;
+    cj.out = out.data;
+    cj.sb = out.sb;
+    cj.sh = out.sh;
+    cj.sn = out.sn;
+    cj.sd = out.sd;
+    cj.heads = heads;
+    cj.rows_total = rows;
+    cj.nlen = nlen;
+    cj.dim = (int)dim;
+    return cj;
+}
+
 /* q/k/v/o/dout feed 16-byte async copies / vector loads. */
 inline bool view_vectorizable(const ffpa_view &v, int64_t sd)
 {
@@ -387,11 +418,8 @@ ffpa_status run(typename Rt::Stream stream, const ffpa_device_limits &lim, const
     if (status != FFPA_OK)
         return status;
     const Layout lay = layout_of(pb);
-    if (lay.total > 0 && (ws == nullptr || ws_bytes < lay.total)) {
-        snprintf(err, err_len, "workspace: %zu bytes given to the %s backward; expected >= %zu", ws_bytes, who,
-                 lay.total);
-        return FFPA_ERR_INVALID_ARGUMENT;
-    }
+    if ((status = check_workspace(lay, ws, ws_bytes, who, err, err_len)) != FFPA_OK)
+        return status;
     Tiles t;
     const size_t limit = smem_limit_of(smem_limit);
     if ((status = choose_tiles(pb, limit, tuned_plan(pb, lim), who, t, err, err_len)) != FFPA_OK) {
@@ -438,17 +466,7 @@ ffpa_status run(typename Rt::Stream stream, const ffpa_device_limits &lim, const
                     {static_cast<const float *>(p.dk.data), &pb->grad_k, pb->hkv, pb->total_k, pb->nkv, pb->dqk},
                     {static_cast<const float *>(p.dv_acc.data), &pb->grad_v, pb->hkv, pb->total_k, pb->nkv, pb->dv}};
         for (const auto &j : jobs) {
-            ConvertJob cj;
-            cj.acc = j.acc;
-            cj.out = j.out->data;
-            cj.sb = j.out->sb;
-            cj.sh = j.out->sh;
-            cj.sn = j.out->sn;
-            cj.sd = j.out->sd;
-            cj.heads = j.heads;
-            cj.rows_total = j.rows;
-            cj.nlen = varlen ? 0 : j.nlen;
-            cj.dim = (int)j.dim;
+            const ConvertJob cj = convert_job(j.acc, *j.out, j.heads, j.rows, varlen ? 0 : j.nlen, j.dim);
             if (!Rt::ok(e = Rt::convert(dtype, cj, stream)))
                 return device_error<Rt>(e, who, "gradient conversion kernel", err, err_len);
         }
