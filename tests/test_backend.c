@@ -10,6 +10,7 @@
 #include <cmocka.h>
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -404,6 +405,71 @@ static void test_last_kernel(void **state)
         th_tensor_free(all[i]);
 }
 
+/* The backward's kernel choice on cuda: the Hopper kernel where it covers
+ * the problem (sm_90), the generic kernels for deterministic mode and with
+ * FFPA_CUDA_KERNEL=generic, and a bogus FFPA_CUDA_KERNEL refused with the
+ * gradients untouched. Other backends: their one kernel family. */
+static void test_last_kernel_backward(void **state)
+{
+    (void)state;
+    ffpa_context *ctx = th_ctx();
+    th_tensor q, k, v, o, lse, dout, dq, dk, dv;
+    make_small_problem(&q, &k, &v, &o, &lse, FFPA_BF16, 4, 2, 70, 320, 12);
+    th_tensor_make(&dout, FFPA_BF16, TH_BHND, 1, 4, 70, 320);
+    th_tensor_make(&dq, FFPA_BF16, TH_BHND, 1, 4, 70, 320);
+    th_tensor_make(&dk, FFPA_BF16, TH_BHND, 1, 2, 70, 320);
+    th_tensor_make(&dv, FFPA_BF16, TH_BHND, 1, 2, 70, 320);
+    th_rng rng = th_rng_seeded(13);
+    th_tensor_random(&dout, &rng, -1, 1, 0);
+    ffpa_options opt = ffpa_options_default();
+    opt.causal = 1;
+    th_expect_ok(ctx, ffpa_forward(ctx, &q.dev, &k.dev, &v.dev, &o.dev, &lse.dev, &opt), "ffpa_forward");
+#define RUN_BWD() ffpa_backward(ctx, &dout.dev, &q.dev, &k.dev, &v.dev, &o.dev, &lse.dev, &dq.dev, &dk.dev, &dv.dev, &opt)
+    th_expect_ok(ctx, RUN_BWD(), "ffpa_backward");
+    char kernel[128];
+    snprintf(kernel, sizeof kernel, "%s", ffpa_last_kernel(ctx));
+    print_message("# last backward kernel on %s: %s\n", th_backend(), kernel);
+    if (strcmp(th_backend(), "cuda") == 0) {
+        const int hopper = strncmp(kernel, "sm90 wgmma bwd", 14) == 0;
+        if (!hopper && strncmp(kernel, "bwd dkdv", 8) != 0)
+            fail_msg("unexpected cuda backward kernel name '%s'", kernel);
+        opt.deterministic = 1; /* dQ atomics are not deterministic: the generic kernels run */
+        th_expect_ok(ctx, RUN_BWD(), "ffpa_backward (deterministic)");
+        assert_int_equal(strncmp(ffpa_last_kernel(ctx), "bwd dkdv", 8), 0);
+        opt.deterministic = 0;
+        setenv("FFPA_CUDA_KERNEL", "generic", 1);
+        th_expect_ok(ctx, RUN_BWD(), "ffpa_backward (FFPA_CUDA_KERNEL=generic)");
+        assert_int_equal(strncmp(ffpa_last_kernel(ctx), "bwd dkdv", 8), 0);
+        if (hopper) {
+            setenv("FFPA_CUDA_KERNEL", "sm90", 1);
+            th_expect_ok(ctx, RUN_BWD(), "ffpa_backward (FFPA_CUDA_KERNEL=sm90)");
+            assert_int_equal(strncmp(ffpa_last_kernel(ctx), "sm90 wgmma bwd", 14), 0);
+        }
+        setenv("FFPA_CUDA_KERNEL", "bogus", 1);
+        th_tensor *grads[] = {&dq, &dk, &dv};
+        unsigned char *pattern = malloc(dq.bytes > dk.bytes ? dq.bytes : dk.bytes);
+        assert_non_null(pattern);
+        memset(pattern, 0xA5, dq.bytes > dk.bytes ? dq.bytes : dk.bytes);
+        for (int i = 0; i < 3; ++i)
+            th_tensor_fill_bytes(grads[i], 0xA5);
+        ffpa_status status = RUN_BWD();
+        unsetenv("FFPA_CUDA_KERNEL");
+        assert_int_equal(status, FFPA_ERR_INVALID_ARGUMENT);
+        if (!strstr(ffpa_last_error(ctx), "FFPA_CUDA_KERNEL"))
+            fail_msg("the message does not name FFPA_CUDA_KERNEL: '%s'", ffpa_last_error(ctx));
+        th_expect_unchanged("dq (bogus FFPA_CUDA_KERNEL)", &dq, pattern);
+        th_expect_unchanged("dk (bogus FFPA_CUDA_KERNEL)", &dk, pattern);
+        th_expect_unchanged("dv (bogus FFPA_CUDA_KERNEL)", &dv, pattern);
+        free(pattern);
+    } else {
+        assert_string_equal(kernel, th_backend()); /* cpu, hip: one kernel family */
+    }
+#undef RUN_BWD
+    th_tensor *all[] = {&q, &k, &v, &o, &lse, &dout, &dq, &dk, &dv};
+    for (int i = 0; i < 9; ++i)
+        th_tensor_free(all[i]);
+}
+
 int main(void)
 {
     int unavailable = th_backend_unavailable_exit();
@@ -424,6 +490,7 @@ int main(void)
         cmocka_unit_test(test_contexts_independent),
         cmocka_unit_test(test_caller_workspace),
         cmocka_unit_test(test_last_kernel),
+        cmocka_unit_test(test_last_kernel_backward),
     };
     return th_exit_code(cmocka_run_group_tests_name("backend", tests, NULL, NULL),
                         (int)(sizeof tests / sizeof tests[0]));
