@@ -456,3 +456,128 @@ ffpa_status ffpa_backward(ffpa_context *ctx, const ffpa_tensor *dout, const ffpa
         return st;
     return ctx->backend->iface->backward(ctx->state, &pb, ws, ws_bytes, ctx->err, sizeof ctx->err);
 }
+
+/* ------------------------------------------------------------------ KV cache */
+
+static ffpa_status kv_supported(ffpa_context *ctx)
+{
+    if (!ctx->backend->iface->forward_kvcache)
+        return set_error(ctx->err, FFPA_ERR_UNSUPPORTED, "ctx: the %s backend has no paged KV cache path",
+                         ctx->backend->name);
+    return FFPA_OK;
+}
+
+static size_t kv_workspace_bytes(const ffpa_context *ctx, const ffpa_problem *pb)
+{
+    const ffpa_backend_i *b = ctx->backend->iface;
+    return b->kv_workspace_size ? b->kv_workspace_size(ctx->state, pb) : 0;
+}
+
+/* Copies the tables to the host and checks every entry a call will use. */
+static ffpa_status check_kv_tables(ffpa_context *ctx, const ffpa_problem *pb)
+{
+    const ffpa_kv_problem *kv = pb->kv;
+    const size_t len_bytes = (size_t)pb->batch * sizeof(int32_t);
+    const size_t table_bytes =
+        kv->block_table ? ((size_t)(pb->batch - 1) * (size_t)kv->bt_stride + (size_t)kv->max_pages) * sizeof(int32_t)
+                        : 0;
+    int32_t *lens = malloc(len_bytes), *table = table_bytes ? malloc(table_bytes) : NULL;
+    ffpa_status st = FFPA_OK;
+    if (!lens || (table_bytes && !table))
+        st = set_error(ctx->err, FFPA_ERR_OUT_OF_MEMORY, "cache: out of host memory for the table check");
+    if (st == FFPA_OK)
+        st = ctx->backend->iface->mem_copy(ctx->state, lens, kv->cache_seqlens, len_bytes,
+                                           FFPA_COPY_DEVICE_TO_HOST, ctx->err, sizeof ctx->err);
+    if (st == FFPA_OK && table)
+        st = ctx->backend->iface->mem_copy(ctx->state, table, kv->block_table, table_bytes,
+                                           FFPA_COPY_DEVICE_TO_HOST, ctx->err, sizeof ctx->err);
+    if (st == FFPA_OK)
+        st = ffpa_validate_kv_tables(pb, lens, table, ctx->err, sizeof ctx->err);
+    free(lens);
+    free(table);
+    return st;
+}
+
+ffpa_status ffpa_forward_kvcache(ffpa_context *ctx, const ffpa_tensor *q, const ffpa_kv_cache *cache,
+                                 const ffpa_tensor *k_new, const ffpa_tensor *v_new, const ffpa_tensor *o,
+                                 const ffpa_tensor *lse, const ffpa_options *opt)
+{
+    if (!ctx)
+        return NULL_CTX_ERROR();
+    ffpa_problem pb;
+    ffpa_kv_problem kv;
+    ffpa_status st = ffpa_validate_kvcache(q, cache, k_new, v_new, o, lse, opt, &pb, &kv, ctx->err,
+                                           sizeof ctx->err);
+    if (st == FFPA_OK)
+        st = check_caps(ctx, &pb);
+    if (st == FFPA_OK)
+        st = kv_supported(ctx);
+    if (st == FFPA_OK && !cache->trusted_tables)
+        st = check_kv_tables(ctx, &pb);
+    if (st != FFPA_OK)
+        return st;
+    pb.tuning = ctx->tuning;
+    void *ws = NULL;
+    size_t ws_bytes = 0;
+    st = acquire_workspace(ctx, kv_workspace_bytes(ctx, &pb), &ws, &ws_bytes);
+    if (st != FFPA_OK)
+        return st;
+    st = ctx->backend->iface->forward_kvcache(ctx->state, &pb, ws, ws_bytes, ctx->err, sizeof ctx->err);
+    if (st == FFPA_OK)
+        ctx->forwarded = 1;
+    return st;
+}
+
+/* Validation of a size or schedule query: shapes only. */
+static ffpa_status validate_kv_query(ffpa_context *ctx, const ffpa_tensor *q, const ffpa_kv_cache *cache,
+                                     int append, const ffpa_options *opt, ffpa_problem *pb,
+                                     ffpa_kv_problem *kv)
+{
+    ffpa_status st = ffpa_validate_kv_inputs(q, cache, opt, pb, kv, ctx->err, sizeof ctx->err);
+    if (st != FFPA_OK)
+        return st;
+    kv->append = append != 0;
+    pb->tuning = ctx->tuning;
+    return check_caps(ctx, pb);
+}
+
+ffpa_status ffpa_forward_kvcache_workspace_size(ffpa_context *ctx, const ffpa_tensor *q,
+                                                const ffpa_kv_cache *cache, const ffpa_options *opt,
+                                                size_t *bytes)
+{
+    if (!ctx)
+        return NULL_CTX_ERROR();
+    if (!bytes)
+        return set_error(ctx->err, FFPA_ERR_INVALID_ARGUMENT, "bytes: is NULL; expected an output");
+    ffpa_problem pb;
+    ffpa_kv_problem kv;
+    ffpa_status st = validate_kv_query(ctx, q, cache, 1, opt, &pb, &kv);
+    if (st == FFPA_OK)
+        st = kv_supported(ctx);
+    if (st != FFPA_OK)
+        return st;
+    *bytes = kv_workspace_bytes(ctx, &pb);
+    return FFPA_OK;
+}
+
+ffpa_status ffpa_kvcache_schedule(ffpa_context *ctx, const ffpa_tensor *q, const ffpa_kv_cache *cache,
+                                  const int32_t *host_seqlens, int append, const ffpa_options *opt,
+                                  ffpa_kv_schedule_info *out)
+{
+    if (!ctx)
+        return NULL_CTX_ERROR();
+    if (!out || !host_seqlens)
+        return set_error(ctx->err, FFPA_ERR_INVALID_ARGUMENT, "%s: is NULL; expected %s",
+                         out ? "host_seqlens" : "out", out ? "int32 [B] host lengths" : "an output");
+    ffpa_problem pb;
+    ffpa_kv_problem kv;
+    ffpa_status st = validate_kv_query(ctx, q, cache, append, opt, &pb, &kv);
+    if (st != FFPA_OK)
+        return st;
+    if (!ctx->backend->iface->kv_schedule)
+        return set_error(ctx->err, FFPA_ERR_UNSUPPORTED,
+                         "ctx: the %s backend runs no split-KV schedule (one task per query tile)",
+                         ctx->backend->name);
+    memset(out, 0, sizeof *out);
+    return ctx->backend->iface->kv_schedule(ctx->state, &pb, host_seqlens, out, ctx->err, sizeof ctx->err);
+}

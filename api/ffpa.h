@@ -254,6 +254,100 @@ FFPA_API ffpa_status ffpa_backward(ffpa_context *ctx, const ffpa_tensor *dout,
                                    const ffpa_tensor *dk, const ffpa_tensor *dv,
                                    const ffpa_options *opt);
 
+/* ------------------------------------------------------------------ serving: paged KV cache */
+
+/*
+ * A paged KV cache (as inference engines keep it). K and V are pools of
+ * pages; each page holds page_size tokens of every KV head:
+ *
+ *   k  shape {num_pages, Hkv, page_size, Dqk}   v  shape {num_pages, Hkv, page_size, Dv}
+ *
+ * (any strides: [pages, page_size, Hkv, D] memory, FlashAttention's layout,
+ * is ffpa_tensor_bnhd(k_ptr, dtype, num_pages, Hkv, page_size, Dqk)). Token t
+ * of sequence b is row t % page_size of page block_table[b][t / page_size].
+ *
+ * block_table: int32 [B, max_pages_per_seq] (row stride block_table_stride
+ * elements; 0 means max_pages_per_seq) in the backend's memory. NULL: no
+ * paging, sequence b owns "page" b, i.e. a dense cache [B, Hkv, capacity, D]
+ * whose page_size is its capacity (shape[2]), num_pages = B.
+ * cache_seqlens: int32 [B] in the backend's memory, tokens already cached.
+ *
+ * V may be a view of K's storage (absorbed MLA: v = the first Dv columns of
+ * the pages of k, same strides); nothing is copied. Then only k_new is
+ * appended (it carries V's columns too) and v_new must be NULL.
+ *
+ * The page size must be a multiple of 16 (1..256 otherwise unchecked for
+ * the dense form, which takes any capacity).
+ */
+typedef struct ffpa_kv_cache {
+    ffpa_tensor k;                  /* pages of K, see above */
+    ffpa_tensor v;                  /* pages of V (may alias k) */
+    const int32_t *block_table;     /* [B, max_pages_per_seq] int32, or NULL (dense) */
+    int64_t max_pages_per_seq;      /* block_table columns (ignored when NULL) */
+    int64_t block_table_stride;     /* elements between block_table rows; 0: max_pages_per_seq */
+    const int32_t *cache_seqlens;   /* [B] int32: tokens cached before this call */
+    /* 0 (default): the library copies block_table and cache_seqlens to the
+     * host and checks every entry before launching anything (a
+     * synchronisation). 1: the caller vouches for them; nothing is read on
+     * the host, so the call can be captured in a CUDA graph. GPU kernels
+     * still never dereference a page outside the pool: a bad entry there
+     * gives wrong numbers, never a wild access. */
+    int trusted_tables;
+} ffpa_kv_cache;
+
+/*
+ * Attention of q against a paged KV cache (decode, speculative decode,
+ * chunked prefill):
+ *
+ *   q      [B, Hq, Nq, Dqk]  the step's query tokens (Nq = 1 for decode)
+ *   k_new  [B, Hkv, Nq, Dqk] optional, with v_new [B, Hkv, Nq, Dv]: written
+ *          into the cache at positions cache_seqlens[b] .. + Nq - 1 before
+ *          attending (flash_attn_with_kvcache's append); NULL: nothing appended
+ *   o      [B, Hq, Nq, Dv], lse [B, Hq, Nq, 1] float32 or NULL
+ *
+ * Sequence b attends to L_b = cache_seqlens[b] (+ Nq when appending) keys.
+ * opt: scale and causal apply (causal among the new tokens: token i sees
+ * keys j <= i + L_b - Nq, bottom-right aligned to each sequence's length);
+ * bias, dropout and varlen must be unset. The cache_seqlens array is not
+ * advanced: the caller does that, as with FlashAttention.
+ * Query heads that share a KV head are computed together, so each KV head
+ * is read once per step; long caches are split across blocks and merged.
+ * Errors (bad shapes, page size, table entries outside the pool, lengths
+ * negative or beyond the table, an append that would overflow the pages a
+ * sequence has): a status and message, nothing written (cache included).
+ */
+FFPA_API ffpa_status ffpa_forward_kvcache(ffpa_context *ctx, const ffpa_tensor *q,
+                                          const ffpa_kv_cache *cache, const ffpa_tensor *k_new,
+                                          const ffpa_tensor *v_new, const ffpa_tensor *o,
+                                          const ffpa_tensor *lse, const ffpa_options *opt);
+
+/* Workspace bytes ffpa_forward_kvcache needs for these shapes (split-KV
+ * partials, the schedule); depends on shapes only, never on the lengths. */
+FFPA_API ffpa_status ffpa_forward_kvcache_workspace_size(ffpa_context *ctx, const ffpa_tensor *q,
+                                                         const ffpa_kv_cache *cache,
+                                                         const ffpa_options *opt, size_t *bytes);
+
+/* The split-KV schedule a GPU backend would run for a batch with these
+ * cache lengths (host array) and shapes: for ffpa-run / ffpa-bench to
+ * print (and the tests to check). Fills *out; FFPA_ERR_UNSUPPORTED on cpu,
+ * which runs no split schedule. */
+typedef struct ffpa_kv_schedule_info {
+    int rows_per_tile;       /* packed query rows (Nq x Hq/Hkv) per tile */
+    int q_tiles;             /* tiles per (sequence, kv head) */
+    int key_tile;            /* keys per key tile */
+    int64_t units;           /* (sequence, kv head) pairs */
+    int64_t tiles_per_split; /* key tiles each block runs at most */
+    int64_t blocks;          /* blocks that do work (splits x q tiles summed over units) */
+    int64_t grid;            /* blocks launched (an upper bound fixed by the shapes) */
+    int max_splits;          /* largest split count of one unit */
+    const char *kernel;      /* kernel name */
+} ffpa_kv_schedule_info;
+
+FFPA_API ffpa_status ffpa_kvcache_schedule(ffpa_context *ctx, const ffpa_tensor *q,
+                                           const ffpa_kv_cache *cache, const int32_t *host_seqlens,
+                                           int append, const ffpa_options *opt,
+                                           ffpa_kv_schedule_info *out);
+
 #ifdef __cplusplus
 }
 #endif

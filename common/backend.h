@@ -22,8 +22,8 @@ extern "C" {
 
 /* Bump on any change to ffpa_backend_i, ffpa_problem, ffpa_backend_caps, or
  * ffpa_plan / ffpa_plan_input (a tuning table's apply, in the core, fills
- * the plugin's plan: common/tuning.h). */
-#define FFPA_BACKEND_ABI_VERSION 4
+ * the plugin's plan: common/tuning.h). 5: forward_kvcache, kv_schedule. */
+#define FFPA_BACKEND_ABI_VERSION 5
 
 /* Symbol every plugin exports: const ffpa_backend_i *ffpa_backend_entry(void). */
 #define FFPA_BACKEND_ENTRY_SYMBOL "ffpa_backend_entry"
@@ -84,6 +84,23 @@ typedef struct ffpa_backend_i {
      * successful forward launched, e.g. "sm90 wgmma d256x2 cluster", for
      * benchmarks and A/B runs; "" before the first forward. */
     const char *(*last_kernel)(void *state);
+
+    /* Optional (NULL: the paged KV cache is unsupported). Attention over a
+     * paged KV cache (pb->kv set): appends pb->kv->k_new/v_new when
+     * pb->kv->append, then writes pb->o and, when pb->lse.data, pb->lse.
+     * Tables were checked by the core unless the caller vouched for them.
+     * workspace holds at least kv_workspace_size(pb) bytes. */
+    ffpa_status (*forward_kvcache)(void *state, const ffpa_problem *pb, void *workspace,
+                                   size_t workspace_bytes, char *err, size_t err_len);
+
+    /* Optional (NULL: needs none). Workspace bytes of forward_kvcache; a
+     * function of the shapes only. */
+    size_t (*kv_workspace_size)(void *state, const ffpa_problem *pb);
+
+    /* Optional (NULL: no split schedule, e.g. cpu). The schedule
+     * forward_kvcache would run for these host cache lengths. */
+    ffpa_status (*kv_schedule)(void *state, const ffpa_problem *pb, const int32_t *host_seqlens,
+                               ffpa_kv_schedule_info *out, char *err, size_t err_len);
 } ffpa_backend_i;
 
 typedef const ffpa_backend_i *(*ffpa_backend_entry_fn)(void);

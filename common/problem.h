@@ -27,6 +27,24 @@ typedef struct ffpa_view {
     int64_t sb, sh, sn, sd;
 } ffpa_view;
 
+/*
+ * A paged KV cache call (ffpa_forward_kvcache). The problem's k and v views
+ * are the page pools with sb = the stride between pages and sn the row
+ * stride inside a page; nkv is a sequence's capacity (pages x page_size).
+ */
+typedef struct ffpa_kv_problem {
+    const int32_t *block_table; /* backend memory [batch, bt_stride]; NULL: page b is sequence b */
+    int64_t bt_stride;          /* elements between block_table rows */
+    int64_t max_pages;          /* pages a sequence may use */
+    int64_t num_pages;          /* pages in the pool */
+    int64_t page_size;          /* tokens per page */
+    const int32_t *cache_seqlens; /* backend memory [batch]; NULL: every sequence uniform_len */
+    int64_t uniform_len;        /* with cache_seqlens NULL (dense forward decode), else -1 */
+    int append;                 /* k_new (and v_new) go in at cache_seqlens[b] first */
+    int v_in_k;                 /* v is a view of k's pages: appending k_new appends v */
+    ffpa_view k_new, v_new;     /* [b, hkv, nq, d] (v_new unused with v_in_k) */
+} ffpa_kv_problem;
+
 typedef struct ffpa_problem {
     ffpa_dtype dtype;        /* of q, k, v, o (and dout, dq, dk, dv) */
     int64_t batch;           /* B, or varlen_batch */
@@ -67,6 +85,9 @@ typedef struct ffpa_problem {
     /* Tuned tile configurations for this device (common/tuning.h), loaded
      * by the core per context; NULL: the planner's heuristics alone. */
     const struct ffpa_tuning_table *tuning;
+
+    /* Paged KV cache call, or NULL. */
+    const ffpa_kv_problem *kv;
 } ffpa_problem;
 
 /* Query / key rows of sequence b. */

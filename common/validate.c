@@ -412,3 +412,221 @@ ffpa_status ffpa_validate_backward(const ffpa_tensor *dout, const ffpa_tensor *q
     TRY(check_separate(outs, 4, ins, 7, err, err_len));
     return FFPA_OK;
 }
+
+/* ------------------------------------------------------------------ KV cache */
+
+static int ranges_overlap(const ffpa_tensor *a, const ffpa_tensor *b)
+{
+    uintptr_t alo, ahi, blo, bhi;
+    byte_range(a, &alo, &ahi);
+    byte_range(b, &blo, &bhi);
+    return alo < bhi && blo < ahi;
+}
+
+static ffpa_status check_same_dtype(const char *name, const ffpa_tensor *t, const ffpa_tensor *q,
+                                    char *err, size_t err_len)
+{
+    if (t->dtype != q->dtype)
+        return fail(err, err_len, "%s: dtype %s differs from q's; expected %s", name,
+                    ffpa_dtype_name(t->dtype), ffpa_dtype_name(q->dtype));
+    return FFPA_OK;
+}
+
+/* k_new / v_new: [B, Hkv, Nq, d]. */
+static ffpa_status check_new_tokens(const char *name, const ffpa_tensor *t, const ffpa_tensor *q,
+                                    int64_t hkv, int64_t d, char *err, size_t err_len)
+{
+    TRY(check_tensor(name, t, 1, err, err_len));
+    TRY(check_same_dtype(name, t, q, err, err_len));
+    TRY(check_dim(name, t, 0, q->shape[0], "batch of q", err, err_len));
+    TRY(check_dim(name, t, 1, hkv, "kv heads of the cache", err, err_len));
+    TRY(check_dim(name, t, 2, q->shape[2], "new tokens: rows of q", err, err_len));
+    TRY(check_dim(name, t, 3, d, "head dim of the cache", err, err_len));
+    return FFPA_OK;
+}
+
+ffpa_status ffpa_validate_kv_inputs(const ffpa_tensor *q, const ffpa_kv_cache *cache,
+                                   const ffpa_options *opt, ffpa_problem *pb, ffpa_kv_problem *kv,
+                                   char *err, size_t err_len)
+{
+    static const ffpa_options defaults = {0};
+    if (!opt)
+        opt = &defaults;
+    memset(pb, 0, sizeof *pb);
+    memset(kv, 0, sizeof *kv);
+    if (!cache)
+        return fail(err, err_len, "cache: is NULL; expected an ffpa_kv_cache");
+    const ffpa_tensor *k = &cache->k, *v = &cache->v;
+    TRY(check_tensor("q", q, 1, err, err_len));
+    TRY(check_tensor("cache.k", k, 1, err, err_len));
+    TRY(check_tensor("cache.v", v, 1, err, err_len));
+    TRY(check_same_dtype("cache.k", k, q, err, err_len));
+    TRY(check_same_dtype("cache.v", v, q, err, err_len));
+    TRY(check_dim("cache.v", v, 0, k->shape[0], "pages of cache.k", err, err_len));
+    TRY(check_dim("cache.v", v, 1, k->shape[1], "kv heads of cache.k", err, err_len));
+    TRY(check_dim("cache.v", v, 2, k->shape[2], "page size of cache.k", err, err_len));
+    TRY(check_dim("cache.k", k, 3, q->shape[3], "head dim of q", err, err_len));
+    if (q->shape[1] % k->shape[1] != 0)
+        return fail(err, err_len,
+                    "cache.k: %lld kv heads do not divide %lld query heads; expected Hq %% Hkv == 0",
+                    (long long)k->shape[1], (long long)q->shape[1]);
+    if (q->shape[3] > FFPA_MAX_HEAD_DIM || v->shape[3] > FFPA_MAX_HEAD_DIM)
+        return fail(err, err_len, "%s: head dim %lld is out of range; expected 1..%d",
+                    q->shape[3] > FFPA_MAX_HEAD_DIM ? "q" : "cache.v",
+                    (long long)(q->shape[3] > FFPA_MAX_HEAD_DIM ? q->shape[3] : v->shape[3]),
+                    FFPA_MAX_HEAD_DIM);
+    if (opt->bias || opt->dropout_p != 0.0f || opt->cu_seqlens_q || opt->cu_seqlens_k)
+        return fail(err, err_len, "%s: is set; expected it unset for a KV-cache call (no bias, "
+                                  "dropout or varlen there: lengths come from cache_seqlens)",
+                    opt->bias ? "opt.bias" : opt->dropout_p != 0.0f ? "opt.dropout_p" : "opt.cu_seqlens");
+    if (!isfinite(opt->scale))
+        return fail(err, err_len, "opt.scale: %g is not finite; expected a finite number (0: 1/sqrt(D))",
+                    (double)opt->scale);
+    if (opt->causal != 0 && opt->causal != 1)
+        return fail(err, err_len, "opt.causal: %d; expected 0 or 1", opt->causal);
+    if (!cache->cache_seqlens)
+        return fail(err, err_len, "cache.cache_seqlens: is NULL; expected int32 [B] in backend memory");
+
+    const int64_t batch = q->shape[0], page_size = k->shape[2];
+    if (cache->block_table) {
+        if (page_size % 16 != 0)
+            return fail(err, err_len, "cache.k: page size (shape[2]) %lld; expected a multiple of 16",
+                        (long long)page_size);
+        if (cache->max_pages_per_seq < 1)
+            return fail(err, err_len, "cache.max_pages_per_seq: %lld; expected >= 1",
+                        (long long)cache->max_pages_per_seq);
+        if (cache->block_table_stride != 0 && cache->block_table_stride < cache->max_pages_per_seq)
+            return fail(err, err_len, "cache.block_table_stride: %lld; expected 0 or >= %lld "
+                                      "(max_pages_per_seq)",
+                        (long long)cache->block_table_stride, (long long)cache->max_pages_per_seq);
+        if ((uintptr_t)cache->block_table % sizeof(int32_t))
+            return fail(err, err_len, "cache.block_table: %p is misaligned; expected int32 alignment",
+                        (const void *)cache->block_table);
+        kv->block_table = cache->block_table;
+        kv->max_pages = cache->max_pages_per_seq;
+        kv->bt_stride = cache->block_table_stride ? cache->block_table_stride : cache->max_pages_per_seq;
+    } else {
+        TRY(check_dim("cache.k", k, 0, batch, "batch of q: without a block table the cache is dense",
+                      err, err_len));
+        kv->max_pages = 1;
+        kv->bt_stride = 0;
+    }
+    kv->num_pages = k->shape[0];
+    kv->page_size = page_size;
+    kv->cache_seqlens = cache->cache_seqlens;
+    kv->uniform_len = -1;
+
+    /* V inside K's storage (MLA): only the view of K's first Dv columns. */
+    kv->v_in_k = ranges_overlap(k, v);
+    if (kv->v_in_k) {
+        int same = v->data == k->data && v->shape[3] <= k->shape[3];
+        for (int i = 0; i < 3; ++i)
+            same = same && v->stride[i] == k->stride[i];
+        same = same && v->stride[3] == k->stride[3];
+        if (!same)
+            return fail(err, err_len, "cache.v: overlaps cache.k but is not a view of its first %lld "
+                                      "columns; expected v.data == k.data with k's strides",
+                        (long long)v->shape[3]);
+    }
+    pb->dtype = q->dtype;
+    pb->batch = batch;
+    pb->hq = q->shape[1];
+    pb->hkv = k->shape[1];
+    pb->nq = q->shape[2];
+    pb->nkv = kv->max_pages * page_size;
+    pb->dqk = q->shape[3];
+    pb->dv = v->shape[3];
+    pb->total_q = batch * pb->nq;
+    pb->total_k = batch * pb->nkv;
+    pb->scale = opt->scale != 0.0f ? opt->scale : (float)(1.0 / sqrt((double)pb->dqk));
+    pb->causal = opt->causal;
+    pb->grad_accum = FFPA_GRAD_ACCUM_F32;
+    pb->q = view_of(q);
+    pb->k = view_of(k);
+    pb->v = view_of(v);
+    pb->kv = kv;
+    return FFPA_OK;
+}
+
+ffpa_status ffpa_validate_kvcache(const ffpa_tensor *q, const ffpa_kv_cache *cache,
+                                  const ffpa_tensor *k_new, const ffpa_tensor *v_new,
+                                  const ffpa_tensor *o, const ffpa_tensor *lse,
+                                  const ffpa_options *opt, ffpa_problem *pb, ffpa_kv_problem *kv,
+                                  char *err, size_t err_len)
+{
+    TRY(ffpa_validate_kv_inputs(q, cache, opt, pb, kv, err, err_len));
+    const ffpa_tensor *k = &cache->k, *v = &cache->v;
+    const int64_t hkv = k->shape[1];
+    if (k_new || v_new) {
+        if (!k_new)
+            return fail(err, err_len, "k_new: is NULL while v_new is set; expected both or neither");
+        TRY(check_new_tokens("k_new", k_new, q, hkv, k->shape[3], err, err_len));
+        if (kv->v_in_k) {
+            if (v_new)
+                return fail(err, err_len, "v_new: is set while cache.v is a view of cache.k; expected "
+                                          "NULL (k_new carries V's columns)");
+        } else {
+            if (!v_new)
+                return fail(err, err_len, "v_new: is NULL while k_new is set; expected both or neither");
+            TRY(check_new_tokens("v_new", v_new, q, hkv, v->shape[3], err, err_len));
+            kv->v_new = view_of(v_new);
+        }
+        kv->append = 1;
+        kv->k_new = view_of(k_new);
+        TRY(check_layout("cache.k", k, 4, 0, err, err_len));
+        if (!kv->v_in_k)
+            TRY(check_layout("cache.v", v, 4, 0, err, err_len));
+    }
+
+    TRY(check_o_shape("o", o, q, v, 1, err, err_len));
+    TRY(check_layout("o", o, 4, 0, err, err_len));
+    if (lse) {
+        TRY(check_lse("lse", lse, q, 1, err, err_len));
+        TRY(check_layout("lse", lse, 3, 0, err, err_len));
+        pb->lse = view_of(lse);
+    }
+    /* Outputs: o, lse, and the cache when appending (v only when separate). */
+    const ffpa_tensor *kout = kv->append ? k : NULL, *vout = kv->append && !kv->v_in_k ? v : NULL;
+    const named_tensor outs[] = {{"o", o}, {"lse", lse}, {"cache.k", kout}, {"cache.v", vout}};
+    const named_tensor ins[] = {{"q", q},
+                                {"k_new", k_new},
+                                {"v_new", v_new},
+                                {"cache.k", kout ? NULL : k},
+                                {"cache.v", vout || kv->v_in_k ? NULL : v}};
+    TRY(check_separate(outs, 4, ins, 5, err, err_len));
+
+    pb->o = view_of(o);
+    return FFPA_OK;
+}
+
+ffpa_status ffpa_validate_kv_tables(const ffpa_problem *pb, const int32_t *seqlens,
+                                    const int32_t *block_table, char *err, size_t err_len)
+{
+    const ffpa_kv_problem *kv = pb->kv;
+    const int64_t added = kv->append ? pb->nq : 0;
+    for (int64_t b = 0; b < pb->batch; ++b) {
+        const int64_t len = seqlens[b];
+        if (len < 0)
+            return fail(err, err_len, "cache.cache_seqlens: [%lld] = %lld is negative; expected >= 0",
+                        (long long)b, (long long)len);
+        if (len + added > pb->nkv)
+            return fail(err, err_len,
+                        "cache.cache_seqlens: [%lld] = %lld%s exceeds the %lld tokens a sequence holds "
+                        "(%lld pages of %lld); expected <= %lld",
+                        (long long)b, (long long)len, added ? " plus the appended tokens" : "",
+                        (long long)pb->nkv, (long long)kv->max_pages, (long long)kv->page_size,
+                        (long long)(pb->nkv - added));
+        if (!block_table)
+            continue;
+        const int64_t pages = (len + added + kv->page_size - 1) / kv->page_size;
+        for (int64_t j = 0; j < pages; ++j) {
+            const int64_t page = block_table[b * kv->bt_stride + j];
+            if (page < 0 || page >= kv->num_pages)
+                return fail(err, err_len,
+                            "cache.block_table: [%lld][%lld] = %lld is outside the pool; expected "
+                            "0..%lld",
+                            (long long)b, (long long)j, (long long)page, (long long)kv->num_pages - 1);
+        }
+    }
+    return FFPA_OK;
+}

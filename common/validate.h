@@ -28,6 +28,27 @@ ffpa_status ffpa_validate_backward(const ffpa_tensor *dout, const ffpa_tensor *q
                                    const ffpa_tensor *dv, const ffpa_options *opt,
                                    ffpa_problem *pb, char *err, size_t err_len);
 
+/* ffpa_forward_kvcache's arguments (shapes, dtypes, strides, page size,
+ * options; not the contents of block_table / cache_seqlens, which live in
+ * backend memory: see ffpa_validate_kv_tables). Fills pb and kv (pb->kv = kv). */
+ffpa_status ffpa_validate_kvcache(const ffpa_tensor *q, const ffpa_kv_cache *cache,
+                                  const ffpa_tensor *k_new, const ffpa_tensor *v_new,
+                                  const ffpa_tensor *o, const ffpa_tensor *lse,
+                                  const ffpa_options *opt, ffpa_problem *pb, ffpa_kv_problem *kv,
+                                  char *err, size_t err_len);
+
+/* The shape part of the above (q, cache, options): what a workspace-size
+ * or schedule query needs. */
+ffpa_status ffpa_validate_kv_inputs(const ffpa_tensor *q, const ffpa_kv_cache *cache,
+                                   const ffpa_options *opt, ffpa_problem *pb, ffpa_kv_problem *kv,
+                                   char *err, size_t err_len);
+
+/* The table contents, from host copies: every length in 0..capacity (after
+ * the append), every page a sequence uses inside the pool. block_table may
+ * be NULL (dense cache). */
+ffpa_status ffpa_validate_kv_tables(const ffpa_problem *pb, const int32_t *seqlens,
+                                    const int32_t *block_table, char *err, size_t err_len);
+
 /* A view of a broadcast operand (bias, dbias): size-1 dimensions get stride 0. */
 ffpa_view ffpa_broadcast_view(const ffpa_tensor *t);
 

@@ -124,6 +124,19 @@ static ffpa_status cpu_forward_entry(void *state, const ffpa_problem *pb, void *
     return cpu_forward(pb, workspace, workspace_bytes, err, err_len);
 }
 
+static ffpa_status cpu_kvcache_entry(void *state, const ffpa_problem *pb, void *workspace,
+                                     size_t workspace_bytes, char *err, size_t err_len)
+{
+    (void)state;
+    return cpu_forward_kvcache(pb, workspace, workspace_bytes, err, err_len);
+}
+
+static size_t cpu_kv_workspace_size(void *state, const ffpa_problem *pb)
+{
+    (void)state;
+    return cpu_forward_workspace_size(pb);
+}
+
 static ffpa_status cpu_backward_entry(void *state, const ffpa_problem *pb, void *workspace,
                                       size_t workspace_bytes, char *err, size_t err_len)
 {
@@ -179,6 +192,10 @@ static const ffpa_backend_i cpu_backend_table = {
     .mem_alloc = cpu_mem_alloc,
     .mem_free = cpu_mem_free,
     .mem_copy = cpu_mem_copy,
+    .last_kernel = NULL,     /* one kernel family */
+    .forward_kvcache = cpu_kvcache_entry,
+    .kv_workspace_size = cpu_kv_workspace_size,
+    .kv_schedule = NULL,     /* one task per (sequence, head, query block): no split schedule */
 };
 
 const ffpa_backend_i *ffpa_cpu_backend(void)

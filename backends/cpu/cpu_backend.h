@@ -45,6 +45,9 @@ static inline void *cpu_workspace_slot(const cpu_workspace *ws, int thread)
 int cpu_thread_index(void);
 
 size_t cpu_forward_workspace_size(const ffpa_problem *pb);
+/* Paged KV cache (pb->kv): append, then the forward over the pages. */
+ffpa_status cpu_forward_kvcache(const ffpa_problem *pb, void *workspace, size_t workspace_bytes,
+                                char *err, size_t err_len);
 ffpa_status cpu_forward(const ffpa_problem *pb, void *workspace, size_t workspace_bytes,
                         char *err, size_t err_len);
 

@@ -11,6 +11,7 @@
 
 #include "cpu_backend.h"
 #include "cpu_tiles.h"
+#include "kv_sched.h"
 
 /* Per-thread scratch of the forward, carved from one workspace slot. */
 typedef struct fwd_scratch {
@@ -68,18 +69,58 @@ static void online_softmax(float *s, int64_t ld, int rows, int cols, float *m, f
     }
 }
 
+/* Keys sequence b attends to: all of its rows, or for a KV-cache call its
+ * cached tokens (plus the appended ones). */
+static int64_t key_len(const ffpa_problem *pb, int64_t b)
+{
+    const ffpa_kv_problem *kv = pb->kv;
+    if (!kv)
+        return ffpa_seqlen_k(pb, b);
+    return ffpa_kv_seq_len(kv->cache_seqlens, kv->uniform_len, b, kv->append ? pb->nq : 0, pb->nkv);
+}
+
+/* Element offset of key row j of (b, kv head hk) in a k-side view: packed
+ * rows, or the row inside its page of a KV cache. */
+static int64_t key_row_offset(const ffpa_problem *pb, const ffpa_view *view, int64_t b, int64_t hk, int64_t j)
+{
+    const ffpa_kv_problem *kv = pb->kv;
+    if (!kv)
+        return ffpa_row_offset(view, pb->cu_k, b, hk) + j * view->sn;
+    const int64_t page = kv->block_table ? kv->block_table[b * kv->bt_stride + j / kv->page_size] : b;
+    return page * view->sb + hk * view->sh + (j % kv->page_size) * view->sn;
+}
+
+/* Key rows j0 .. j0+cols-1, columns d0 .. d0+dc-1 of a k-side view as fp32
+ * (transposed: element (r, c) at dst[c * ld + r]), one load per run of rows
+ * that are contiguous in memory (one page, or the whole block). */
+static void load_key_rows(float *dst, int64_t ld, int transposed, const ffpa_problem *pb,
+                          const ffpa_view *view, int64_t b, int64_t hk, int64_t j0, int cols, int d0, int dc)
+{
+    const int64_t run_max = pb->kv ? pb->kv->page_size : cols;
+    for (int r = 0; r < cols;) {
+        const int64_t j = j0 + r;
+        int run = (int)(run_max - (pb->kv ? j % run_max : 0));
+        if (run > cols - r)
+            run = cols - r;
+        const int64_t off = key_row_offset(pb, view, b, hk, j) + d0 * view->sd;
+        if (transposed)
+            cpu_load_tile_t(dst + r, ld, view->data, pb->dtype, off, view->sn, view->sd, run, dc);
+        else
+            cpu_load_tile(dst + (int64_t)r * ld, ld, view->data, pb->dtype, off, view->sn, view->sd, run, dc);
+        r += run;
+    }
+}
+
 static void forward_block(const ffpa_problem *pb, const ffpa_plan *pl, const fwd_scratch *fs,
                           int64_t b, int64_t h, int64_t q_block)
 {
-    const int64_t seq_q = ffpa_seqlen_q(pb, b), seq_k = ffpa_seqlen_k(pb, b);
+    const int64_t seq_q = ffpa_seqlen_q(pb, b), seq_k = key_len(pb, b);
     const int64_t i0 = q_block * pl->br;
     if (i0 >= seq_q)
         return; /* varlen: this sequence is shorter */
     const int rows = (int)(seq_q - i0 < pl->br ? seq_q - i0 : pl->br);
     const int bc = pl->bc, dqk = (int)pb->dqk, dv = (int)pb->dv;
     const int64_t hk = h / (pb->hq / pb->hkv);
-    const int64_t k_base = ffpa_row_offset(&pb->k, pb->cu_k, b, hk);
-    const int64_t v_base = ffpa_row_offset(&pb->v, pb->cu_k, b, hk);
     const int dropout = pb->dropout_p > 0.0f;
 
     cpu_load_tile(fs->q, dqk, pb->q.data, pb->dtype,
@@ -103,8 +144,7 @@ static void forward_block(const ffpa_problem *pb, const ffpa_plan *pl, const fwd
             memset(fs->s + (size_t)r * bc, 0, (size_t)cols * sizeof(float));
         for (int d0 = 0; d0 < dqk; d0 += pl->dqk_chunk) {
             const int dc = dqk - d0 < pl->dqk_chunk ? dqk - d0 : pl->dqk_chunk;
-            cpu_load_tile_t(fs->kt, bc, pb->k.data, pb->dtype,
-                            k_base + j0 * pb->k.sn + d0 * pb->k.sd, pb->k.sn, pb->k.sd, cols, dc);
+            load_key_rows(fs->kt, bc, 1, pb, &pb->k, b, hk, j0, cols, d0, dc);
             cpu_gemm_acc(rows, cols, dc, fs->q + d0, dqk, fs->kt, bc, fs->s, bc);
         }
         cpu_score_epilogue(fs->s, bc, rows, cols, i0, j0, &sc);
@@ -128,8 +168,7 @@ static void forward_block(const ffpa_problem *pb, const ffpa_plan *pl, const fwd
         }
         for (int d0 = 0; d0 < dv; d0 += pl->dv_chunk) {
             const int dc = dv - d0 < pl->dv_chunk ? dv - d0 : pl->dv_chunk;
-            cpu_load_tile(fs->vc, pl->dv_chunk, pb->v.data, pb->dtype,
-                          v_base + j0 * pb->v.sn + d0 * pb->v.sd, pb->v.sn, pb->v.sd, cols, dc);
+            load_key_rows(fs->vc, pl->dv_chunk, 0, pb, &pb->v, b, hk, j0, cols, d0, dc);
             cpu_gemm_acc(rows, dc, cols, fs->s, bc, fs->vc, pl->dv_chunk, fs->o + d0, dv);
         }
     }
@@ -188,4 +227,32 @@ ffpa_status cpu_forward(const ffpa_problem *pb, void *workspace, size_t workspac
         forward_block(pb, &pl, &fs, bh / pb->hq, bh % pb->hq, ffpa_plan_q_block(&pl, t / heads));
     }
     return FFPA_OK;
+}
+
+/* Writes the call's new tokens into their pages (row by row, in the cache's
+ * dtype; the values are copied bit for bit). */
+static void append_rows(const ffpa_problem *pb, const ffpa_view *dst, const ffpa_view *src, int64_t d)
+{
+    const ffpa_kv_problem *kv = pb->kv;
+    const size_t elt = ffpa_dtype_size(pb->dtype);
+    for (int64_t b = 0; b < pb->batch; ++b)
+        for (int64_t h = 0; h < pb->hkv; ++h)
+            for (int64_t t = 0; t < pb->nq; ++t) {
+                const int64_t to = key_row_offset(pb, dst, b, h, kv->cache_seqlens[b] + t);
+                const int64_t from = b * src->sb + h * src->sh + t * src->sn;
+                for (int64_t c = 0; c < d; ++c)
+                    memcpy((char *)dst->data + (size_t)(to + c * dst->sd) * elt,
+                           (const char *)src->data + (size_t)(from + c * src->sd) * elt, elt);
+            }
+}
+
+ffpa_status cpu_forward_kvcache(const ffpa_problem *pb, void *workspace, size_t workspace_bytes,
+                                char *err, size_t err_len)
+{
+    if (pb->kv->append) {
+        append_rows(pb, &pb->k, &pb->kv->k_new, pb->dqk);
+        if (!pb->kv->v_in_k)
+            append_rows(pb, &pb->v, &pb->kv->v_new, pb->dv);
+    }
+    return cpu_forward(pb, workspace, workspace_bytes, err, err_len);
 }
