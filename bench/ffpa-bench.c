@@ -37,6 +37,7 @@
 
 #include "dtype.h"
 #include "ffpa.h"
+#include "kv_bench.h"
 
 typedef struct shape {
     int64_t b, hq, hkv, nq, nkv, dqk, dv;
@@ -622,7 +623,10 @@ static void usage(void)
     fprintf(stderr,
             "usage: ffpa-bench [--backend NAME] [--dtype bf16|f16] [--iters N] [--reps N] [--warmup N]\n"
             "                  [--csv FILE] [--check] [--no-time] [--backward] (SHAPE... | -f FILE)\n"
-            "SHAPE: B,Hq,Hkv,Nq,Nkv,Dqk,Dv[,flags]  flags: c causal, b bias, d dropout, v varlen, l lse\n");
+            "                  [--decode]\n"
+            "SHAPE: B,Hq,Hkv,Nq,Nkv,Dqk,Dv[,flags]  flags: c causal, b bias, d dropout, v varlen, l lse\n"
+            "--decode SHAPE: B,Hq,Hkv,Nq,Nkv,Dqk,Dv,page[,flags] on a paged KV cache (ffpa_forward_kvcache)\n"
+            "        flags: c causal, a append, m MLA (V in K), x mixed lengths 1..Nkv, d dense cache\n");
 }
 
 int main(int argc, char **argv)
@@ -630,6 +634,12 @@ int main(int argc, char **argv)
     bench_opts o = {NULL, FFPA_BF16, 0, 10, 3, 0, 1, NULL, 0};
     shape *shapes = NULL;
     int n_shapes = 0, cap = 0;
+    /* --decode: the shapes are KV-cache shapes (kv_bench.c), kept as text. */
+    int decode = 0;
+    char **decode_shapes = calloc((size_t)argc + 1024, sizeof *decode_shapes);
+    int n_decode = 0;
+    for (int i = 1; i < argc; ++i)
+        decode |= !strcmp(argv[i], "--decode");
     for (int i = 1; i < argc; ++i) {
         const char *a = argv[i];
         const char *next = i + 1 < argc ? argv[i + 1] : NULL;
@@ -651,6 +661,8 @@ int main(int argc, char **argv)
             o.time = 0;
         else if (!strcmp(a, "--backward"))
             o.backward = 1;
+        else if (!strcmp(a, "--decode"))
+            continue;
         else if ((!strcmp(a, "-f") || !strcmp(a, "--file")) && next) {
             FILE *f = fopen(argv[++i], "r");
             if (!f) {
@@ -662,6 +674,11 @@ int main(int argc, char **argv)
                 line[strcspn(line, "\r\n#")] = '\0';
                 if (!line[0])
                     continue;
+                if (decode) {
+                    if (n_decode < argc + 1024)
+                        decode_shapes[n_decode++] = strdup(line);
+                    continue;
+                }
                 if (n_shapes == cap)
                     shapes = realloc(shapes, sizeof *shapes * (size_t)(cap = cap ? 2 * cap : 16));
                 if (!parse_shape(line, &shapes[n_shapes])) {
@@ -674,6 +691,8 @@ int main(int argc, char **argv)
         } else if (a[0] == '-') {
             usage();
             return 2;
+        } else if (decode) {
+            decode_shapes[n_decode++] = argv[i];
         } else {
             if (n_shapes == cap)
                 shapes = realloc(shapes, sizeof *shapes * (size_t)(cap = cap ? 2 * cap : 16));
@@ -685,7 +704,7 @@ int main(int argc, char **argv)
             ++n_shapes;
         }
     }
-    if (!n_shapes) {
+    if (!n_shapes && !n_decode) {
         usage();
         return 2;
     }
@@ -699,6 +718,11 @@ int main(int argc, char **argv)
     }
     printf("# backend %s, device %s, dtype %s\n", ffpa_backend_name(ctx), ffpa_device_name(ctx),
            ffpa_dtype_name(o.dtype));
+    if (decode) {
+        int rc = kv_bench_run(ctx, o.dtype, o.reps, o.check, o.csv, decode_shapes, n_decode);
+        ffpa_destroy(ctx);
+        return rc;
+    }
     FILE *csv = o.csv ? fopen(o.csv, "w") : NULL;
     if (csv)
         fprintf(csv, "shape,backend,device,dtype,path,ms,tflops,check%s\n", o.backward ? ",pass" : "");

@@ -90,7 +90,6 @@ FFPA_KV_FN int64_t ffpa_kv_grid_bound(int64_t target_blocks, int64_t units, int6
 #endif
 
 /* ------------------------------------------------------------------ host */
-#if !defined(__CUDA_ARCH__) && !defined(__HIP_DEVICE_COMPILE__)
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -126,7 +125,6 @@ void ffpa_kv_sched_free(ffpa_kv_sched *s);
 
 #ifdef __cplusplus
 }
-#endif
 #endif
 
 #endif

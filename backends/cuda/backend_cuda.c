@@ -12,6 +12,7 @@
 #include "backend.h"
 #include "cuda_state.h"
 #include "fwd_launch.h"
+#include "kv/kv_launch.h"
 #ifdef FFPA_CUDA_HAVE_BWD
 #include "bwd/bwd_launch.h"
 #endif
@@ -231,6 +232,27 @@ static ffpa_status cuda_mem_copy(void *state, void *dst, const void *src, size_t
     return FFPA_OK;
 }
 
+static ffpa_status cuda_forward_kvcache(void *state, const ffpa_problem *pb, void *ws, size_t ws_bytes,
+                                        char *err, size_t err_len)
+{
+    struct ffpa_cuda_state *st = state;
+    cudaError_t e = cudaSetDevice(st->device);
+    if (e != cudaSuccess)
+        return ffpa_cuda_error(e, "cudaSetDevice", err, err_len);
+    return ffpa_cuda_forward_kvcache(st, pb, ws, ws_bytes, err, err_len);
+}
+
+static size_t cuda_kv_workspace_size(void *state, const ffpa_problem *pb)
+{
+    return ffpa_cuda_kv_workspace(state, pb);
+}
+
+static ffpa_status cuda_kv_schedule(void *state, const ffpa_problem *pb, const int32_t *host_seqlens,
+                                    ffpa_kv_schedule_info *out, char *err, size_t err_len)
+{
+    return ffpa_cuda_kv_schedule(state, pb, host_seqlens, out, err, err_len);
+}
+
 static const char *cuda_last_kernel(void *state)
 {
     const struct ffpa_cuda_state *st = state;
@@ -256,6 +278,9 @@ static const ffpa_backend_i cuda_backend = {
     .mem_free = cuda_mem_free,
     .mem_copy = cuda_mem_copy,
     .last_kernel = cuda_last_kernel,
+    .forward_kvcache = cuda_forward_kvcache,
+    .kv_workspace_size = cuda_kv_workspace_size,
+    .kv_schedule = cuda_kv_schedule,
 };
 
 FFPA_CUDA_EXPORT const ffpa_backend_i *ffpa_backend_entry(void)

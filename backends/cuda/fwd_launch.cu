@@ -14,6 +14,7 @@
 #include "fwd_launch.h"
 #include "plan.h"
 #include "sm90/sm90_fwd_launch.h"
+#include "kv/kv_launch.h"
 
 namespace {
 
@@ -131,12 +132,41 @@ ffpa_status make_plan(const ffpa_cuda_state *st, const ffpa_problem *pb, ffpa_pl
     return FFPA_OK;
 }
 
+/* Decode (a few query rows, no bias, dropout or varlen) runs the KV-cache
+ * kernels over the dense K/V, seen as a cache of one page per sequence:
+ * the query heads that share a KV head are packed into one tile, so each KV
+ * head is read once, and the split-KV schedule balances the batch. Fills
+ * *kvp and *out (pb with kvp attached). FFPA_CUDA_KERNEL=sm90 keeps the
+ * prefill kernels (A/B runs). */
+bool decode_as_kv_cache(const ffpa_problem *pb, ffpa_kv_problem *kvp, ffpa_problem *out)
+{
+    const char *choice = ffpa_env_string("FFPA_CUDA_KERNEL");
+    if (choice && strcmp(choice, "generic") != 0 && strcmp(choice, "auto") != 0)
+        return false; /* sm90, or a bad value the launcher reports */
+    if (pb->nq > 16 || pb->has_bias || pb->dropout_p > 0.0f || pb->cu_q)
+        return false;
+    memset(kvp, 0, sizeof *kvp);
+    kvp->block_table = NULL;
+    kvp->max_pages = 1;
+    kvp->num_pages = pb->batch;
+    kvp->page_size = pb->nkv;
+    kvp->cache_seqlens = NULL;
+    kvp->uniform_len = pb->nkv;
+    *out = *pb;
+    out->kv = kvp;
+    return true;
+}
+
 } /* namespace */
 
 extern "C" size_t ffpa_cuda_forward_workspace(const struct ffpa_cuda_state *st, const ffpa_problem *pb)
 {
     ffpa_plan plan;
     char err[256];
+    ffpa_kv_problem kvp;
+    ffpa_problem as_kv;
+    if (decode_as_kv_cache(pb, &kvp, &as_kv))
+        return ffpa_cuda_kv_workspace(st, &as_kv);
     if (make_plan(st, pb, &plan, err, sizeof err) != FFPA_OK)
         return 0;
     return ws_layout(pb, &plan).total;
@@ -151,6 +181,10 @@ extern "C" ffpa_status ffpa_cuda_forward(struct ffpa_cuda_state *st, const ffpa_
         return fail(FFPA_ERR_UNSUPPORTED, err, err_len, why);
     if (pb->batch == 0 || pb->hq == 0 || pb->nq == 0)
         return FFPA_OK;
+    ffpa_kv_problem kvp;
+    ffpa_problem as_kv;
+    if (decode_as_kv_cache(pb, &kvp, &as_kv))
+        return ffpa_cuda_forward_kvcache(st, &as_kv, ws, ws_bytes, err, err_len);
 
     ffpa_plan plan;
     ffpa_status s = make_plan(st, pb, &plan, err, err_len);

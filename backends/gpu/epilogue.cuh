@@ -18,11 +18,11 @@ template <class Cfg> __device__ __forceinline__ int o_col(int vs, int wn, int nt
     return vs * Cfg::kCols + wn * Cfg::kWC + nt * 8 + arch::frag_c_col(lane, e);
 }
 
-template <class Cfg, typename T>
+/* row_ptr(r): the global address of tile row r (< rows_valid). */
+template <class Cfg, typename T, class RowPtr>
 __device__ __forceinline__ void store_o_tile(const arch::FragC (&o)[Cfg::kVSlabs][Cfg::kONT],
-                                             const float (&inv_l)[2], T *stile, T *og,
-                                             int64_t o_sn, int rows_valid, int dv, int wm, int wn,
-                                             int lane, int tid)
+                                             const float (&inv_l)[2], T *stile, RowPtr &&row_ptr,
+                                             int rows_valid, int dv, int wm, int wn, int lane, int tid)
 {
 #pragma unroll
     for (int vs = 0; vs < Cfg::kVSlabs; ++vs) {
@@ -45,7 +45,7 @@ __device__ __forceinline__ void store_o_tile(const arch::FragC (&o)[Cfg::kVSlabs
         int r = i / pieces_per_row;
         int c = (i % pieces_per_row) * 8;
         if (r < rows_valid && c < dv)
-            *reinterpret_cast<uint4 *>(og + (int64_t)r * o_sn + c) =
+            *reinterpret_cast<uint4 *>(row_ptr(r) + c) =
                 *reinterpret_cast<const uint4 *>(stile + swz<Cfg::kDv>(r, c));
     }
 }

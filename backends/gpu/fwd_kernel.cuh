@@ -150,6 +150,87 @@ __device__ __forceinline__ void pv_slab(arch::FragC (&o)[Cfg::kONT],
     }
 }
 
+/*
+ * One key tile of the main loop, shared by the forward kernels: S = Q K^T
+ * over the tile's qk_chunks slabs (next_slab() hands each ready slab,
+ * q_slab(c, k_slab) the matching Q slab), the Split-D partial-S sum when
+ * warps split D, mask(s) (scale, bias, bounds, causal), the online
+ * softmax, after_softmax(s) (dropout), P packed into registers, and
+ * O = alpha O + P V over the v_chunks V slabs.
+ */
+template <class Cfg, class NextSlab, class QSlab, class Mask, class AfterSoftmax>
+__device__ __forceinline__ void fwd_key_tile(arch::FragC (&o)[Cfg::kVSlabs][Cfg::kONT], OnlineSoftmax &sm,
+                                             float4 *spart, int qk_chunks, int v_chunks, int dqk, int dv,
+                                             int wm, int wn, int lane, NextSlab &next_slab, QSlab &&q_slab,
+                                             Mask &&mask, AfterSoftmax &&after_softmax)
+{
+    using T = typename Cfg::T;
+    arch::FragC s[Cfg::kNT];
+#pragma unroll
+    for (int nt = 0; nt < Cfg::kNT; ++nt)
+        s[nt] = arch::FragC{{0.f, 0.f, 0.f, 0.f}};
+
+    for (int c = 0; c < qk_chunks; ++c) {
+        const T *ks = next_slab();
+        const T *qs = q_slab(c, ks);
+        const int cols_valid = dqk - c * Cfg::kCols;
+        if ((wn + 1) * Cfg::kWC <= cols_valid)
+            qk_slab<Cfg, true>(s, qs, ks, wm, wn, cols_valid, lane);
+        else
+            qk_slab<Cfg, false>(s, qs, ks, wm, wn, cols_valid, lane);
+    }
+    if (Cfg::kWN > 1) {
+        /* Partial S of this warp's D columns; summed after the next barrier. */
+#pragma unroll
+        for (int nt = 0; nt < Cfg::kNT; ++nt)
+            spart[((wn * Cfg::kWM + wm) * Cfg::kNT + nt) * 32 + lane] =
+                make_float4(s[nt].r[0], s[nt].r[1], s[nt].r[2], s[nt].r[3]);
+    }
+
+    uint32_t pf[Cfg::kBc / 16][4];
+#pragma unroll
+    for (int vs = 0; vs < Cfg::kVSlabs; ++vs) {
+        if (vs >= v_chunks)
+            break;
+        const T *vsl = next_slab();
+        if (vs == 0) {
+            if (Cfg::kWN > 1) {
+                /* Same summation order in every warp: identical P. */
+#pragma unroll
+                for (int nt = 0; nt < Cfg::kNT; ++nt) {
+                    float4 acc = spart[((0 * Cfg::kWM + wm) * Cfg::kNT + nt) * 32 + lane];
+#pragma unroll
+                    for (int n = 1; n < Cfg::kWN; ++n) {
+                        float4 x = spart[((n * Cfg::kWM + wm) * Cfg::kNT + nt) * 32 + lane];
+                        acc.x += x.x;
+                        acc.y += x.y;
+                        acc.z += x.z;
+                        acc.w += x.w;
+                    }
+                    s[nt] = arch::FragC{{acc.x, acc.y, acc.z, acc.w}};
+                }
+            }
+            mask(s);
+            float alpha[2];
+            sm.update<Cfg::kNT>(s, alpha);
+            OnlineSoftmax::rescale(reinterpret_cast<arch::FragC(&)[Cfg::kVSlabs * Cfg::kONT]>(o), alpha);
+            after_softmax(s);
+#pragma unroll
+            for (int kk = 0; kk < Cfg::kBc / 16; ++kk) {
+                pf[kk][0] = arch::pack_f32x2<T>(s[2 * kk].r[0], s[2 * kk].r[1]);
+                pf[kk][1] = arch::pack_f32x2<T>(s[2 * kk].r[2], s[2 * kk].r[3]);
+                pf[kk][2] = arch::pack_f32x2<T>(s[2 * kk + 1].r[0], s[2 * kk + 1].r[1]);
+                pf[kk][3] = arch::pack_f32x2<T>(s[2 * kk + 1].r[2], s[2 * kk + 1].r[3]);
+            }
+        }
+        const int v_cols_valid = dv - vs * Cfg::kCols;
+        if ((wn + 1) * Cfg::kWC <= v_cols_valid)
+            pv_slab<Cfg, true>(o[vs], pf, vsl, wn, v_cols_valid, lane);
+        else
+            pv_slab<Cfg, false>(o[vs], pf, vsl, wn, v_cols_valid, lane);
+    }
+}
+
 template <class Cfg> __device__ __forceinline__ void fwd_body(const ffpa_gpu_fwd_params &p)
 {
     using T = typename Cfg::T;
@@ -276,74 +357,19 @@ template <class Cfg> __device__ __forceinline__ void fwd_body(const ffpa_gpu_fwd
     mc.h = w.h;
 
     for (int tile = tile_begin; tile < tile_end; ++tile) {
-        arch::FragC s[Cfg::kNT];
-#pragma unroll
-        for (int nt = 0; nt < Cfg::kNT; ++nt)
-            s[nt] = arch::FragC{{0.f, 0.f, 0.f, 0.f}};
-
-        for (int c = 0; c < p.qk_chunks; ++c) {
-            const T *ks = slab_begin();
-            const T *qs = p.q_resident ? q_region + c * Cfg::kBr * Cfg::kCols : ks + Cfg::kBc * Cfg::kCols;
-            const int cols_valid = p.dqk - c * Cfg::kCols;
-            if ((wn + 1) * Cfg::kWC <= cols_valid)
-                qk_slab<Cfg, true>(s, qs, ks, wm, wn, cols_valid, lane);
-            else
-                qk_slab<Cfg, false>(s, qs, ks, wm, wn, cols_valid, lane);
-        }
-        if (Cfg::kWN > 1) {
-            /* Partial S of this warp's D columns; summed after the next barrier. */
-#pragma unroll
-            for (int nt = 0; nt < Cfg::kNT; ++nt)
-                spart[((wn * Cfg::kWM + wm) * Cfg::kNT + nt) * 32 + lane] =
-                    make_float4(s[nt].r[0], s[nt].r[1], s[nt].r[2], s[nt].r[3]);
-        }
-
-        uint32_t pf[Cfg::kBc / 16][4];
-#pragma unroll
-        for (int vs = 0; vs < Cfg::kVSlabs; ++vs) {
-            if (vs >= p.v_chunks)
-                break;
-            const T *vsl = slab_begin();
-            if (vs == 0) {
-                if (Cfg::kWN > 1) {
-                    /* Same summation order in every warp: identical P. */
-#pragma unroll
-                    for (int nt = 0; nt < Cfg::kNT; ++nt) {
-                        float4 acc = spart[((0 * Cfg::kWM + wm) * Cfg::kNT + nt) * 32 + lane];
-#pragma unroll
-                        for (int n = 1; n < Cfg::kWN; ++n) {
-                            float4 x = spart[((n * Cfg::kWM + wm) * Cfg::kNT + nt) * 32 + lane];
-                            acc.x += x.x;
-                            acc.y += x.y;
-                            acc.z += x.z;
-                            acc.w += x.w;
-                        }
-                        s[nt] = arch::FragC{{acc.x, acc.y, acc.z, acc.w}};
-                    }
-                }
-                mc.col0 = tile * Cfg::kBc;
-                mc.need_bounds = mc.col0 + Cfg::kBc > seqlen_k;
-                mc.need_causal = p.causal && mc.col0 + Cfg::kBc - 1 > mc.row0 + diag;
-                mask_scores<Cfg::kNT>(s, p, mc, lane);
-                float alpha[2];
-                sm.update<Cfg::kNT>(s, alpha);
-                OnlineSoftmax::rescale(reinterpret_cast<arch::FragC(&)[Cfg::kVSlabs * Cfg::kONT]>(o), alpha);
+        mc.col0 = tile * Cfg::kBc;
+        mc.need_bounds = mc.col0 + Cfg::kBc > seqlen_k;
+        mc.need_causal = p.causal && mc.col0 + Cfg::kBc - 1 > mc.row0 + diag;
+        fwd_key_tile<Cfg>(
+            o, sm, spart, p.qk_chunks, p.v_chunks, p.dqk, p.dv, wm, wn, lane, slab_begin,
+            [&](int c, const T *ks) {
+                return p.q_resident ? q_region + c * Cfg::kBr * Cfg::kCols : ks + Cfg::kBc * Cfg::kCols;
+            },
+            [&](arch::FragC(&s)[Cfg::kNT]) { mask_scores<Cfg::kNT>(s, p, mc, lane); },
+            [&](arch::FragC(&s)[Cfg::kNT]) {
                 if (p.has_dropout)
                     apply_dropout<Cfg::kNT>(s, p, mc, lane);
-#pragma unroll
-                for (int kk = 0; kk < Cfg::kBc / 16; ++kk) {
-                    pf[kk][0] = arch::pack_f32x2<T>(s[2 * kk].r[0], s[2 * kk].r[1]);
-                    pf[kk][1] = arch::pack_f32x2<T>(s[2 * kk].r[2], s[2 * kk].r[3]);
-                    pf[kk][2] = arch::pack_f32x2<T>(s[2 * kk + 1].r[0], s[2 * kk + 1].r[1]);
-                    pf[kk][3] = arch::pack_f32x2<T>(s[2 * kk + 1].r[2], s[2 * kk + 1].r[3]);
-                }
-            }
-            const int v_cols_valid = p.dv - vs * Cfg::kCols;
-            if ((wn + 1) * Cfg::kWC <= v_cols_valid)
-                pv_slab<Cfg, true>(o[vs], pf, vsl, wn, v_cols_valid, lane);
-            else
-                pv_slab<Cfg, false>(o[vs], pf, vsl, wn, v_cols_valid, lane);
-        }
+            });
     }
 
     float inv_l[2], lse[2];
@@ -372,8 +398,8 @@ template <class Cfg> __device__ __forceinline__ void fwd_body(const ffpa_gpu_fwd
     }
     T *og = static_cast<T *>(p.o) + (p.cu_q ? q_start * p.o_sn : (int64_t)w.b * p.o_sb) +
             (int64_t)w.h * p.o_sh + (int64_t)q0 * p.o_sn;
-    store_o_tile<Cfg, T>(o, inv_l, reinterpret_cast<T *>(smem_raw), og, p.o_sn, rows_valid, p.dv, wm, wn,
-                         lane, tid);
+    store_o_tile<Cfg, T>(o, inv_l, reinterpret_cast<T *>(smem_raw), [&](int r) { return og + (int64_t)r * p.o_sn; },
+                         rows_valid, p.dv, wm, wn, lane, tid);
 }
 
 /*

@@ -1,0 +1,68 @@
+/*
+ * CUDA instantiation layer of the KV-cache attention: the __global__ entry
+ * points over the vendor-neutral bodies (backends/gpu/kv/kv_kernel.cuh) and
+ * the table of instantiated tiles the host layer (kv_host.h) chooses from.
+ */
+#ifndef FFPA_CUDA_KV_KERNELS_CUH
+#define FFPA_CUDA_KV_KERNELS_CUH
+
+#include <cuda_runtime.h>
+
+#include "../arch_sm80.cuh"
+#include "../../gpu/kv/kv_host.h"
+#include "../../gpu/kv/kv_kernel.cuh"
+
+namespace ffpa {
+namespace cuda {
+
+using KvDesc = kv::KvKernel<cudaStream_t, cudaError_t>;
+
+/* Tiles: 16 packed rows (decode: Hq/Hkv x Nq <= 16) with 4-8 warps splitting
+ * every D chunk, so a KV head is streamed once by enough threads to keep
+ * the loads in flight; 64 / 32 rows (MLA, speculative, chunked prefill)
+ * as the prefill kernels.            T  Dv  WM WN  Bc cols minBlocks/SM */
+template <typename T> using Kv16x128 = FwdConfig<T, 128, 1, 4, 64, 128, 2>;
+template <typename T> using Kv16x256 = FwdConfig<T, 256, 1, 4, 64, 128, 2>;
+template <typename T> using Kv16x512 = FwdConfig<T, 512, 1, 4, 64, 128, 2>;
+template <typename T> using Kv16x1024 = FwdConfig<T, 1024, 1, 8, 64, 128, 1>;
+template <typename T> using Kv64x512 = FwdConfig<T, 512, 4, 2, 64, 128, 1>;
+template <typename T> using Kv32x1024 = FwdConfig<T, 1024, 2, 4, 64, 256, 1>;
+constexpr int kKvKernels = 6;
+
+template <class Cfg>
+__global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) ffpa_kv_attn_kernel(const ffpa_gpu_kv_params p)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+    kv_attn_body<Cfg>(p);
+#endif
+}
+
+template <class Cfg> size_t kv_smem_bytes(int qk_chunks, int stages)
+{
+    return fwd_smem_layout<Cfg>(1, qk_chunks, stages).total;
+}
+
+template <class Cfg>
+cudaError_t kv_launch(const ffpa_gpu_kv_params &p, size_t smem, int64_t blocks, cudaStream_t stream)
+{
+    auto kernel = ffpa_kv_attn_kernel<Cfg>;
+    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+    if (e != cudaSuccess)
+        return e;
+    kernel<<<(unsigned)blocks, Cfg::kThreads, smem, stream>>>(p);
+    return cudaGetLastError();
+}
+
+template <class Cfg> constexpr KvDesc kv_desc(ffpa_dtype dtype, const char *name)
+{
+    return KvDesc{dtype, Cfg::kDv, Cfg::kBr, Cfg::kBc, Cfg::kCols, Cfg::kThreads, name,
+                  &kv_smem_bytes<Cfg>, &kv_launch<Cfg>};
+}
+
+/* Defined in kv_inst_<dtype>.cu. */
+extern const KvDesc kv_f16[kKvKernels], kv_bf16[kKvKernels];
+
+} /* namespace cuda */
+} /* namespace ffpa */
+
+#endif

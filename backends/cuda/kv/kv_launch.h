@@ -1,0 +1,28 @@
+/*
+ * extern "C" interface between the host glue (backend_cuda.c) and the
+ * KV-cache launcher (kv_launch.cu).
+ */
+#ifndef FFPA_CUDA_KV_LAUNCH_H
+#define FFPA_CUDA_KV_LAUNCH_H
+
+#include <stddef.h>
+
+#include "../cuda_state.h"
+#include "problem.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+size_t ffpa_cuda_kv_workspace(const struct ffpa_cuda_state *st, const ffpa_problem *pb);
+ffpa_status ffpa_cuda_forward_kvcache(struct ffpa_cuda_state *st, const ffpa_problem *pb, void *ws,
+                                      size_t ws_bytes, char *err, size_t err_len);
+ffpa_status ffpa_cuda_kv_schedule(const struct ffpa_cuda_state *st, const ffpa_problem *pb,
+                                  const int32_t *host_seqlens, ffpa_kv_schedule_info *out, char *err,
+                                  size_t err_len);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,370 @@
+/*
+ * Attention over a paged KV cache, vendor-neutral device code (the CUDA and
+ * HIP backends instantiate it over their arch layer):
+ *
+ *   kv_schedule_body  one block: the split-KV schedule of common/kv_sched.h
+ *                     from the device-side cache lengths (no host round trip)
+ *   kv_append_body    the step's new K/V rows into their pages
+ *   kv_attn_body      one block = (sequence, kv head, split, q tile): the
+ *                     query rows of every head that shares the kv head
+ *                     (packed heads) against the split's key tiles, read
+ *                     from the pages through the block table; the key tile
+ *                     loop is the forward's (fwd_key_tile, Split-D over
+ *                     D chunks, online softmax)
+ *   kv_merge_body     one block per packed row: the splits' partial O/LSE
+ *                     merged by LSE (flash-decoding)
+ *
+ * Requires the arch layer (ffpa::arch) to be included first.
+ */
+#ifndef FFPA_GPU_KV_KERNEL_CUH
+#define FFPA_GPU_KV_KERNEL_CUH
+
+#include "../fwd_kernel.cuh"
+#include "kv_params.h"
+#include "kv_sched.h"
+
+namespace ffpa {
+
+constexpr int kKvScheduleThreads = 256;
+
+/* The schedule (kv_sched.h, ffpa_kv_sched_make) computed by one block. */
+__device__ __forceinline__ void kv_schedule_body(const ffpa_gpu_kv_params &p)
+{
+    __shared__ unsigned long long total_work;
+    __shared__ int32_t partial[kKvScheduleThreads];
+    const int tid = threadIdx.x, n = p.batch;
+    if (tid == 0)
+        total_work = 0;
+    __syncthreads();
+    unsigned long long work = 0;
+    for (int b = tid; b < n; b += kKvScheduleThreads) {
+        const int64_t len = ffpa_kv_seq_len(p.seqlens, p.uniform_len, b, p.added, p.capacity);
+        p.sched_len[b] = len;
+        work += (unsigned long long)(ffpa_kv_key_tiles(len, p.bc) * p.hkv * p.q_tiles);
+    }
+    atomicAdd(&total_work, work);
+    __syncthreads(); /* also publishes sched_len to the block */
+    const int64_t tps = ffpa_kv_tiles_per_split((int64_t)total_work, p.target_blocks);
+    for (int b = tid; b < n; b += kKvScheduleThreads) {
+        const int64_t rank = ffpa_kv_rank(p.sched_len, n, b);
+        p.sched_seq[rank] = b;
+        p.sched_rank[b] = (int32_t)rank;
+    }
+    __syncthreads();
+    /* Exclusive scan of the blocks per rank: each thread a contiguous run. */
+    const int per = (n + kKvScheduleThreads - 1) / kKvScheduleThreads;
+    const int k0 = tid * per, k1 = min(n, k0 + per);
+    int32_t run = 0;
+    for (int k = k0; k < k1; ++k)
+        run += (int32_t)(ffpa_kv_splits(ffpa_kv_key_tiles(p.sched_len[p.sched_seq[k]], p.bc), tps) * p.hkv *
+                         p.q_tiles);
+    partial[tid] = run;
+    __syncthreads();
+    if (tid == 0) {
+        int32_t acc = 0;
+        for (int t = 0; t < kKvScheduleThreads; ++t) {
+            int32_t x = partial[t];
+            partial[t] = acc;
+            acc += x;
+        }
+        p.sched_first[n] = acc;
+        p.sched_tps[0] = (int32_t)tps;
+    }
+    __syncthreads();
+    int32_t acc = partial[tid];
+    for (int k = k0; k < k1; ++k) {
+        p.sched_first[k] = acc;
+        acc += (int32_t)(ffpa_kv_splits(ffpa_kv_key_tiles(p.sched_len[p.sched_seq[k]], p.bc), tps) * p.hkv *
+                         p.q_tiles);
+    }
+}
+
+/* Page of key j of sequence b, or -1 outside the pool (never dereferenced). */
+__device__ __forceinline__ int kv_page(const ffpa_gpu_kv_params &p, int b, int j)
+{
+    if (!p.block_table)
+        return b;
+    const int page = p.block_table[(int64_t)b * p.bt_stride + j / p.page_size];
+    return page >= 0 && page < p.num_pages ? page : -1;
+}
+
+/* One block per (new token, kv head, sequence): copies its K (and V) row. */
+template <typename T> __device__ __forceinline__ void kv_append_body(const ffpa_gpu_kv_params &p)
+{
+    const int t = blockIdx.x, h = blockIdx.y, b = blockIdx.z;
+    const int pos = p.seqlens[b] + t;
+    if (pos < 0 || pos >= p.capacity)
+        return;
+    const int page = kv_page(p, b, pos), row = pos % p.page_size;
+    if (page < 0)
+        return;
+    T *kd = static_cast<T *>(const_cast<void *>(p.k)) + (int64_t)page * p.k_sp + (int64_t)h * p.k_sh +
+            (int64_t)row * p.k_sn;
+    const T *ks = static_cast<const T *>(p.k_new) + (int64_t)b * p.kn_sb + (int64_t)h * p.kn_sh + (int64_t)t * p.kn_sn;
+    for (int c = threadIdx.x * 8; c < p.dqk; c += blockDim.x * 8)
+        *reinterpret_cast<uint4 *>(kd + c) = *reinterpret_cast<const uint4 *>(ks + c);
+    if (!p.v_new)
+        return;
+    T *vd = static_cast<T *>(const_cast<void *>(p.v)) + (int64_t)page * p.v_sp + (int64_t)h * p.v_sh +
+            (int64_t)row * p.v_sn;
+    const T *vs = static_cast<const T *>(p.v_new) + (int64_t)b * p.vn_sb + (int64_t)h * p.vn_sh + (int64_t)t * p.vn_sn;
+    for (int c = threadIdx.x * 8; c < p.dv; c += blockDim.x * 8)
+        *reinterpret_cast<uint4 *>(vd + c) = *reinterpret_cast<const uint4 *>(vs + c);
+}
+
+/* What a block of the attention kernel works on. */
+struct KvWork {
+    int b, kvh, split, splits, m;
+    int len;          /* keys of the sequence */
+    int tile_begin, tile_end;
+    int rank;
+};
+
+/* Block blk of the schedule; false for blocks past the last. */
+__device__ __forceinline__ bool kv_work(const ffpa_gpu_kv_params &p, int blk, KvWork &w)
+{
+    if (blk >= p.sched_first[p.batch])
+        return false;
+    int lo = 0, hi = p.batch - 1; /* last rank whose first block <= blk */
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) >> 1;
+        if (p.sched_first[mid] <= blk)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    w.rank = lo;
+    w.b = p.sched_seq[lo];
+    w.len = (int)p.sched_len[w.b];
+    const int tps = p.sched_tps[0];
+    const int tiles = (int)ffpa_kv_key_tiles(w.len, p.bc);
+    w.splits = (int)ffpa_kv_splits(tiles, tps);
+    int local = blk - p.sched_first[lo];
+    w.m = local % p.q_tiles;
+    local /= p.q_tiles;
+    w.split = local % w.splits;
+    w.kvh = local / w.splits;
+    w.tile_begin = w.split * tps;
+    w.tile_end = min(tiles, w.tile_begin + tps);
+    return true;
+}
+
+/* Query head and token of packed row rr of kv head kvh. */
+__device__ __forceinline__ int64_t kv_row_offset(const ffpa_gpu_kv_params &p, int64_t sh, int64_t sn, int kvh,
+                                                 int rr)
+{
+    return (int64_t)(kvh * p.group + rr % p.group) * sh + (int64_t)(rr / p.group) * sn;
+}
+
+template <class Cfg> __device__ __forceinline__ void kv_attn_body(const ffpa_gpu_kv_params &p)
+{
+    using T = typename Cfg::T;
+    extern __shared__ __align__(128) unsigned char smem_raw[];
+    KvWork w;
+    if (!kv_work(p, blockIdx.x, w))
+        return;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int wm = warp / Cfg::kWN, wn = warp % Cfg::kWN;
+    const int rr0 = w.m * Cfg::kBr;
+    const int rows_valid = min(Cfg::kBr, p.rows - rr0);
+    const int shift = w.len - p.nq; /* token i sees keys j <= i + shift (causal) */
+
+    /* Causal: the tile's last token bounds the keys any of its rows sees. */
+    int tile_end = w.tile_end;
+    if (p.causal) {
+        const int last_col = (rr0 + rows_valid - 1) / p.group + shift;
+        tile_end = min(tile_end, last_col < 0 ? 0 : last_col / Cfg::kBc + 1);
+    }
+    const int tile_begin = w.tile_begin;
+    tile_end = max(tile_end, tile_begin);
+
+    const FwdSmem lay = fwd_smem_layout<Cfg>(1, p.qk_chunks, p.stages);
+    T *q_region = reinterpret_cast<T *>(smem_raw);
+    T *ring = reinterpret_cast<T *>(smem_raw + lay.q_region);
+    float4 *spart = reinterpret_cast<float4 *>(
+        smem_raw + (lay.q_region + lay.ring > lay.epilogue ? lay.q_region + lay.ring : lay.epilogue));
+    const int slot_elems = (int)(lay.slot / sizeof(T));
+
+    /* Q: the packed rows of every D chunk, resident for the whole loop. */
+    {
+        constexpr int pieces = Cfg::kCols / 8;
+        const T *qb = static_cast<const T *>(p.q) + (int64_t)w.b * p.q_sb;
+        const int n = Cfg::kBr * pieces * p.qk_chunks;
+        for (int i = tid; i < n; i += Cfg::kThreads) {
+            const int c = i / (Cfg::kBr * pieces), rem = i % (Cfg::kBr * pieces);
+            const int r = rem / pieces, col = (rem % pieces) * 8;
+            const bool ok = r < rows_valid && c * Cfg::kCols + col < p.dqk;
+            const T *src = ok ? qb + kv_row_offset(p, p.q_sh, p.q_sn, w.kvh, rr0 + r) + c * Cfg::kCols + col : qb;
+            arch::cp_async_16(arch::smem_u32(q_region + c * Cfg::kBr * Cfg::kCols + swz<Cfg::kCols>(r, col)), src,
+                              ok ? 16 : 0);
+        }
+    }
+
+    /* Producer: K slabs then V slabs of each key tile. A thread copies one
+     * 16-byte column piece of rows r0, r0 + kRowStep, ...; their pages are
+     * looked up once per tile. */
+    constexpr int kPieces = Cfg::kCols / 8;
+    constexpr int kRowStep = Cfg::kThreads / kPieces;
+    constexpr int kIters = (Cfg::kBc + kRowStep - 1) / kRowStep;
+    static_assert(Cfg::kThreads % kPieces == 0, "a thread keeps its column");
+    const int r0 = tid / kPieces, pc = (tid % kPieces) * 8;
+    int page_of[kIters], row_of[kIters];
+    const T *kbase = static_cast<const T *>(p.k) + (int64_t)w.kvh * p.k_sh;
+    const T *vbase = static_cast<const T *>(p.v) + (int64_t)w.kvh * p.v_sh;
+    const int slabs_per_tile = p.qk_chunks + p.v_chunks;
+    int ld_left = (tile_end - tile_begin) * slabs_per_tile, ld_s = 0, ld_slot = 0, ld_tile = tile_begin;
+    auto load_next = [&]() {
+        if (ld_left <= 0)
+            return;
+        if (ld_s == 0) {
+#pragma unroll
+            for (int it = 0; it < kIters; ++it) {
+                const int j = ld_tile * Cfg::kBc + r0 + it * kRowStep;
+                page_of[it] = j < w.len ? kv_page(p, w.b, j) : -1;
+                row_of[it] = j % p.page_size;
+            }
+        }
+        T *slot = ring + ld_slot * slot_elems;
+        const bool is_k = ld_s < p.qk_chunks;
+        const int col = (is_k ? ld_s : ld_s - p.qk_chunks) * Cfg::kCols + pc;
+        const bool col_ok = col < (is_k ? p.dqk : p.dv);
+        const T *base = is_k ? kbase : vbase;
+        const int64_t sp = is_k ? p.k_sp : p.v_sp, sn = is_k ? p.k_sn : p.v_sn;
+#pragma unroll
+        for (int it = 0; it < kIters; ++it) {
+            const int r = r0 + it * kRowStep;
+            if (Cfg::kBc % kRowStep == 0 || r < Cfg::kBc) {
+                const bool ok = col_ok && page_of[it] >= 0;
+                const T *src = ok ? base + (int64_t)page_of[it] * sp + (int64_t)row_of[it] * sn + col : base;
+                arch::cp_async_16(arch::smem_u32(slot + swz<Cfg::kCols>(r, pc)), src, ok ? 16 : 0);
+            }
+        }
+        --ld_left;
+        if (++ld_s == slabs_per_tile) {
+            ld_s = 0;
+            ++ld_tile;
+        }
+        if (++ld_slot == p.stages)
+            ld_slot = 0;
+    };
+    /* Q joins the first group; stages-1 slabs in flight. */
+    for (int i = 0; i < p.stages - 1; ++i) {
+        load_next();
+        arch::cp_async_commit();
+    }
+    int cur_slot = 0;
+    auto slab_begin = [&]() -> const T * {
+        arch::cp_async_wait_dyn(p.stages - 2);
+        __syncthreads();
+        load_next();
+        arch::cp_async_commit();
+        const T *slab = ring + cur_slot * slot_elems;
+        if (++cur_slot == p.stages)
+            cur_slot = 0;
+        return slab;
+    };
+
+    arch::FragC o[Cfg::kVSlabs][Cfg::kONT];
+#pragma unroll
+    for (int vs = 0; vs < Cfg::kVSlabs; ++vs)
+#pragma unroll
+        for (int nt = 0; nt < Cfg::kONT; ++nt)
+            o[vs][nt] = arch::FragC{{0.f, 0.f, 0.f, 0.f}};
+    OnlineSoftmax sm;
+    sm.init();
+
+    /* Last key each of this lane's two rows sees. */
+    int last_key[2];
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+        const int rr = rr0 + wm * 16 + arch::frag_c_row(lane, 2 * half);
+        last_key[half] = p.causal ? min(w.len - 1, rr / p.group + shift) : w.len - 1;
+    }
+    const int block_last_key = p.causal ? min(w.len - 1, rr0 / p.group + shift) : w.len - 1;
+
+    for (int tile = tile_begin; tile < tile_end; ++tile) {
+        const int col0 = tile * Cfg::kBc;
+        const bool need_mask = col0 + Cfg::kBc - 1 > block_last_key;
+        fwd_key_tile<Cfg>(
+            o, sm, spart, p.qk_chunks, p.v_chunks, p.dqk, p.dv, wm, wn, lane, slab_begin,
+            [&](int c, const T *) { return q_region + c * Cfg::kBr * Cfg::kCols; },
+            [&](arch::FragC(&s)[Cfg::kNT]) {
+#pragma unroll
+                for (int nt = 0; nt < Cfg::kNT; ++nt)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e)
+                        s[nt].r[e] *= p.scale_log2;
+                if (need_mask) {
+#pragma unroll
+                    for (int nt = 0; nt < Cfg::kNT; ++nt)
+#pragma unroll
+                        for (int e = 0; e < 4; ++e)
+                            if (col0 + nt * 8 + arch::frag_c_col(lane, e) > last_key[e >> 1])
+                                s[nt].r[e] = -INFINITY;
+                }
+            },
+            [](arch::FragC(&)[Cfg::kNT]) {});
+    }
+
+    float inv_l[2], lse[2];
+    sm.finish(inv_l, lse);
+    arch::cp_async_wait<0>();
+    __syncthreads(); /* every warp is done with the ring: reuse it for O */
+
+    const int64_t blk = blockIdx.x;
+    if (w.splits > 1) {
+        store_partial<Cfg>(o, inv_l, lse, p.part_o + blk * Cfg::kBr * p.dv, p.part_lse + blk * Cfg::kBr, wm * 16,
+                           rows_valid, p.dv, wn, lane);
+        return;
+    }
+    if (p.lse && wn == 0 && (lane & 3) == 0) {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            const int r = wm * 16 + arch::frag_c_row(lane, 2 * half);
+            if (r < rows_valid)
+                p.lse[(int64_t)w.b * p.lse_sb + kv_row_offset(p, p.lse_sh, p.lse_sn, w.kvh, rr0 + r)] = lse[half];
+        }
+    }
+    T *ob = static_cast<T *>(p.o) + (int64_t)w.b * p.o_sb;
+    store_o_tile<Cfg, T>(o, inv_l, reinterpret_cast<T *>(smem_raw),
+                         [&](int r) { return ob + kv_row_offset(p, p.o_sh, p.o_sn, w.kvh, rr0 + r); }, rows_valid,
+                         p.dv, wm, wn, lane, tid);
+}
+
+/* One block per (packed row, kv head, sequence): merges the row's splits. */
+template <typename T> __device__ __forceinline__ void kv_merge_body(const ffpa_gpu_kv_params &p)
+{
+    const int rr = blockIdx.x, kvh = blockIdx.y, b = blockIdx.z;
+    const int len = (int)p.sched_len[b];
+    const int splits = (int)ffpa_kv_splits(ffpa_kv_key_tiles(len, p.bc), p.sched_tps[0]);
+    if (splits == 1)
+        return; /* the attention block wrote the row */
+    const int m = rr / p.tile_rows, r = rr % p.tile_rows;
+    const int64_t first = p.sched_first[p.sched_rank[b]] + (int64_t)kvh * splits * p.q_tiles + m;
+    float mx = -INFINITY;
+    for (int s = 0; s < splits; ++s)
+        mx = fmaxf(mx, p.part_lse[(first + (int64_t)s * p.q_tiles) * p.tile_rows + r]);
+    float sum = 0.0f;
+    if (mx != -INFINITY)
+        for (int s = 0; s < splits; ++s)
+            sum += __expf(p.part_lse[(first + (int64_t)s * p.q_tiles) * p.tile_rows + r] - mx);
+    const float lse = sum > 0.0f ? mx + __logf(sum) : -INFINITY;
+    T *og = static_cast<T *>(p.o) + (int64_t)b * p.o_sb + kv_row_offset(p, p.o_sh, p.o_sn, kvh, rr);
+    for (int c = threadIdx.x; c < p.dv; c += blockDim.x) {
+        float acc = 0.0f;
+        if (sum > 0.0f)
+            for (int s = 0; s < splits; ++s) {
+                const int64_t blk = first + (int64_t)s * p.q_tiles;
+                const float ls = p.part_lse[blk * p.tile_rows + r];
+                if (ls != -INFINITY)
+                    acc += __expf(ls - lse) * p.part_o[(blk * p.tile_rows + r) * p.dv + c];
+            }
+        og[c] = arch::from_f32<T>(acc);
+    }
+    if (p.lse && threadIdx.x == 0)
+        p.lse[(int64_t)b * p.lse_sb + kv_row_offset(p, p.lse_sh, p.lse_sn, kvh, rr)] = lse;
+}
+
+} /* namespace ffpa */
+
+#endif
