@@ -46,7 +46,9 @@ struct FwdConfig {
     static constexpr int kONT = kWC / 8;   /* O n-tiles per warp and slab */
     static constexpr int kMinBlocks = kMinBlocks_;
     static_assert(kDv % kCols == 0, "Dv is a whole number of slabs");
-    static_assert(kCols % 64 == 0 && kWC % 16 == 0, "slab columns");
+    /* A warp's columns start on a 128-byte boundary: the swizzle of
+     * smem_tile.cuh then addresses them like column 0 (qk_slab, pv_slab). */
+    static_assert(kCols % 64 == 0 && kWC % 64 == 0, "slab columns: whole 64-column groups per warp");
     static_assert(kBc % 16 == 0, "key tile");
 };
 

@@ -17,14 +17,15 @@ namespace cuda {
 
 using KvDesc = kv::KvKernel<cudaStream_t, cudaError_t>;
 
-/* Tiles: 16 packed rows (decode: Hq/Hkv x Nq <= 16) with 4-8 warps splitting
- * every D chunk, so a KV head is streamed once by enough threads to keep
+/* Tiles: 16 packed rows (decode: Hq/Hkv x Nq <= 16) with 2-4 warps splitting
+ * every D chunk (64 columns each: a warp's columns must be whole 128-byte
+ * swizzle groups), so a KV head is streamed once by enough threads to keep
  * the loads in flight; 64 / 32 rows (MLA, speculative, chunked prefill)
  * as the prefill kernels.            T  Dv  WM WN  Bc cols minBlocks/SM */
-template <typename T> using Kv16x128 = FwdConfig<T, 128, 1, 4, 64, 128, 2>;
-template <typename T> using Kv16x256 = FwdConfig<T, 256, 1, 4, 64, 128, 2>;
-template <typename T> using Kv16x512 = FwdConfig<T, 512, 1, 4, 64, 128, 2>;
-template <typename T> using Kv16x1024 = FwdConfig<T, 1024, 1, 8, 64, 128, 1>;
+template <typename T> using Kv16x128 = FwdConfig<T, 128, 1, 2, 64, 128, 2>;
+template <typename T> using Kv16x256 = FwdConfig<T, 256, 1, 2, 64, 128, 2>;
+template <typename T> using Kv16x512 = FwdConfig<T, 512, 1, 4, 64, 256, 1>;
+template <typename T> using Kv16x1024 = FwdConfig<T, 1024, 1, 4, 64, 256, 1>;
 template <typename T> using Kv64x512 = FwdConfig<T, 512, 4, 2, 64, 128, 1>;
 template <typename T> using Kv32x1024 = FwdConfig<T, 1024, 2, 4, 64, 256, 1>;
 constexpr int kKvKernels = 6;
