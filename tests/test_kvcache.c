@@ -101,7 +101,7 @@ static void kv_setup(const kv_case *c, kv_run *r)
         r->seqlens[b] = (int32_t)c->lens[b];
         const int64_t used = ceil_div(c->lens[b] + added, ps);
         for (int64_t j = 0; j < r->max_pages; ++j)
-            r->table[b * r->max_pages + j] = j < used ? (int32_t)perm[next++] : -1;
+            r->table[b * r->max_pages + j] = c->paged && j < used ? (int32_t)perm[next++] : -1;
     }
     if (c->share_prefix && c->batch >= 2) {
         const int64_t full = (c->lens[0] < c->lens[1] ? c->lens[0] : c->lens[1]) / ps;
