@@ -16,6 +16,7 @@
 
 #include "dtype.h"
 #include "env.h"
+#include "kv_sched.h"
 #include "philox.h"
 #include "plan.h"
 
@@ -342,6 +343,40 @@ static void expect_bf16(float f)
                  got, want);
 }
 
+
+/* The split-KV schedule: longest first, every key tile covered by exactly
+ * one split of at most tiles_per_split tiles, blocks within the shape-only
+ * grid bound, an empty sequence still one block, mixed lengths balanced. */
+static void test_kv_schedule(void **state)
+{
+    (void)state;
+    const int32_t lens[] = {5, 32768, 0, 1000, 32768, 64, 17000, 1};
+    const int64_t n = 8;
+    ffpa_kv_sched_shape sh = {n, 8, 1, 64, 0, 32768, 264};
+    ffpa_kv_sched s;
+    assert_int_equal(ffpa_kv_sched_make(&sh, lens, -1, &s), 0);
+    int64_t work = 0;
+    for (int64_t k = 0; k < n; ++k) {
+        const int64_t b = s.seq[k], tiles = ffpa_kv_key_tiles(s.len[b], 64);
+        const int64_t splits = ffpa_kv_splits(tiles, s.tiles_per_split);
+        if (k > 0)
+            assert_true(s.len[s.seq[k - 1]] >= s.len[b]); /* longest first */
+        assert_int_equal(s.first[k + 1] - s.first[k], splits * 8);
+        assert_true(splits * s.tiles_per_split >= tiles && (splits - 1) * s.tiles_per_split < tiles + (tiles == 0));
+        work += tiles * 8;
+    }
+    assert_int_equal(s.blocks, s.first[n]);
+    assert_true(s.blocks <= ffpa_kv_grid_bound(264, n * 8, 1));
+    /* Balanced: the blocks are about the target, each at most tps tiles. */
+    assert_true(s.blocks >= 264 / 2 && work <= s.blocks * s.tiles_per_split);
+    ffpa_kv_sched_free(&s);
+    /* Appended keys count, the capacity clips, uniform lengths need no array. */
+    assert_int_equal(ffpa_kv_seq_len(lens, -1, 0, 4, 100), 9);
+    assert_int_equal(ffpa_kv_seq_len(lens, -1, 1, 4, 100), 100);
+    assert_int_equal(ffpa_kv_seq_len(NULL, 77, 3, 0, 100), 77);
+    assert_int_equal(ffpa_kv_tiles_per_split(10, 1000), FFPA_KV_MIN_TILES_PER_SPLIT);
+}
+
 static void test_f16_decode_and_round_trip(void **state)
 {
     (void)state;
@@ -661,6 +696,7 @@ int main(void)
         cmocka_unit_test(test_plan_mla_and_options),
         cmocka_unit_test(test_plan_rejects_bad_input),
         cmocka_unit_test(test_plan_q_block_order),
+        cmocka_unit_test(test_kv_schedule),
         cmocka_unit_test(test_f16_decode_and_round_trip),
         cmocka_unit_test(test_bf16_decode_and_round_trip),
         cmocka_unit_test(test_f16_round_to_nearest_even),
