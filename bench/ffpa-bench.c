@@ -37,6 +37,7 @@
 
 #include "dtype.h"
 #include "ffpa.h"
+#include "bench_util.h"
 #include "kv_bench.h"
 
 typedef struct shape {
@@ -52,13 +53,6 @@ typedef struct bench_opts {
     const char *csv;
     int backward;
 } bench_opts;
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static int parse_shape(const char *s, shape *out)
 {
@@ -79,23 +73,6 @@ static int parse_shape(const char *s, shape *out)
     out->lse = strchr(flags, 'l') != NULL;
     return out->b > 0 && out->hq > 0 && out->hkv > 0 && out->nq > 0 && out->nkv > 0 && out->dqk > 0 &&
            out->dv > 0;
-}
-
-static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
-static float rand_unit(void) /* uniform in [-1, 1) */
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (float)((rng_state >> 40) * (1.0 / 8388608.0)) - 1.0f;
-}
-
-static void fill_random(uint16_t *h, size_t n, ffpa_dtype dt)
-{
-    for (size_t i = 0; i < n; ++i) {
-        float x = rand_unit();
-        h[i] = dt == FFPA_BF16 ? ffpa_f32_to_bf16(x) : ffpa_f32_to_f16(x);
-    }
 }
 
 static const char *path_label(const shape *s)
@@ -146,8 +123,8 @@ static int make_inputs(const shape *s, ffpa_dtype dt, host_inputs *hi)
         hi->cu_q[0] = hi->cu_k[0] = 0;
         for (int64_t i = 0; i < s->b; ++i) {
             /* lengths in [1, N]; the first sequence is the longest */
-            int64_t lq = i == 0 ? s->nq : 1 + (int64_t)((rand_unit() + 1.0f) * 0.5f * (float)(s->nq - 1));
-            int64_t lk = i == 0 ? s->nkv : 1 + (int64_t)((rand_unit() + 1.0f) * 0.5f * (float)(s->nkv - 1));
+            int64_t lq = i == 0 ? s->nq : 1 + (int64_t)((bench_rand_unit() + 1.0f) * 0.5f * (float)(s->nq - 1));
+            int64_t lk = i == 0 ? s->nkv : 1 + (int64_t)((bench_rand_unit() + 1.0f) * 0.5f * (float)(s->nkv - 1));
             hi->cu_q[i + 1] = hi->cu_q[i] + (int32_t)lq;
             hi->cu_k[i + 1] = hi->cu_k[i] + (int32_t)lk;
         }
@@ -164,14 +141,14 @@ static int make_inputs(const shape *s, ffpa_dtype dt, host_inputs *hi)
     hi->v = malloc(nv * 2);
     if (!hi->q || !hi->k || !hi->v)
         return 0;
-    fill_random(hi->q, nq, dt);
-    fill_random(hi->k, nk, dt);
-    fill_random(hi->v, nv, dt);
+    bench_fill_random(hi->q, nq, dt);
+    bench_fill_random(hi->k, nk, dt);
+    bench_fill_random(hi->v, nv, dt);
     if (s->bias) {
         size_t nb = (size_t)(s->hq * s->nq * s->nkv);
         hi->bias = malloc(nb * sizeof(float));
         for (size_t i = 0; i < nb; ++i)
-            hi->bias[i] = rand_unit() < -0.9f ? -INFINITY : rand_unit();
+            hi->bias[i] = bench_rand_unit() < -0.9f ? -INFINITY : bench_rand_unit();
     }
     return 1;
 }
@@ -184,10 +161,9 @@ static int make_dout(const shape *s, ffpa_dtype dt, host_inputs *hi)
     hi->dout = malloc(n * 2);
     if (!hi->dout)
         return 0;
-    uint64_t saved = rng_state;
-    rng_state = 0xD1B54A32D192ED03ull;
-    fill_random(hi->dout, n, dt);
-    rng_state = saved;
+    uint64_t saved = bench_rng_reseed(0xD1B54A32D192ED03ull);
+    bench_fill_random(hi->dout, n, dt);
+    bench_rng_reseed(saved);
     return 1;
 }
 
@@ -302,12 +278,6 @@ static ffpa_status run_backward(ffpa_context *ctx, run_bufs *r)
 {
     return ffpa_backward(ctx, &r->tdo, &r->tq, &r->tk, &r->tv, &r->to, &r->tbl, &r->tdq, &r->tdk, &r->tdv,
                          &r->opt);
-}
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
 }
 
 /* Fill n device buffers with 0xFF bytes (a NaN bit pattern in every dtype):
@@ -521,10 +491,10 @@ static ffpa_status time_op(ffpa_context *ctx, run_bufs *r, ffpa_status (*op)(ffp
         st = ffpa_synchronize(ctx);
     int iters = o->iters;
     if (iters <= 0 && st == FFPA_OK) { /* aim for ~20 ms per repetition */
-        double t0 = now_s();
+        double t0 = bench_now_s();
         st = op(ctx, r);
         ffpa_synchronize(ctx);
-        double one = now_s() - t0;
+        double one = bench_now_s() - t0;
         iters = one > 0.02 ? 1 : (int)(0.02 / (one > 1e-6 ? one : 1e-6));
         if (iters > 1000)
             iters = 1000;
@@ -532,15 +502,15 @@ static ffpa_status time_op(ffpa_context *ctx, run_bufs *r, ffpa_status (*op)(ffp
     double *times = calloc((size_t)o->reps, sizeof(double));
     for (int rep = 0; rep < o->reps && st == FFPA_OK; ++rep) {
         ffpa_synchronize(ctx);
-        double t0 = now_s();
+        double t0 = bench_now_s();
         for (int it = 0; it < iters && st == FFPA_OK; ++it)
             st = op(ctx, r);
         if (st == FFPA_OK)
             st = ffpa_synchronize(ctx);
-        times[rep] = (now_s() - t0) / iters;
+        times[rep] = (bench_now_s() - t0) / iters;
     }
     if (st == FFPA_OK) {
-        qsort(times, (size_t)o->reps, sizeof(double), cmp_double);
+        qsort(times, (size_t)o->reps, sizeof(double), bench_cmp_double);
         *med = times[o->reps / 2];
     }
     free(times);

@@ -18,10 +18,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "dtype.h"
 #include "ffpa.h"
+#include "bench_util.h"
 #include "kv_bench.h"
 
 typedef struct kv_shape {
@@ -29,13 +29,6 @@ typedef struct kv_shape {
     int causal, append, mla, mixed, dense;
     char text[128];
 } kv_shape;
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static int parse(const char *s, kv_shape *out)
 {
@@ -57,24 +50,23 @@ static int parse(const char *s, kv_shape *out)
     return 0;
 }
 
-static uint64_t rng = 0x243F6A8885A308D3ull;
-static uint64_t next_u64(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return rng;
-}
-
 /* Random 16-bit values of the dtype in [-1, 1). */
 static uint16_t *random_halves(size_t n, ffpa_dtype dt)
 {
     uint16_t *h = malloc(n * sizeof *h);
-    for (size_t i = 0; h && i < n; ++i) {
-        float x = (float)((double)(next_u64() >> 11) / 9007199254740992.0 * 2.0 - 1.0);
-        h[i] = dt == FFPA_BF16 ? ffpa_f32_to_bf16(x) : ffpa_f32_to_f16(x);
-    }
+    if (h)
+        bench_fill_random(h, n, dt);
     return h;
+}
+
+/* Fixed-seed integers for page tables and lengths. */
+static uint64_t next_u64(void)
+{
+    static uint64_t state = 0x243F6A8885A308D3ull;
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    return state;
 }
 
 typedef struct kv_bufs {
@@ -247,12 +239,6 @@ static int check(ffpa_context *ctx, const kv_shape *s, ffpa_dtype dt, const kv_h
     return rc;
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 /* Copy ceiling: GB/s of a 1 GiB device-to-device copy (bytes read + written). */
 static double copy_ceiling(ffpa_context *ctx)
 {
@@ -263,15 +249,15 @@ static double copy_ceiling(ffpa_context *ctx)
     double t[10];
     for (int rep = -2; rep < 10; ++rep) {
         ffpa_synchronize(ctx);
-        double t0 = now_s();
+        double t0 = bench_now_s();
         ffpa_memcpy(ctx, b, a, bytes, FFPA_COPY_DEVICE_TO_DEVICE);
         ffpa_synchronize(ctx);
         if (rep >= 0)
-            t[rep] = now_s() - t0;
+            t[rep] = bench_now_s() - t0;
     }
     ffpa_free(ctx, a);
     ffpa_free(ctx, b);
-    qsort(t, 10, sizeof t[0], cmp_double);
+    qsort(t, 10, sizeof t[0], bench_cmp_double);
     return 2.0 * (double)bytes / t[5] * 1e-9;
 }
 
@@ -317,22 +303,22 @@ int kv_bench_run(ffpa_context *ctx, ffpa_dtype dt, int reps, int do_check, const
             st = call(ctx, &s, &r);
         ffpa_synchronize(ctx);
         {
-            double t0 = now_s();
+            double t0 = bench_now_s();
             for (int w = 0; st == FFPA_OK && w < 5; ++w)
                 st = call(ctx, &s, &r);
             ffpa_synchronize(ctx);
-            double one = (now_s() - t0) / 5;
+            double one = (bench_now_s() - t0) / 5;
             iters = one > 0 ? (int)(2e-3 / one) + 1 : 1;
         }
         if (reps > 64)
             reps = 64;
         for (int rep = 0; st == FFPA_OK && rep < reps; ++rep) {
             ffpa_synchronize(ctx);
-            double t0 = now_s();
+            double t0 = bench_now_s();
             for (int it = 0; it < iters && st == FFPA_OK; ++it)
                 st = call(ctx, &s, &r);
             ffpa_synchronize(ctx);
-            t[rep] = (now_s() - t0) / iters;
+            t[rep] = (bench_now_s() - t0) / iters;
         }
         if (st != FFPA_OK) {
             fprintf(stderr, "%s: %s: %s\n", s.text, ffpa_status_string(st), ffpa_last_error(ctx));
@@ -341,7 +327,7 @@ int kv_bench_run(ffpa_context *ctx, ffpa_dtype dt, int reps, int do_check, const
             free_host(&h);
             continue;
         }
-        qsort(t, (size_t)reps, sizeof t[0], cmp_double);
+        qsort(t, (size_t)reps, sizeof t[0], bench_cmp_double);
         const double sec = t[reps / 2];
         double keys = 0.0, pairs = 0.0;
         for (int64_t b = 0; b < s.b; ++b) {

@@ -44,15 +44,23 @@ template <class Cfg> size_t fwd_smem_bytes(int q_resident, int qk_chunks, int st
     return fwd_smem_layout<Cfg>(q_resident, qk_chunks, stages).total;
 }
 
-template <class Cfg>
-cudaError_t fwd_launch(const ffpa_gpu_fwd_params &p, size_t smem, int64_t blocks, cudaStream_t stream)
+/* Launches kernel(p) on a 1-D grid with `smem` bytes of dynamic shared
+ * memory (raising the kernel's limit first: above 48 KB it must opt in). */
+template <class Params>
+cudaError_t launch_with_smem(void (*kernel)(Params), const Params &p, int64_t blocks, int threads, size_t smem,
+                             cudaStream_t stream)
 {
-    auto kernel = ffpa_fwd_kernel<Cfg>;
     cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != cudaSuccess)
         return e;
-    kernel<<<(unsigned)blocks, Cfg::kThreads, smem, stream>>>(p);
+    kernel<<<(unsigned)blocks, threads, smem, stream>>>(p);
     return cudaGetLastError();
+}
+
+template <class Cfg>
+cudaError_t fwd_launch(const ffpa_gpu_fwd_params &p, size_t smem, int64_t blocks, cudaStream_t stream)
+{
+    return launch_with_smem(ffpa_fwd_kernel<Cfg>, p, blocks, Cfg::kThreads, smem, stream);
 }
 
 template <class Cfg> constexpr FwdKernelDesc fwd_desc()

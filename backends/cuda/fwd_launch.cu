@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "env.h"
+#include "gpu_support.h"
 #include "fwd_kernels.cuh"
 #include "fwd_launch.h"
 #include "plan.h"
@@ -60,33 +61,11 @@ WsLayout ws_layout(const ffpa_problem *pb, const ffpa_plan *plan)
 /* Why the generic kernels cannot run pb, or NULL. */
 const char *unsupported_reason(const ffpa_problem *pb, char *buf, size_t len)
 {
-    if (pb->dtype != FFPA_F16 && pb->dtype != FFPA_BF16)
-        return "q: float32 tensors are not supported by the cuda backend; expected float16 or bfloat16";
     const ffpa_view *views[4] = {&pb->q, &pb->k, &pb->v, &pb->o};
     const char *names[4] = {"q", "k", "v", "o"};
-    for (int i = 0; i < 4; ++i) {
-        const ffpa_view *v = views[i];
-        if (v->sd != 1) {
-            snprintf(buf, len,
-                     "%s: the cuda backend needs a contiguous head dimension; expected stride[3] == 1",
-                     names[i]);
-            return buf;
-        }
-        if (((uintptr_t)v->data & 15) || (v->sn & 7) || (v->sh & 7) || (v->sb & 7)) {
-            snprintf(buf, len,
-                     "%s: the cuda backend needs 16-byte aligned rows; expected a 16-byte aligned data "
-                     "pointer and strides that are multiples of 8 elements",
-                     names[i]);
-            return buf;
-        }
-    }
-    if (pb->dqk % 8 || pb->dv % 8) {
-        snprintf(buf, len,
-                 "q: head dimension %lld/%lld is not supported by the cuda backend; expected Dqk and Dv "
-                 "multiples of 8",
-                 (long long)pb->dqk, (long long)pb->dv);
-        return buf;
-    }
+    const char *why = ffpa_gpu_unsupported(pb, views, names, 4, "cuda", buf, len);
+    if (why)
+        return why;
     if (pb->nq > INT32_MAX || pb->nkv > INT32_MAX || pb->batch * pb->hq > INT32_MAX) {
         return "q: sequence or batch too large for the cuda backend; expected at most 2^31-1";
     }

@@ -152,6 +152,73 @@ __device__ __forceinline__ void pv_slab(arch::FragC (&o)[Cfg::kONT],
     }
 }
 
+/* The regions of a forward block's shared memory (fwd_smem_layout):
+ * [resident Q][ring of slots][partial S]; O reuses the front at the end. */
+template <class Cfg> struct FwdRegions {
+    typename Cfg::T *q_region, *ring;
+    float4 *spart;
+    int slot_elems;
+};
+
+template <class Cfg>
+__device__ __forceinline__ FwdRegions<Cfg> fwd_regions(unsigned char *smem, int q_resident, int qk_chunks, int stages)
+{
+    using T = typename Cfg::T;
+    const FwdSmem lay = fwd_smem_layout<Cfg>(q_resident, qk_chunks, stages);
+    FwdRegions<Cfg> r;
+    r.q_region = reinterpret_cast<T *>(smem);
+    r.ring = reinterpret_cast<T *>(smem + lay.q_region);
+    r.spart = reinterpret_cast<float4 *>(
+        smem + (lay.q_region + lay.ring > lay.epilogue ? lay.q_region + lay.ring : lay.epilogue));
+    r.slot_elems = (int)(lay.slot / sizeof(T));
+    return r;
+}
+
+/*
+ * The cp.async slab ring's consumer side. load_next() issues the next slab
+ * into the next slot (the producer's cursor, kernel-specific: dense rows, or
+ * rows through a block table). ring_prologue puts stages-1 slabs in flight
+ * (with whatever the caller issued before, e.g. a resident Q, in the first
+ * group). The function slab_ring returns, called once per slab, waits for
+ * the current slab, refills the slot consumed last (every warp is past the
+ * barrier) and returns the slab. Its state stays the caller's (references
+ * to its locals and parameters): a struct holding copies of it cost
+ * registers, a spill in the 1024-column KV tile.
+ */
+template <class LoadNext> __device__ __forceinline__ void ring_prologue(int stages, LoadNext &load_next)
+{
+    for (int i = 0; i < stages - 1; ++i) {
+        load_next();
+        arch::cp_async_commit();
+    }
+}
+
+template <typename T, class LoadNext>
+__device__ __forceinline__ auto slab_ring(T *const &ring, const int &slot_elems, const int &stages, int &cur,
+                                          LoadNext &load_next)
+{
+    return [&ring, &slot_elems, &stages, &cur, &load_next]() -> const T * {
+        arch::cp_async_wait_dyn(stages - 2);
+        __syncthreads();
+        load_next();
+        arch::cp_async_commit();
+        const T *slab = ring + cur * slot_elems;
+        if (++cur == stages)
+            cur = 0;
+        return slab;
+    };
+}
+
+/* O accumulators at zero. */
+template <class Cfg> __device__ __forceinline__ void zero_o(arch::FragC (&o)[Cfg::kVSlabs][Cfg::kONT])
+{
+#pragma unroll
+    for (int vs = 0; vs < Cfg::kVSlabs; ++vs)
+#pragma unroll
+        for (int nt = 0; nt < Cfg::kONT; ++nt)
+            o[vs][nt] = arch::FragC{{0.f, 0.f, 0.f, 0.f}};
+}
+
 /*
  * One key tile of the main loop, shared by the forward kernels: S = Q K^T
  * over the tile's qk_chunks slabs (next_slab() hands each ready slab,
@@ -278,13 +345,9 @@ template <class Cfg> __device__ __forceinline__ void fwd_body(const ffpa_gpu_fwd
     }
     const int n_tiles = tile_end - tile_begin;
 
-    /* Shared memory: [resident Q][ring of slots][partial S]. */
-    const FwdSmem lay = fwd_smem_layout<Cfg>(p.q_resident, p.qk_chunks, p.stages);
-    T *q_region = reinterpret_cast<T *>(smem_raw);
-    T *ring = reinterpret_cast<T *>(smem_raw + lay.q_region);
-    float4 *spart = reinterpret_cast<float4 *>(
-        smem_raw + (lay.q_region + lay.ring > lay.epilogue ? lay.q_region + lay.ring : lay.epilogue));
-    const int slot_elems = (int)(lay.slot / sizeof(T));
+    const FwdRegions<Cfg> sh = fwd_regions<Cfg>(smem_raw, p.q_resident, p.qk_chunks, p.stages);
+    T *q_region = sh.q_region, *ring = sh.ring;
+    const int slot_elems = sh.slot_elems;
     const int slabs_per_tile = p.qk_chunks + p.v_chunks;
     const int total_slabs = n_tiles * slabs_per_tile;
 
@@ -322,32 +385,12 @@ template <class Cfg> __device__ __forceinline__ void fwd_body(const ffpa_gpu_fwd
             load_tile_async<T, Cfg::kBr, Cfg::kCols, Cfg::kThreads>(
                 q_region + c * Cfg::kBr * Cfg::kCols, qg, p.q_sn, rows_valid, c * Cfg::kCols, p.dqk,
                 tid);
-    for (int i = 0; i < p.stages - 1; ++i) {
-        load_next();
-        arch::cp_async_commit();
-    }
-
-    /* Consumer cursor: the ring slot of the current slab. */
+    ring_prologue(p.stages, load_next);
     int cur_slot = 0;
-    /* The current slab is ready and the slot consumed last is free: refill it
-     * (stages-1 slabs ahead) and return the current slab's slot. */
-    auto slab_begin = [&]() -> const T * {
-        arch::cp_async_wait_dyn(p.stages - 2);
-        __syncthreads();
-        load_next();
-        arch::cp_async_commit();
-        const T *slab = ring + cur_slot * slot_elems;
-        if (++cur_slot == p.stages)
-            cur_slot = 0;
-        return slab;
-    };
+    auto next_slab = slab_ring(ring, slot_elems, p.stages, cur_slot, load_next);
 
     arch::FragC o[Cfg::kVSlabs][Cfg::kONT];
-#pragma unroll
-    for (int vs = 0; vs < Cfg::kVSlabs; ++vs)
-#pragma unroll
-        for (int nt = 0; nt < Cfg::kONT; ++nt)
-            o[vs][nt] = arch::FragC{{0.f, 0.f, 0.f, 0.f}};
+    zero_o<Cfg>(o);
     OnlineSoftmax sm;
     sm.init();
 
@@ -363,7 +406,7 @@ template <class Cfg> __device__ __forceinline__ void fwd_body(const ffpa_gpu_fwd
         mc.need_bounds = mc.col0 + Cfg::kBc > seqlen_k;
         mc.need_causal = p.causal && mc.col0 + Cfg::kBc - 1 > mc.row0 + diag;
         fwd_key_tile<Cfg>(
-            o, sm, spart, p.qk_chunks, p.v_chunks, p.dqk, p.dv, wm, wn, lane, slab_begin,
+            o, sm, sh.spart, p.qk_chunks, p.v_chunks, p.dqk, p.dv, wm, wn, lane, next_slab,
             [&](int c, const T *ks) {
                 return p.q_resident ? q_region + c * Cfg::kBr * Cfg::kCols : ks + Cfg::kBc * Cfg::kCols;
             },

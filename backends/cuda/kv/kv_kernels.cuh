@@ -8,7 +8,7 @@
 
 #include <cuda_runtime.h>
 
-#include "../arch_sm80.cuh"
+#include "../fwd_kernels.cuh"
 #include "../../gpu/kv/kv_host.h"
 #include "../../gpu/kv/kv_kernel.cuh"
 
@@ -46,12 +46,7 @@ template <class Cfg> size_t kv_smem_bytes(int qk_chunks, int stages)
 template <class Cfg>
 cudaError_t kv_launch(const ffpa_gpu_kv_params &p, size_t smem, int64_t blocks, cudaStream_t stream)
 {
-    auto kernel = ffpa_kv_attn_kernel<Cfg>;
-    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-    if (e != cudaSuccess)
-        return e;
-    kernel<<<(unsigned)blocks, Cfg::kThreads, smem, stream>>>(p);
-    return cudaGetLastError();
+    return launch_with_smem(ffpa_kv_attn_kernel<Cfg>, p, blocks, Cfg::kThreads, smem, stream);
 }
 
 template <class Cfg> constexpr KvDesc kv_desc(ffpa_dtype dtype, const char *name)

@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "../gpu_support.h"
 #include "kv_params.h"
 #include "kv_sched.h"
 #include "plan.h"
@@ -47,36 +48,12 @@ inline size_t align_up(size_t x)
 /* Why the kernels cannot run pb (message in buf), or NULL. */
 inline const char *unsupported(const ffpa_problem *pb, const char *backend, char *buf, size_t len)
 {
-    if (pb->dtype != FFPA_F16 && pb->dtype != FFPA_BF16) {
-        snprintf(buf, len, "q: float32 tensors are not supported by the %s backend; expected float16 or bfloat16",
-                 backend);
-        return buf;
-    }
     const ffpa_kv_problem *kv = pb->kv;
     const ffpa_view *views[6] = {&pb->q, &pb->k, &pb->v, &pb->o, &kv->k_new, &kv->v_new};
     const char *names[6] = {"q", "cache.k", "cache.v", "o", "k_new", "v_new"};
-    for (int i = 0; i < 6; ++i) {
-        const ffpa_view *v = views[i];
-        if (!v->data)
-            continue;
-        if (v->sd != 1) {
-            snprintf(buf, len, "%s: the %s backend needs a contiguous head dimension; expected stride[3] == 1",
-                     names[i], backend);
-            return buf;
-        }
-        if (((uintptr_t)v->data & 15) || (v->sn & 7) || (v->sh & 7) || (v->sb & 7)) {
-            snprintf(buf, len,
-                     "%s: the %s backend needs 16-byte aligned rows; expected a 16-byte aligned data pointer and "
-                     "strides that are multiples of 8 elements",
-                     names[i], backend);
-            return buf;
-        }
-    }
-    if (pb->dqk % 8 || pb->dv % 8) {
-        snprintf(buf, len, "q: head dimension %lld/%lld is not supported by the %s backend; expected multiples of 8",
-                 (long long)pb->dqk, (long long)pb->dv, backend);
-        return buf;
-    }
+    const char *why = ffpa_gpu_unsupported(pb, views, names, 6, backend, buf, len);
+    if (why)
+        return why;
     if (pb->nkv > INT32_MAX / 2 || pb->batch * pb->hq * pb->nq > INT32_MAX / 2) {
         snprintf(buf, len, "cache.k: cache or batch too large for the %s backend; expected fewer than 2^30 tokens",
                  backend);

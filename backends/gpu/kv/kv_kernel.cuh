@@ -178,12 +178,9 @@ template <class Cfg> __device__ __forceinline__ void kv_attn_body(const ffpa_gpu
     const int tile_begin = w.tile_begin;
     tile_end = max(tile_end, tile_begin);
 
-    const FwdSmem lay = fwd_smem_layout<Cfg>(1, p.qk_chunks, p.stages);
-    T *q_region = reinterpret_cast<T *>(smem_raw);
-    T *ring = reinterpret_cast<T *>(smem_raw + lay.q_region);
-    float4 *spart = reinterpret_cast<float4 *>(
-        smem_raw + (lay.q_region + lay.ring > lay.epilogue ? lay.q_region + lay.ring : lay.epilogue));
-    const int slot_elems = (int)(lay.slot / sizeof(T));
+    const FwdRegions<Cfg> sh = fwd_regions<Cfg>(smem_raw, 1, p.qk_chunks, p.stages);
+    T *q_region = sh.q_region, *ring = sh.ring;
+    const int slot_elems = sh.slot_elems;
 
     /* Q: the packed rows of every D chunk, resident for the whole loop. */
     {
@@ -201,14 +198,18 @@ template <class Cfg> __device__ __forceinline__ void kv_attn_body(const ffpa_gpu
     }
 
     /* Producer: K slabs then V slabs of each key tile. A thread copies one
-     * 16-byte column piece of rows r0, r0 + kRowStep, ...; their pages are
-     * looked up once per tile. */
+     * 16-byte column piece of rows r0, r0 + kRowStep, ... Pages hold a
+     * multiple of 16 tokens (a dense cache's rows never wrap), so the 16
+     * keys of a group share a page: the table is read once per group and
+     * tile, and the group of row r0 + it * kRowStep is a constant. */
     constexpr int kPieces = Cfg::kCols / 8;
     constexpr int kRowStep = Cfg::kThreads / kPieces;
     constexpr int kIters = (Cfg::kBc + kRowStep - 1) / kRowStep;
+    constexpr int kGroups = Cfg::kBc / 16;
     static_assert(Cfg::kThreads % kPieces == 0, "a thread keeps its column");
+    static_assert(16 % kRowStep == 0 && Cfg::kBc % 16 == 0, "a thread's rows keep their 16-key group");
     const int r0 = tid / kPieces, pc = (tid % kPieces) * 8;
-    int page_of[kIters], row_of[kIters];
+    int group_page[kGroups], group_row[kGroups]; /* page (-1: none) and row in it of each group's first key */
     const T *kbase = static_cast<const T *>(p.k) + (int64_t)w.kvh * p.k_sh;
     const T *vbase = static_cast<const T *>(p.v) + (int64_t)w.kvh * p.v_sh;
     const int slabs_per_tile = p.qk_chunks + p.v_chunks;
@@ -218,12 +219,13 @@ template <class Cfg> __device__ __forceinline__ void kv_attn_body(const ffpa_gpu
             return;
         if (ld_s == 0) {
 #pragma unroll
-            for (int it = 0; it < kIters; ++it) {
-                const int j = ld_tile * Cfg::kBc + r0 + it * kRowStep;
-                page_of[it] = j < w.len ? kv_page(p, w.b, j) : -1;
-                row_of[it] = j % p.page_size;
+            for (int g = 0; g < kGroups; ++g) {
+                const int j = ld_tile * Cfg::kBc + 16 * g;
+                group_page[g] = j < w.len ? kv_page(p, w.b, j) : -1;
+                group_row[g] = j % p.page_size;
             }
         }
+        const int keys_left = w.len - ld_tile * Cfg::kBc;
         T *slot = ring + ld_slot * slot_elems;
         const bool is_k = ld_s < p.qk_chunks;
         const int col = (is_k ? ld_s : ld_s - p.qk_chunks) * Cfg::kCols + pc;
@@ -232,10 +234,11 @@ template <class Cfg> __device__ __forceinline__ void kv_attn_body(const ffpa_gpu
         const int64_t sp = is_k ? p.k_sp : p.v_sp, sn = is_k ? p.k_sn : p.v_sn;
 #pragma unroll
         for (int it = 0; it < kIters; ++it) {
-            const int r = r0 + it * kRowStep;
+            const int r = r0 + it * kRowStep, g = it * kRowStep / 16;
             if (Cfg::kBc % kRowStep == 0 || r < Cfg::kBc) {
-                const bool ok = col_ok && page_of[it] >= 0;
-                const T *src = ok ? base + (int64_t)page_of[it] * sp + (int64_t)row_of[it] * sn + col : base;
+                const bool ok = col_ok && r < keys_left && group_page[g] >= 0;
+                const T *src =
+                    ok ? base + (int64_t)group_page[g] * sp + (int64_t)(group_row[g] + (r & 15)) * sn + col : base;
                 arch::cp_async_16(arch::smem_u32(slot + swz<Cfg::kCols>(r, pc)), src, ok ? 16 : 0);
             }
         }
@@ -247,29 +250,13 @@ template <class Cfg> __device__ __forceinline__ void kv_attn_body(const ffpa_gpu
         if (++ld_slot == p.stages)
             ld_slot = 0;
     };
-    /* Q joins the first group; stages-1 slabs in flight. */
-    for (int i = 0; i < p.stages - 1; ++i) {
-        load_next();
-        arch::cp_async_commit();
-    }
+    /* Q joins the first group. */
+    ring_prologue(p.stages, load_next);
     int cur_slot = 0;
-    auto slab_begin = [&]() -> const T * {
-        arch::cp_async_wait_dyn(p.stages - 2);
-        __syncthreads();
-        load_next();
-        arch::cp_async_commit();
-        const T *slab = ring + cur_slot * slot_elems;
-        if (++cur_slot == p.stages)
-            cur_slot = 0;
-        return slab;
-    };
+    auto next_slab = slab_ring(ring, slot_elems, p.stages, cur_slot, load_next);
 
     arch::FragC o[Cfg::kVSlabs][Cfg::kONT];
-#pragma unroll
-    for (int vs = 0; vs < Cfg::kVSlabs; ++vs)
-#pragma unroll
-        for (int nt = 0; nt < Cfg::kONT; ++nt)
-            o[vs][nt] = arch::FragC{{0.f, 0.f, 0.f, 0.f}};
+    zero_o<Cfg>(o);
     OnlineSoftmax sm;
     sm.init();
 
@@ -286,7 +273,7 @@ template <class Cfg> __device__ __forceinline__ void kv_attn_body(const ffpa_gpu
         const int col0 = tile * Cfg::kBc;
         const bool need_mask = col0 + Cfg::kBc - 1 > block_last_key;
         fwd_key_tile<Cfg>(
-            o, sm, spart, p.qk_chunks, p.v_chunks, p.dqk, p.dv, wm, wn, lane, slab_begin,
+            o, sm, sh.spart, p.qk_chunks, p.v_chunks, p.dqk, p.dv, wm, wn, lane, next_slab,
             [&](int c, const T *) { return q_region + c * Cfg::kBr * Cfg::kCols; },
             [&](arch::FragC(&s)[Cfg::kNT]) {
 #pragma unroll
