@@ -36,6 +36,7 @@ typedef struct kv_case {
     int spare_pages;     /* extra capacity per sequence beyond what is used */
     th_layout layout;    /* of the pools (BNHD is FlashAttention's) */
     int trusted;
+    int table_pad;       /* block_table rows longer than max_pages by this much */
     uint64_t seed;
 } kv_case;
 
@@ -63,7 +64,7 @@ typedef struct kv_run {
     th_tensor q, kpool, vpool, knew, vnew, o, lse;
     int32_t *table, *seqlens; /* host */
     void *dev_table, *dev_seqlens;
-    int64_t max_pages, num_pages;
+    int64_t max_pages, num_pages, bt_stride;
     ffpa_kv_cache cache;
 } kv_run;
 
@@ -82,11 +83,12 @@ static void kv_setup(const kv_case *c, kv_run *r)
     for (int64_t b = 0; b < c->batch; ++b)
         most = ceil_div(c->lens[b] + added, ps) > most ? ceil_div(c->lens[b] + added, ps) : most;
     r->max_pages = most + c->spare_pages;
+    r->bt_stride = r->max_pages + c->table_pad;
     r->num_pages = c->paged ? c->batch * r->max_pages + 3 : c->batch;
     const int64_t rows = c->paged ? ps : r->max_pages * ps;
 
     /* Tables: the pool's pages in a shuffled order; spare entries -1. */
-    r->table = malloc(sizeof(int32_t) * (size_t)(c->batch * r->max_pages));
+    r->table = malloc(sizeof(int32_t) * (size_t)(c->batch * r->bt_stride));
     r->seqlens = malloc(sizeof(int32_t) * (size_t)c->batch);
     int64_t *perm = malloc(sizeof(int64_t) * (size_t)r->num_pages);
     for (int64_t i = 0; i < r->num_pages; ++i)
@@ -100,13 +102,13 @@ static void kv_setup(const kv_case *c, kv_run *r)
     for (int64_t b = 0; b < c->batch; ++b) {
         r->seqlens[b] = (int32_t)c->lens[b];
         const int64_t used = ceil_div(c->lens[b] + added, ps);
-        for (int64_t j = 0; j < r->max_pages; ++j)
-            r->table[b * r->max_pages + j] = c->paged && j < used ? (int32_t)perm[next++] : -1;
+        for (int64_t j = 0; j < r->bt_stride; ++j)
+            r->table[b * r->bt_stride + j] = c->paged && j < used ? (int32_t)perm[next++] : -1;
     }
     if (c->share_prefix && c->batch >= 2) {
         const int64_t full = (c->lens[0] < c->lens[1] ? c->lens[0] : c->lens[1]) / ps;
         for (int64_t j = 0; j < full; ++j)
-            r->table[r->max_pages + j] = r->table[j];
+            r->table[r->bt_stride + j] = r->table[j];
     }
     free(perm);
 
@@ -131,7 +133,7 @@ static void kv_setup(const kv_case *c, kv_run *r)
     th_tensor_poison(&r->o);
     th_tensor_poison(&r->lse);
 
-    size_t tb = sizeof(int32_t) * (size_t)(c->batch * r->max_pages), lb = sizeof(int32_t) * (size_t)c->batch;
+    size_t tb = sizeof(int32_t) * (size_t)(c->batch * r->bt_stride), lb = sizeof(int32_t) * (size_t)c->batch;
     th_expect_ok(ctx, ffpa_malloc(ctx, &r->dev_table, tb), "ffpa_malloc");
     th_expect_ok(ctx, ffpa_malloc(ctx, &r->dev_seqlens, lb), "ffpa_malloc");
     th_expect_ok(ctx, ffpa_memcpy(ctx, r->dev_table, r->table, tb, FFPA_COPY_HOST_TO_DEVICE), "ffpa_memcpy");
@@ -146,6 +148,7 @@ static void kv_setup(const kv_case *c, kv_run *r)
     }
     r->cache.block_table = c->paged ? r->dev_table : NULL;
     r->cache.max_pages_per_seq = c->paged ? r->max_pages : 0;
+    r->cache.block_table_stride = c->table_pad ? r->bt_stride : 0;
     r->cache.cache_seqlens = r->dev_seqlens;
     r->cache.trusted_tables = c->trusted;
 }
@@ -176,7 +179,7 @@ static int64_t pool_row(const kv_case *c, const kv_run *r, const ffpa_tensor *po
                         int64_t j)
 {
     const int64_t ps = c->paged ? c->page_size : pool->shape[2];
-    const int64_t page = c->paged ? r->table[b * r->max_pages + j / ps] : b;
+    const int64_t page = c->paged ? r->table[b * r->bt_stride + j / ps] : b;
     return page * pool->stride[0] + h * pool->stride[1] + (j % ps) * pool->stride[2];
 }
 
@@ -449,7 +452,7 @@ static void upload_tables(kv_run *r, const kv_case *c)
 {
     ffpa_context *ctx = th_ctx();
     th_expect_ok(ctx,
-                 ffpa_memcpy(ctx, r->dev_table, r->table, sizeof(int32_t) * (size_t)(c->batch * r->max_pages),
+                 ffpa_memcpy(ctx, r->dev_table, r->table, sizeof(int32_t) * (size_t)(c->batch * r->bt_stride),
                              FFPA_COPY_HOST_TO_DEVICE),
                  "ffpa_memcpy");
     th_expect_ok(ctx,
@@ -521,6 +524,141 @@ static void test_bad_shapes(void **state)
     kv_free(&r);
 }
 
+/* Every argument check of the call: status, message naming the argument,
+ * nothing written. */
+static void test_bad_arguments(void **state)
+{
+    (void)state;
+    const int64_t lens[] = {20, 40};
+    kv_case c = kv_default(2, 4, 2, 2, 64, 16, lens);
+    c.append = 1;
+    kv_run r;
+    kv_setup(&c, &r);
+    ffpa_context *ctx = th_ctx();
+    ffpa_options opt = ffpa_options_default();
+    const ffpa_kv_cache good = r.cache;
+    unsigned char *o_snap = th_tensor_snapshot(&r.o), *k_snap = th_tensor_snapshot(&r.kpool),
+                  *v_snap = th_tensor_snapshot(&r.vpool);
+    typedef struct bad_call {
+        const char *name;
+        const ffpa_kv_cache *cache;
+        const ffpa_tensor *k_new, *v_new, *o;
+        int causal;
+        const ffpa_tensor *bias;
+    } bad_call;
+    bad_call bad[16];
+    int n = 0;
+    ffpa_kv_cache caches[8];
+    ffpa_tensor knew_short = r.knew.dev, o_on_cache = r.o.dev;
+    knew_short.shape[2] = 1; /* rows of q differ */
+    o_on_cache.data = r.kpool.dev.data;
+    for (int i = 0; i < 8; ++i)
+        caches[i] = good;
+    caches[0].block_table_stride = good.max_pages_per_seq - 1;
+    caches[1].max_pages_per_seq = 0;
+    caches[2].block_table = NULL; /* dense: the pool's pages must then be the batch */
+    caches[3].cache_seqlens = NULL;
+    caches[4].v.dtype = c.dtype == FFPA_F32 ? FFPA_F16 : FFPA_F32;
+    bad[n++] = (bad_call){"cache", NULL, &r.knew.dev, &r.vnew.dev, &r.o.dev, 0, NULL};
+    bad[n++] = (bad_call){"cache.block_table_stride", &caches[0], &r.knew.dev, &r.vnew.dev, &r.o.dev, 0, NULL};
+    bad[n++] = (bad_call){"cache.max_pages_per_seq", &caches[1], &r.knew.dev, &r.vnew.dev, &r.o.dev, 0, NULL};
+    bad[n++] = (bad_call){"cache.k", &caches[2], &r.knew.dev, &r.vnew.dev, &r.o.dev, 0, NULL};
+    bad[n++] = (bad_call){"cache.cache_seqlens", &caches[3], &r.knew.dev, &r.vnew.dev, &r.o.dev, 0, NULL};
+    bad[n++] = (bad_call){"cache.v", &caches[4], &r.knew.dev, &r.vnew.dev, &r.o.dev, 0, NULL};
+    bad[n++] = (bad_call){"v_new", &good, &r.knew.dev, NULL, &r.o.dev, 0, NULL};
+    bad[n++] = (bad_call){"k_new", &good, NULL, &r.vnew.dev, &r.o.dev, 0, NULL};
+    bad[n++] = (bad_call){"k_new", &good, &knew_short, &r.vnew.dev, &r.o.dev, 0, NULL};
+    bad[n++] = (bad_call){"o", &good, &r.knew.dev, &r.vnew.dev, &o_on_cache, 0, NULL};
+    bad[n++] = (bad_call){"opt.causal", &good, &r.knew.dev, &r.vnew.dev, &r.o.dev, 2, NULL};
+    bad[n++] = (bad_call){"opt.bias", &good, &r.knew.dev, &r.vnew.dev, &r.o.dev, 0, &r.o.dev};
+    for (int i = 0; i < n; ++i) {
+        opt.causal = bad[i].causal;
+        opt.bias = bad[i].bias;
+        ffpa_status st = ffpa_forward_kvcache(ctx, &r.q.dev, bad[i].cache, bad[i].k_new, bad[i].v_new, bad[i].o,
+                                              &r.lse.dev, &opt);
+        if (st != FFPA_ERR_INVALID_ARGUMENT)
+            fail_msg("bad %s: status %d (%s)", bad[i].name, (int)st, ffpa_last_error(ctx));
+        const char *names[] = {bad[i].name, NULL};
+        if (!th_message_names(ffpa_last_error(ctx), names))
+            fail_msg("bad %s: message names something else: %s", bad[i].name, ffpa_last_error(ctx));
+    }
+    th_expect_unchanged("o", &r.o, o_snap);
+    th_expect_unchanged("cache.k", &r.kpool, k_snap);
+    th_expect_unchanged("cache.v", &r.vpool, v_snap);
+    free(o_snap);
+    free(k_snap);
+    free(v_snap);
+    kv_free(&r);
+}
+
+/* A block table with padded rows (block_table_stride > max_pages). */
+static void test_table_stride(void **state)
+{
+    (void)state;
+    const int64_t lens[] = {50, 21, 64};
+    kv_case c = kv_default(3, 4, 2, 2, 64, 16, lens);
+    c.table_pad = 3;
+    c.append = 1;
+    c.causal = 1;
+    kv_check(&c);
+}
+
+/* Tables the caller vouched for are not checked: a page outside the pool
+ * still runs, reads nothing outside the pool (ASan on cpu, memcheck on GPUs)
+ * and writes nothing but O and LSE. */
+static void test_trusted_bad_entry(void **state)
+{
+    (void)state;
+    const int64_t lens[] = {40, 40};
+    kv_case c = kv_default(2, 4, 2, 1, 64, 16, lens);
+    c.trusted = 1;
+    kv_run r;
+    kv_setup(&c, &r);
+    r.table[1] = (int32_t)(r.num_pages + 1000);
+    r.table[r.bt_stride] = -7;
+    upload_tables(&r, &c);
+    unsigned char *k_snap = th_tensor_snapshot(&r.kpool), *v_snap = th_tensor_snapshot(&r.vpool);
+    ffpa_context *ctx = th_ctx();
+    ffpa_status st = kv_call(&c, &r);
+    if (!th_refused(ctx, st, "ffpa_forward_kvcache")) {
+        th_expect_ok(ctx, st, "ffpa_forward_kvcache");
+        th_expect_ok(ctx, ffpa_synchronize(ctx), "ffpa_synchronize");
+        th_expect_unchanged("cache.k", &r.kpool, k_snap);
+        th_expect_unchanged("cache.v", &r.vpool, v_snap);
+    }
+    free(k_snap);
+    free(v_snap);
+    kv_free(&r);
+}
+
+/* The split plan: a GPU backend describes it; the cpu backend runs none. */
+static void test_schedule_query(void **state)
+{
+    (void)state;
+    const int64_t lens[] = {3000, 10, 0};
+    kv_case c = kv_default(3, 8, 2, 1, 128, 64, lens);
+    kv_run r;
+    kv_setup(&c, &r);
+    ffpa_context *ctx = th_ctx();
+    ffpa_kv_schedule_info info;
+    const int32_t host_lens[] = {3000, 10, 0};
+    ffpa_status st = ffpa_kvcache_schedule(ctx, &r.q.dev, &r.cache, host_lens, 0, NULL, &info);
+    if (strcmp(ffpa_backend_name(ctx), "cpu") == 0) {
+        assert_int_equal(st, FFPA_ERR_UNSUPPORTED);
+        const char *names[] = {"ctx", NULL};
+        assert_true(th_message_names(ffpa_last_error(ctx), names));
+    } else if (!th_refused(ctx, st, "ffpa_kvcache_schedule")) {
+        th_expect_ok(ctx, st, "ffpa_kvcache_schedule");
+        assert_true(info.rows_per_tile >= 16 && info.kernel && info.kernel[0]);
+        assert_int_equal(info.units, 3 * 2);
+        /* every sequence at least one block per kv head; the longest split */
+        assert_true(info.blocks >= info.units && info.blocks <= info.grid && info.max_splits > 1);
+    }
+    assert_int_equal(ffpa_kvcache_schedule(ctx, &r.q.dev, &r.cache, NULL, 0, NULL, &info),
+                     FFPA_ERR_INVALID_ARGUMENT);
+    kv_free(&r);
+}
+
 static void test_workspace_query(void **state)
 {
     (void)state;
@@ -561,6 +699,10 @@ int main(void)
         cmocka_unit_test(test_mla_v_in_k),
         cmocka_unit_test(test_bad_tables),
         cmocka_unit_test(test_bad_shapes),
+        cmocka_unit_test(test_bad_arguments),
+        cmocka_unit_test(test_table_stride),
+        cmocka_unit_test(test_trusted_bad_entry),
+        cmocka_unit_test(test_schedule_query),
         cmocka_unit_test(test_workspace_query),
     };
     const int failures = cmocka_run_group_tests_name("kvcache", tests, NULL, NULL);

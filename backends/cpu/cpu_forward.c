@@ -80,13 +80,17 @@ static int64_t key_len(const ffpa_problem *pb, int64_t b)
 }
 
 /* Element offset of key row j of (b, kv head hk) in a k-side view: packed
- * rows, or the row inside its page of a KV cache. */
+ * rows, or the row inside its page of a KV cache; -1 for a page outside the
+ * pool (only tables the caller vouched for get here unchecked: such rows
+ * read as zeros and are never written, as on the GPU backends). */
 static int64_t key_row_offset(const ffpa_problem *pb, const ffpa_view *view, int64_t b, int64_t hk, int64_t j)
 {
     const ffpa_kv_problem *kv = pb->kv;
     if (!kv)
         return ffpa_row_offset(view, pb->cu_k, b, hk) + j * view->sn;
     const int64_t page = kv->block_table ? kv->block_table[b * kv->bt_stride + j / kv->page_size] : b;
+    if (page < 0 || page >= kv->num_pages)
+        return -1;
     return page * view->sb + hk * view->sh + (j % kv->page_size) * view->sn;
 }
 
@@ -102,8 +106,12 @@ static void load_key_rows(float *dst, int64_t ld, int transposed, const ffpa_pro
         int run = (int)(run_max - (pb->kv ? j % run_max : 0));
         if (run > cols - r)
             run = cols - r;
-        const int64_t off = key_row_offset(pb, view, b, hk, j) + d0 * view->sd;
-        if (transposed)
+        const int64_t row = key_row_offset(pb, view, b, hk, j), off = row + d0 * view->sd;
+        if (row < 0) {
+            for (int x = 0; x < run; ++x)
+                for (int c = 0; c < dc; ++c)
+                    dst[transposed ? (int64_t)c * ld + r + x : (int64_t)(r + x) * ld + c] = 0.0f;
+        } else if (transposed)
             cpu_load_tile_t(dst + r, ld, view->data, pb->dtype, off, view->sn, view->sd, run, dc);
         else
             cpu_load_tile(dst + (int64_t)r * ld, ld, view->data, pb->dtype, off, view->sn, view->sd, run, dc);
@@ -238,7 +246,10 @@ static void append_rows(const ffpa_problem *pb, const ffpa_view *dst, const ffpa
     for (int64_t b = 0; b < pb->batch; ++b)
         for (int64_t h = 0; h < pb->hkv; ++h)
             for (int64_t t = 0; t < pb->nq; ++t) {
-                const int64_t to = key_row_offset(pb, dst, b, h, kv->cache_seqlens[b] + t);
+                const int64_t pos = (int64_t)kv->cache_seqlens[b] + t;
+                const int64_t to = pos >= 0 && pos < pb->nkv ? key_row_offset(pb, dst, b, h, pos) : -1;
+                if (to < 0)
+                    continue; /* outside the sequence's pages: never written */
                 const int64_t from = b * src->sb + h * src->sh + t * src->sn;
                 for (int64_t c = 0; c < d; ++c)
                     memcpy((char *)dst->data + (size_t)(to + c * dst->sd) * elt,
