@@ -60,13 +60,27 @@ class Options(ctypes.Structure):
     ]
 
 
+class KvCache(ctypes.Structure):
+    """struct ffpa_kv_cache."""
+
+    _fields_ = [
+        ("k", Tensor),
+        ("v", Tensor),
+        ("block_table", ctypes.POINTER(ctypes.c_int32)),
+        ("max_pages_per_seq", ctypes.c_int64),
+        ("block_table_stride", ctypes.c_int64),
+        ("cache_seqlens", ctypes.POINTER(ctypes.c_int32)),
+        ("trusted_tables", ctypes.c_int),
+    ]
+
+
 class BackendInfo(ctypes.Structure):
     """struct ffpa_backend_info."""
 
     _fields_ = [
         ("name", ctypes.c_char_p),
         ("available", ctypes.c_int),
-        ("detail", ctypes.c_char * 256),
+        ("detail", ctypes.c_char * 512),
     ]
 
 
@@ -99,6 +113,9 @@ _PROTOTYPES = {
     "ffpa_backward_workspace_size": (_STATUS, [_CTX, _T, _T, _T, _O, ctypes.POINTER(ctypes.c_size_t)]),
     "ffpa_forward": (_STATUS, [_CTX, _T, _T, _T, _T, _T, _O]),
     "ffpa_backward": (_STATUS, [_CTX, _T, _T, _T, _T, _T, _T, _T, _T, _T, _O]),
+    "ffpa_forward_kvcache": (_STATUS, [_CTX, _T, ctypes.POINTER(KvCache), _T, _T, _T, _T, _O]),
+    "ffpa_forward_kvcache_workspace_size": (_STATUS, [_CTX, _T, ctypes.POINTER(KvCache), _O,
+                                                      ctypes.POINTER(ctypes.c_size_t)]),
 }
 
 _lib = None
