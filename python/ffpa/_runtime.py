@@ -249,3 +249,65 @@ def backward(dout, q, k, v, out, lse, dq, dk, dv, bias, dbias, cu_q, cu_k, seed,
     with _call(ctx) as lib:
         _with_workspace(lib, ctx, lib.ffpa_backward_workspace_size, refs[1:4], opt, q.device,
                         lambda: lib.ffpa_backward(ctx.handle, *refs, ctypes.byref(opt)))
+
+
+# ------------------------------------------------------------------ KV cache
+
+def _bhnd_of_bnhd(t, argument):
+    """A [B, N, H, D] tensor (FlashAttention's layout) as ffpa's [B, H, N, D] view."""
+    b, n, h, d = t.shape
+    s = t.stride()
+    return describe(t, argument, (b, h, n, d), (s[0], s[2], s[1], s[3]))
+
+
+def _int32_ptr(t):
+    return ctypes.cast(t.data_ptr(), ctypes.POINTER(ctypes.c_int32))
+
+
+def _kv_workspace(ctx, lib, size, device):
+    """The context's KV-cache workspace: grown when a call needs more, else
+    reused, so steady-state calls (and CUDA-graph replays) allocate nothing."""
+    ws = getattr(ctx, "kv_workspace", None)
+    if size and (ws is None or ws.numel() < size):
+        ws = torch.empty(size, dtype=torch.uint8, device=device)
+        ctx.kv_workspace = ws
+    if ws is None:
+        return lib.ffpa_set_workspace(ctx.handle, None, 0)
+    return lib.ffpa_set_workspace(ctx.handle, ctypes.c_void_p(ws.data_ptr()), ws.numel())
+
+
+def forward_kvcache(q, k_cache, v_cache, k, v, cache_seqlens, block_table, out, lse, causal, scale,
+                    check_tables):
+    """Fills out [B, Nq, Hq, Dv] and lse [B, Hq, Nq] (may be None); q, k, v in
+    [B, N, H, D], caches [pages, page_size, Hkv, D] (dense: [B, capacity, Hkv, D]);
+    cache_seqlens int32 [B] and block_table int32 [B, max_pages] on q's device."""
+    cache = _clib.KvCache()
+    cache.k = _bhnd_of_bnhd(k_cache, "k_cache")
+    cache.v = _bhnd_of_bnhd(v_cache, "v_cache")
+    if block_table is not None:
+        cache.block_table = _int32_ptr(block_table)
+        cache.max_pages_per_seq = block_table.shape[1]
+        cache.block_table_stride = block_table.stride(0)
+    cache.cache_seqlens = _int32_ptr(cache_seqlens)
+    cache.trusted_tables = 0 if check_tables else 1
+    qd = _bhnd_of_bnhd(q, "q")
+    od = _bhnd_of_bnhd(out, "out")
+    kd = _bhnd_of_bnhd(k, "k") if k is not None else None
+    vd = _bhnd_of_bnhd(v, "v") if v is not None else None
+    ld = None
+    if lse is not None:
+        b, h, n = lse.shape
+        ld = describe(lse, "softmax_lse", (b, h, n, 1), tuple(lse.stride()) + (1,))
+    opt = make_options(causal, scale, 0.0, 0, None, None, None)
+    ctx = context_for(q.device)
+    ref = lambda d: ctypes.byref(d) if d is not None else None  # noqa: E731
+    with _call(ctx) as lib:
+        size = ctypes.c_size_t(0)
+        ctx.check(lib.ffpa_forward_kvcache_workspace_size(ctx.handle, ref(qd), ctypes.byref(cache),
+                                                          ctypes.byref(opt), ctypes.byref(size)))
+        ctx.check(_kv_workspace(ctx, lib, size.value, q.device))
+        try:
+            ctx.check(lib.ffpa_forward_kvcache(ctx.handle, ref(qd), ctypes.byref(cache), ref(kd), ref(vd),
+                                               ref(od), ref(ld), ctypes.byref(opt)))
+        finally:
+            lib.ffpa_set_workspace(ctx.handle, None, 0)

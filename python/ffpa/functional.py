@@ -4,7 +4,7 @@ import math
 
 import torch
 
-from . import _ops
+from . import _ops, _runtime
 from ._runtime import FFPAValueError
 
 # libffpa reads scale == 0 as "use 1/sqrt(D)"; an explicit 0 becomes the smallest
@@ -185,3 +185,72 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, causal=False, scale=No
                               _ops._no_zero_strides(v), None, cu_q, cu_k, seed, bool(causal),
                               _scale_arg(scale), dropout_p)
     return (out, lse) if return_lse else out
+
+
+def _int32_on(t, name, query, dims):
+    """An int32 index tensor on query's device (converted when it is not one)."""
+    if not isinstance(t, torch.Tensor):
+        t = torch.as_tensor(t, dtype=torch.int32, device=query.device)
+    if t.dim() != dims:
+        raise FFPAValueError("%s: has %d dims; expected %d" % (name, t.dim(), dims))
+    if t.dtype.is_floating_point or t.dtype == torch.bool:
+        raise FFPAValueError("%s: dtype %s; expected torch.int32" % (name, t.dtype))
+    if t.device != query.device or t.dtype != torch.int32 or t.stride(-1) != 1:
+        t = t.to(device=query.device, dtype=torch.int32).contiguous()
+    return t
+
+
+def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=None, block_table=None,
+                            softmax_scale=None, causal=False, return_softmax_lse=False, *, out=None,
+                            check_tables=None):
+    """Attention of new tokens against a (paged) KV cache, as FlashAttention's
+    flash_attn_with_kvcache, for decode, speculative decode and chunked prefill.
+
+    q [B, Nq, Hq, D]; k_cache / v_cache [num_pages, page_size, Hkv, D / Dv] with
+    block_table int32 [B, max_pages] (page_size a multiple of 16), or without it a
+    dense cache [B, capacity, Hkv, D]. cache_seqlens: int32 [B] tokens already
+    cached (an int for all). k, v [B, Nq, Hkv, D]: appended to the cache at
+    cache_seqlens[b] before attending (the cache is updated in place; advancing
+    cache_seqlens is the caller's). causal: token i of the step sees cached and
+    new keys up to its own position (bottom-right aligned per sequence).
+    Absorbed MLA: pass v_cache = k_cache[..., :Dv] (a view, no copy) and v=None.
+    Hq must be a multiple of Hkv; the query heads of a KV head are computed together.
+
+    Returns out [B, Nq, Hq, Dv] (written into `out` when given), and with
+    return_softmax_lse=True (out, lse float32 [B, Hq, Nq]).
+
+    check_tables: True copies block_table and cache_seqlens to the host and
+    checks them (a synchronisation; bad entries raise FFPAValueError); False
+    trusts them (GPU kernels still never read outside the pool). None: check,
+    except while the current CUDA stream is being captured into a graph. With
+    out given and check_tables False a call allocates nothing once warm (the
+    workspace is kept per device), so it can be captured and replayed with new
+    cache_seqlens and block_table contents.
+    """
+    for tensor, name in ((k_cache, "k_cache"), (v_cache, "v_cache"), (k, "k"), (v, "v")):
+        if tensor is not None:
+            _same_device(tensor, name, q)
+            if tensor.dim() != 4:
+                raise FFPAValueError("%s: has %d dims; expected 4" % (name, tensor.dim()))
+    if q.dim() != 4:
+        raise FFPAValueError("q: has %d dims; expected [B, Nq, Hq, D]" % q.dim())
+    if cache_seqlens is None:
+        raise FFPAValueError("cache_seqlens: is None; expected int32 [B] cached lengths (or an int)")
+    if not isinstance(cache_seqlens, torch.Tensor):
+        cache_seqlens = torch.full((q.shape[0],), int(cache_seqlens), dtype=torch.int32, device=q.device)
+    cache_seqlens = _int32_on(cache_seqlens, "cache_seqlens", q, 1)
+    if block_table is not None:
+        block_table = _int32_on(block_table, "block_table", q, 2)
+    b, nq, hq, _ = q.shape
+    dv = v_cache.shape[3]
+    if out is None:
+        out = torch.empty((b, nq, hq, dv), dtype=q.dtype, device=q.device)
+    elif out.shape != (b, nq, hq, dv) or out.dtype != q.dtype or out.device != q.device:
+        raise FFPAValueError("out: is %s %s on %s; expected %s %s on %s"
+                             % (tuple(out.shape), out.dtype, out.device, (b, nq, hq, dv), q.dtype, q.device))
+    lse = torch.empty((b, hq, nq), dtype=torch.float32, device=q.device) if return_softmax_lse else None
+    if check_tables is None:
+        check_tables = not (q.is_cuda and torch.cuda.is_current_stream_capturing())
+    _runtime.forward_kvcache(q, k_cache, v_cache, k, v, cache_seqlens, block_table, out, lse, bool(causal),
+                             _scale_arg(softmax_scale), bool(check_tables))
+    return (out, lse) if return_softmax_lse else out
