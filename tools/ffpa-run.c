@@ -198,6 +198,35 @@ static void parse(int argc, char **argv, run_config *c)
         c->dv = c->dqk;
 }
 
+/* Decode shapes (a few query rows) run the KV-cache kernels on GPU backends:
+ * print their split plan (the dense K/V seen as a cache of one page per
+ * sequence, every sequence Nkv keys). */
+static void print_decode_plan(ffpa_context *ctx, const run_config *c, const ffpa_tensor *q, const ffpa_tensor *k,
+                              const ffpa_tensor *v)
+{
+    if (c->nq > 16 || c->bias || c->dropout > 0)
+        return;
+    ffpa_kv_cache cache = {0};
+    cache.k = *k;
+    cache.v = *v;
+    int32_t *lens = malloc(sizeof(int32_t) * (size_t)c->b);
+    if (!lens)
+        return;
+    for (int64_t b = 0; b < c->b; ++b)
+        lens[b] = (int32_t)c->nkv;
+    cache.cache_seqlens = lens; /* not read: only the schedule query below */
+    ffpa_kv_schedule_info info;
+    if (ffpa_kvcache_schedule(ctx, q, &cache, lens, 0, NULL, &info) == FFPA_OK)
+        printf("plan      %s: %d packed rows per tile x %d tiles, %lld (sequence, kv head) units, %lld key "
+               "tiles of %d per split, %lld blocks (grid %lld), up to %d splits\n",
+               info.kernel, info.rows_per_tile, info.q_tiles, (long long)info.units,
+               (long long)info.tiles_per_split, info.key_tile, (long long)info.blocks, (long long)info.grid,
+               info.max_splits);
+    else
+        printf("plan      %s\n", ffpa_last_error(ctx));
+    free(lens);
+}
+
 int main(int argc, char **argv)
 {
     run_config c = {NULL, 1, 4, 4, 256, 256, 512, 512, FFPA_BF16, 0, 0, 0, 1, 3, 0.0f, -1};
@@ -245,6 +274,7 @@ int main(int argc, char **argv)
     double fwd_ms = median(times, iters);
     printf("forward   %10.3f ms  %8.2f TFLOP/s\n", fwd_ms, fwd_flops / (fwd_ms * 1e9));
     printf("kernel    forward: %s\n", ffpa_last_kernel(ctx));
+    print_decode_plan(ctx, &c, &q.dev, &k.dev, &v.dev);
 
     double bwd_ms = 0;
     if (c.backward) {

@@ -193,6 +193,27 @@ static ffpa_status hip_forward(void *state, const ffpa_problem *pb, void *ws, si
     return ffpa_hip_forward(st, pb, ws, ws_bytes, err, err_len);
 }
 
+static ffpa_status hip_forward_kvcache(void *state, const ffpa_problem *pb, void *ws, size_t ws_bytes, char *err,
+                                       size_t err_len)
+{
+    struct ffpa_hip_state *st = state;
+    hipError_t e = hipSetDevice(st->device);
+    if (e != hipSuccess)
+        return ffpa_hip_error(e, "hipSetDevice", err, err_len);
+    return ffpa_hip_forward_kvcache(st, pb, ws, ws_bytes, err, err_len);
+}
+
+static size_t hip_kv_workspace_size(void *state, const ffpa_problem *pb)
+{
+    return ffpa_hip_kv_workspace(state, pb);
+}
+
+static ffpa_status hip_kv_schedule(void *state, const ffpa_problem *pb, const int32_t *host_seqlens,
+                                   ffpa_kv_schedule_info *out, char *err, size_t err_len)
+{
+    return ffpa_hip_kv_schedule(state, pb, host_seqlens, out, err, err_len);
+}
+
 static ffpa_status hip_backward(void *state, const ffpa_problem *pb, void *ws, size_t ws_bytes, char *err,
                                 size_t err_len)
 {
@@ -276,6 +297,10 @@ static const ffpa_backend_i hip_backend = {
     .mem_alloc = hip_mem_alloc,
     .mem_free = hip_mem_free,
     .mem_copy = hip_mem_copy,
+    .last_kernel = NULL, /* one kernel family per call kind */
+    .forward_kvcache = hip_forward_kvcache,
+    .kv_workspace_size = hip_kv_workspace_size,
+    .kv_schedule = hip_kv_schedule,
 };
 
 FFPA_HIP_EXPORT const ffpa_backend_i *ffpa_backend_entry(void)

@@ -40,6 +40,14 @@ size_t ffpa_hip_backward_workspace(const ffpa_problem *pb);
 ffpa_status ffpa_hip_backward(struct ffpa_hip_state *st, const ffpa_problem *pb, void *ws, size_t ws_bytes,
                               char *err, size_t err_len);
 
+/* Paged KV cache (kv_launch.hip, backends/gpu/kv): workspace from shapes,
+ * the launch sequence, and the split plan for host lengths. */
+size_t ffpa_hip_kv_workspace(const struct ffpa_hip_state *st, const ffpa_problem *pb);
+ffpa_status ffpa_hip_forward_kvcache(struct ffpa_hip_state *st, const ffpa_problem *pb, void *ws, size_t ws_bytes,
+                                     char *err, size_t err_len);
+ffpa_status ffpa_hip_kv_schedule(const struct ffpa_hip_state *st, const ffpa_problem *pb,
+                                 const int32_t *host_seqlens, ffpa_kv_schedule_info *out, char *err, size_t err_len);
+
 #ifdef __cplusplus
 }
 #endif

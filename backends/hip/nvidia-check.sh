@@ -9,7 +9,7 @@
 #        copies libcmocka beside the tests so the build runs where cmocka is
 #        not installed (the GPU machine).
 #   bash backends/hip/nvidia-check.sh test [BUILD]    oracle tests with
-#        FFPA_TEST_BACKEND=hip (forward, validation, backward, and backward64k:
+#        FFPA_TEST_BACKEND=hip (forward, validation, backward, kvcache, and backward64k:
 #        the backward again with FFPA_BWD_SMEM_LIMIT=65536, i.e. the
 #        small-shared-memory kernels a 64 KiB-LDS AMD part runs), ffpa-bench
 #        --check (hip vs cpu) on shapes covering every forward instantiation
@@ -17,7 +17,7 @@
 #        vs the float64 oracle; both backward configurations). Logs to $OUT
 #        (or /tmp).
 # Environment: NVCC (nvcc), HIPNV_SM (90: the SASS target), HIPNV_STEPS
-# (default "backward backward64k forward validation bench memcheck": the test steps).
+# (default "backward backward64k forward validation kvcache bench memcheck": the test steps).
 set -u
 cd "$(dirname "$0")/../.."
 STEP=${1:-build}
@@ -37,13 +37,13 @@ if [ "$STEP" = build ]; then
   INC="-Ibackends/hip -Ibackends/hip/compat -Ibackends/gpu -Iapi -Icommon"
   pids=()
   for f in fwd_launch fwd_inst_f16_small fwd_inst_f16_large fwd_inst_bf16_small fwd_inst_bf16_large \
-           bwd_launch bwd_aux bwd_inst_f16 bwd_inst_bf16; do
+           bwd_launch bwd_aux bwd_inst_f16 bwd_inst_bf16 kv_launch kv_inst_f16 kv_inst_bf16; do
     "$NVCC" -x cu -std=c++17 -O3 -D__HIP_PLATFORM_NVIDIA__ --expt-relaxed-constexpr \
       -gencode "arch=compute_$SM,code=sm_$SM" -Xcompiler -fPIC,-fvisibility=hidden -Xptxas -v $INC \
       -c "backends/hip/$f.hip" -o "$P/nv/$f.o" >"$P/nv/$f.ptxas.log" 2>&1 &
     pids+=($!)
   done
-  for c in backends/hip/backend_hip.c common/plan.c common/env.c; do
+  for c in backends/hip/backend_hip.c common/plan.c common/env.c common/kv_sched.c; do
     cc -std=c11 -O2 -fPIC -fvisibility=hidden -D_POSIX_C_SOURCE=200809L -D__HIP_PLATFORM_NVIDIA__ \
       -I"$CUDA_INC" $INC -c "$c" -o "$P/nv/$(basename "$c" .c).o"
   done
@@ -65,12 +65,12 @@ fi
 export LD_LIBRARY_PATH="$PWD/$B/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export FFPA_BACKEND_PATH="$PWD/$B/backends/hip"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null
-STEPS=${HIPNV_STEPS:-backward backward64k forward validation bench memcheck}
+STEPS=${HIPNV_STEPS:-backward backward64k forward validation kvcache bench memcheck}
 want() { case " $STEPS " in *" $1 "*) return 0 ;; esac; return 1; }
 rc_all=0
 for t in $STEPS; do
   # backward64k: test_backward with the backward planner capped at 64 KiB.
-  case $t in forward | validation | backward) prog=$t lim= ;; backward64k) prog=backward lim=65536 ;; *) continue ;; esac
+  case $t in forward | validation | backward | kvcache) prog=$t lim= ;; backward64k) prog=backward lim=65536 ;; *) continue ;; esac
   t0=$(date +%s)
   FFPA_BWD_SMEM_LIMIT=$lim FFPA_TEST_BACKEND=hip timeout "${HIPNV_TEST_TIMEOUT:-200}" "$B/tests/test_$prog" \
     >"$LOG/test_$t.log" 2>&1

@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "../gpu_support.h"
+#include "env.h"
 #include "kv_params.h"
 #include "kv_sched.h"
 #include "plan.h"
@@ -73,7 +74,8 @@ template <class K> struct Choice {
 /* The instantiation for pb: the fewest rows per tile that hold the packed
  * rows (16: decode's handful of rows, one K/V read per kv head), else the
  * large tiles (MLA's 128 heads, speculative and chunked prefill); the
- * deepest ring that keeps two blocks (16-row tiles) or one per multiprocessor. */
+ * deepest ring that keeps two blocks (16-row tiles) or one per multiprocessor
+ * (or FFPA_KV_BLOCKS_PER_SM), fewer when they do not fit. */
 template <class K>
 bool choose(const ffpa_problem *pb, const K *table, int n, const ffpa_device_limits &lim, Choice<K> &c)
 {
@@ -91,7 +93,8 @@ bool choose(const ffpa_problem *pb, const K *table, int n, const ffpa_device_lim
     if (!c.kernel)
         return false;
     const int qk_chunks = (int)((pb->dqk + c.kernel->cols - 1) / c.kernel->cols);
-    const int want_blocks = c.kernel->br == 16 ? 2 : 1;
+    /* Tuning knob (not API): FFPA_KV_BLOCKS_PER_SM, the blocks per multiprocessor to fit. */
+    const int want_blocks = (int)ffpa_env_long("FFPA_KV_BLOCKS_PER_SM", c.kernel->br == 16 ? 2 : 1, 1, 8, NULL);
     c.stages = 0;
     for (int blocks = want_blocks; blocks >= 1 && !c.stages; --blocks)
         for (int s = 4; s >= 2; --s) {

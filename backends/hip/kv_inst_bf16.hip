@@ -1,0 +1,16 @@
+/* KV-cache attention instantiations: bf16. */
+#include "kv_kernels_hip.h"
+
+namespace ffpa {
+namespace hip {
+const KvDesc *kv_bf16()
+{
+    static const KvDesc table[kKvKernels] = {
+        kv_desc<Kv16x128<arch::bf16>>(FFPA_BF16, "hip kv 16-row d128"),
+        kv_desc<Kv16x256<arch::bf16>>(FFPA_BF16, "hip kv 16-row d256"),
+        kv_desc<Kv16x512<arch::bf16>>(FFPA_BF16, "hip kv 16-row d512"),
+    };
+    return table;
+}
+}
+}
