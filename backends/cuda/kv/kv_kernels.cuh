@@ -21,11 +21,14 @@ using KvDesc = kv::KvKernel<cudaStream_t, cudaError_t>;
  * every D chunk (64 columns each: a warp's columns must be whole 128-byte
  * swizzle groups), so a KV head is streamed once by enough threads to keep
  * the loads in flight; 64 / 32 rows (MLA, speculative, chunked prefill)
- * as the prefill kernels.            T  Dv  WM WN  Bc cols minBlocks/SM */
-template <typename T> using Kv16x128 = FwdConfig<T, 128, 1, 2, 64, 128, 2>;
-template <typename T> using Kv16x256 = FwdConfig<T, 256, 1, 2, 64, 128, 2>;
-template <typename T> using Kv16x512 = FwdConfig<T, 512, 1, 4, 64, 256, 1>;
-template <typename T> using Kv16x1024 = FwdConfig<T, 1024, 1, 4, 64, 256, 1>;
+ * as the prefill kernels. minBlocks/SM is also the occupancy the ring depth
+ * is sized for: measured on the H100 (bench/kv-check.sh's sweep: d128 at
+ * 1/2/3/4 blocks: 45/67/84/91% of copy; d256 52/79/89/67%).
+ *                                    T  Dv  WM WN  Bc cols minBlocks/SM */
+template <typename T> using Kv16x128 = FwdConfig<T, 128, 1, 2, 64, 128, 4>;
+template <typename T> using Kv16x256 = FwdConfig<T, 256, 1, 2, 64, 128, 3>;
+template <typename T> using Kv16x512 = FwdConfig<T, 512, 1, 4, 64, 256, 2>;
+template <typename T> using Kv16x1024 = FwdConfig<T, 1024, 1, 4, 64, 256, 2>;
 template <typename T> using Kv64x512 = FwdConfig<T, 512, 4, 2, 64, 128, 1>;
 template <typename T> using Kv32x1024 = FwdConfig<T, 1024, 2, 4, 64, 256, 1>;
 constexpr int kKvKernels = 6;
@@ -51,7 +54,7 @@ cudaError_t kv_launch(const ffpa_gpu_kv_params &p, size_t smem, int64_t blocks, 
 
 template <class Cfg> constexpr KvDesc kv_desc(ffpa_dtype dtype, const char *name)
 {
-    return KvDesc{dtype, Cfg::kDv, Cfg::kBr, Cfg::kBc, Cfg::kCols, Cfg::kThreads, name,
+    return KvDesc{dtype, Cfg::kDv, Cfg::kBr, Cfg::kBc, Cfg::kCols, Cfg::kThreads, Cfg::kMinBlocks, name,
                   &kv_smem_bytes<Cfg>, &kv_launch<Cfg>};
 }
 

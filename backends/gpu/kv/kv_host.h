@@ -35,6 +35,7 @@ namespace kv {
 template <class Stream, class Error> struct KvKernel {
     ffpa_dtype dtype;
     int dv, br, bc, cols, threads;
+    int blocks_per_sm; /* occupancy the ring depth is chosen for (measured per tile) */
     const char *name;
     size_t (*smem_bytes)(int qk_chunks, int stages);
     Error (*launch)(const ffpa_gpu_kv_params &p, size_t smem, int64_t blocks, Stream stream);
@@ -74,7 +75,7 @@ template <class K> struct Choice {
 /* The instantiation for pb: the fewest rows per tile that hold the packed
  * rows (16: decode's handful of rows, one K/V read per kv head), else the
  * large tiles (MLA's 128 heads, speculative and chunked prefill); the
- * deepest ring that keeps two blocks (16-row tiles) or one per multiprocessor
+ * deepest ring that keeps the tile's blocks per multiprocessor resident
  * (or FFPA_KV_BLOCKS_PER_SM), fewer when they do not fit. */
 template <class K>
 bool choose(const ffpa_problem *pb, const K *table, int n, const ffpa_device_limits &lim, Choice<K> &c)
@@ -93,8 +94,8 @@ bool choose(const ffpa_problem *pb, const K *table, int n, const ffpa_device_lim
     if (!c.kernel)
         return false;
     const int qk_chunks = (int)((pb->dqk + c.kernel->cols - 1) / c.kernel->cols);
-    /* Tuning knob (not API): FFPA_KV_BLOCKS_PER_SM, the blocks per multiprocessor to fit. */
-    const int want_blocks = (int)ffpa_env_long("FFPA_KV_BLOCKS_PER_SM", c.kernel->br == 16 ? 2 : 1, 1, 8, NULL);
+    /* Tuning knob (not API): FFPA_KV_BLOCKS_PER_SM overrides the tile's own. */
+    const int want_blocks = (int)ffpa_env_long("FFPA_KV_BLOCKS_PER_SM", c.kernel->blocks_per_sm, 1, 8, NULL);
     c.stages = 0;
     for (int blocks = want_blocks; blocks >= 1 && !c.stages; --blocks)
         for (int s = 4; s >= 2; --s) {
