@@ -149,7 +149,8 @@ __device__ __forceinline__ bool kv_work(const ffpa_gpu_kv_params &p, int blk, Kv
     return true;
 }
 
-/* Query head and token of packed row rr of kv head kvh. */
+/* Element offset, in a q-side view with head / row strides sh, sn, of packed
+ * row rr of kv head kvh: token rr / group of query head kvh * group + rr % group. */
 __device__ __forceinline__ int64_t kv_row_offset(const ffpa_gpu_kv_params &p, int64_t sh, int64_t sn, int kvh,
                                                  int rr)
 {
