@@ -9,6 +9,9 @@ flags are ignored: SDPA runs the plain problem). Without SHAPEs the shapes of
 --merge are used. Same FLOP formula as ffpa-bench: 4*B*Hq*Nq*Nkv*(Dqk+Dv)/2,
 half for causal. Timing: CUDA events, 3 warm-up, median of 20.
 
+--gemm: also prints the GEMM ceiling of this run (a bf16 8192^3 torch.matmul,
+cuBLAS), the tensor-core rate the attention kernels are measured against.
+
 --backward (with ffpa-bench --backward's CSV): also times the SDPA backward,
 torch.autograd.grad of the output w.r.t. q, k, v for a random grad_output on
 a graph kept from one untimed forward (only the backward is timed), FLOPs
@@ -94,6 +97,14 @@ def time_sdpa_backward(shape, reps=20):
     return ms, 2.5 * flops / (ms * 1e-3) * 1e-12
 
 
+def gemm_tflops(n=8192, reps=20):
+    """bf16 n x n x n matmul through cuBLAS: TFLOP/s (median)."""
+    a = torch.rand(n, n, device="cuda", dtype=torch.bfloat16)
+    b = torch.rand(n, n, device="cuda", dtype=torch.bfloat16)
+    ms = median_ms(lambda: torch.matmul(a, b), reps)
+    return 2.0 * n ** 3 / (ms * 1e-3) * 1e-12
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("shapes", nargs="*")
@@ -101,7 +112,10 @@ def main():
     ap.add_argument("--csv", help="write the merged table here")
     ap.add_argument("--backward", action="store_true",
                     help="also time the SDPA backward, beside ffpa's pass=bwd rows")
+    ap.add_argument("--gemm", action="store_true", help="also print the bf16 GEMM ceiling of this run")
     args = ap.parse_args()
+    if args.gemm:
+        print(f"gemm ceiling: {gemm_tflops():.0f} TFLOP/s (bf16 8192^3 matmul)")
     # ffpa-bench's CSV: one row per shape, or with --backward one per shape and
     # pass (fwd, bwd); a CSV without the pass column holds forward rows only.
     ours = {}

@@ -428,6 +428,38 @@ static void test_mla_v_in_k(void **state)
     }
 }
 
+/* The Hopper MLA kernel's cases (any backend runs them): lengths 0, 1,
+ * page +- 1 and a few pages through page sizes 16, 64 and 256; Hq 16-128;
+ * Nq 1, 2, 4 (causal among the new tokens); appends; LSE. */
+static void test_mla_awkward(void **state)
+{
+    (void)state;
+    const struct {
+        int64_t page, hq, nq;
+        int append;
+    } cases[] = {{16, 16, 1, 0}, {64, 32, 2, 1}, {256, 64, 4, 0}, {64, 128, 1, 1}};
+    for (int i = 0; i < 4; ++i) {
+        const int64_t ps = cases[i].page;
+        const int64_t lens[] = {0, 1, ps - 1, ps + 1, 3 * ps + 5};
+        kv_case c = kv_default(5, cases[i].hq, 1, cases[i].nq, 576, ps, lens);
+        c.dv = 512;
+        c.mla = 1;
+        c.append = cases[i].append;
+        c.causal = cases[i].nq > 1;
+        kv_check(&c);
+    }
+}
+
+static void test_mla_long_cache(void **state)
+{
+    (void)state;
+    const int64_t lens[] = {100000, 37};
+    kv_case c = kv_default(2, 16, 1, 1, 576, 64, lens);
+    c.dv = 512;
+    c.mla = 1;
+    kv_check(&c);
+}
+
 /* ------------------------------------------------------------ bad input */
 
 /* Runs a call that must fail with `want` naming `name`, and checks that
@@ -697,6 +729,8 @@ int main(void)
         cmocka_unit_test(test_chunked_prefill),
         cmocka_unit_test(test_noncausal_append_mqa),
         cmocka_unit_test(test_mla_v_in_k),
+        cmocka_unit_test(test_mla_awkward),
+        cmocka_unit_test(test_mla_long_cache),
         cmocka_unit_test(test_bad_tables),
         cmocka_unit_test(test_bad_shapes),
         cmocka_unit_test(test_bad_arguments),

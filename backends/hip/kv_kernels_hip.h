@@ -51,7 +51,7 @@ hipError_t kv_launch(const ffpa_gpu_kv_params &p, size_t smem, int64_t blocks, h
 template <class Cfg> constexpr KvDesc kv_desc(ffpa_dtype dtype, const char *name)
 {
     return KvDesc{dtype, Cfg::kDv, Cfg::kBr, Cfg::kBc, Cfg::kCols, Cfg::kThreads, Cfg::kMinBlocks, name,
-                  &kv_smem_bytes<Cfg>, &kv_launch<Cfg>};
+                  &kv_smem_bytes<Cfg>, &kv_launch<Cfg>, nullptr};
 }
 
 /* Defined in kv_inst_<dtype>.hip (functions: see fwd_kernels_hip.h). */

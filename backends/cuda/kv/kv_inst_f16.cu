@@ -10,6 +10,7 @@ const KvDesc kv_f16[kKvKernels] = {
     kv_desc<Kv16x1024<arch::f16>>(FFPA_F16, "generic kv 16-row d1024"),
     kv_desc<Kv64x512<arch::f16>>(FFPA_F16, "generic kv 64-row d512"),
     kv_desc<Kv32x1024<arch::f16>>(FFPA_F16, "generic kv 32-row d1024"),
+    kv_mla_desc(FFPA_F16, "sm90 mla d576/512"),
 };
 }
 }

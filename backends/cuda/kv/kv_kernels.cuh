@@ -11,6 +11,7 @@
 #include "../fwd_kernels.cuh"
 #include "../../gpu/kv/kv_host.h"
 #include "../../gpu/kv/kv_kernel.cuh"
+#include "../sm90/sm90_mla_launch.h"
 
 namespace ffpa {
 namespace cuda {
@@ -31,7 +32,7 @@ template <typename T> using Kv16x512 = FwdConfig<T, 512, 1, 4, 64, 256, 2>;
 template <typename T> using Kv16x1024 = FwdConfig<T, 1024, 1, 4, 64, 256, 2>;
 template <typename T> using Kv64x512 = FwdConfig<T, 512, 4, 2, 64, 128, 1>;
 template <typename T> using Kv32x1024 = FwdConfig<T, 1024, 2, 4, 64, 256, 1>;
-constexpr int kKvKernels = 6;
+constexpr int kKvKernels = 7; /* the 6 generic tiles and the Hopper MLA kernel */
 
 template <class Cfg>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) ffpa_kv_attn_kernel(const ffpa_gpu_kv_params p)
@@ -55,7 +56,15 @@ cudaError_t kv_launch(const ffpa_gpu_kv_params &p, size_t smem, int64_t blocks, 
 template <class Cfg> constexpr KvDesc kv_desc(ffpa_dtype dtype, const char *name)
 {
     return KvDesc{dtype, Cfg::kDv, Cfg::kBr, Cfg::kBc, Cfg::kCols, Cfg::kThreads, Cfg::kMinBlocks, name,
-                  &kv_smem_bytes<Cfg>, &kv_launch<Cfg>};
+                  &kv_smem_bytes<Cfg>, &kv_launch<Cfg>, nullptr};
+}
+
+/* The Hopper MLA decode kernel (sm90/sm90_mla_*): 64 packed rows, 64-key
+ * tiles, 384 threads, one block per SM; chosen whenever it accepts pb. */
+constexpr KvDesc kv_mla_desc(ffpa_dtype dtype, const char *name)
+{
+    return KvDesc{dtype, 512, 64, 64, 64, 384, 1, name, &sm90::mla_smem_bytes,
+                  dtype == FFPA_F16 ? &sm90::mla_launch_f16 : &sm90::mla_launch_bf16, &sm90::mla_accepts};
 }
 
 /* Defined in kv_inst_<dtype>.cu. */

@@ -40,11 +40,12 @@ inline PFN_cuTensorMapEncodeTiled_v12000 encode_fn()
     return fn;
 }
 
-/* [D, rows, heads, batch] view of one input, 64 x 64 boxes, 128-byte
- * swizzle, zero fill outside (key/query tails, D padding). A dimension of
- * extent 1 gets a harmless stride (TMA wants multiples of 16 bytes). */
+/* [D, rows, heads, batch] view of one input, 64 x box_rows boxes, 128-byte
+ * swizzle, zero fill outside (key/query tails, D padding; the MLA kernel's
+ * pages past a sequence). A dimension of extent 1 gets a harmless stride
+ * (TMA wants multiples of 16 bytes). */
 inline bool encode(CUtensorMap *map, const ffpa_view &v, ffpa_dtype dt, int64_t d, int64_t rows, int64_t heads,
-                   int64_t batch)
+                   int64_t batch, int box_rows = 64)
 {
     PFN_cuTensorMapEncodeTiled_v12000 fn = encode_fn();
     if (!fn)
@@ -55,7 +56,7 @@ inline bool encode(CUtensorMap *map, const ffpa_view &v, ffpa_dtype dt, int64_t 
     if (sn <= 0 || sh <= 0 || sb <= 0)
         return false; /* broadcast (stride 0) inputs: the generic kernels handle them */
     cuuint64_t strides[3] = {(cuuint64_t)(sn * elt), (cuuint64_t)(sh * elt), (cuuint64_t)(sb * elt)};
-    cuuint32_t box[4] = {64, 64, 1, 1};
+    cuuint32_t box[4] = {64, (cuuint32_t)box_rows, 1, 1};
     cuuint32_t estride[4] = {1, 1, 1, 1};
     CUresult r = fn(map, dt == FFPA_F16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, v.data,
                     dims, strides, box, estride, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,

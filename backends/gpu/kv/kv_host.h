@@ -39,6 +39,10 @@ template <class Stream, class Error> struct KvKernel {
     const char *name;
     size_t (*smem_bytes)(int qk_chunks, int stages);
     Error (*launch)(const ffpa_gpu_kv_params &p, size_t smem, int64_t blocks, Stream stream);
+    /* Optional (NULL: a generic tile, chosen by rows and Dv). A specialised
+     * kernel's coverage: NULL when it runs pb, else why not. Specialised
+     * kernels that accept a problem are chosen before the generic tiles. */
+    const char *(*accepts)(const ffpa_problem *pb, const ffpa_device_limits &lim);
 };
 
 constexpr size_t kAlign = 256;
@@ -72,7 +76,8 @@ template <class K> struct Choice {
     int64_t rows, q_tiles, units, target, grid;
 };
 
-/* The instantiation for pb: the fewest rows per tile that hold the packed
+/* The instantiation for pb: a specialised kernel that accepts it (the
+ * Hopper MLA kernel), else the fewest rows per tile that hold the packed
  * rows (16: decode's handful of rows, one K/V read per kv head), else the
  * large tiles (MLA's 128 heads, speculative and chunked prefill); the
  * deepest ring that keeps the tile's blocks per multiprocessor resident
@@ -82,11 +87,14 @@ bool choose(const ffpa_problem *pb, const K *table, int n, const ffpa_device_lim
 {
     c.rows = pb->nq * (pb->hq / pb->hkv);
     c.kernel = NULL;
+    for (int i = 0; i < n && !c.kernel; ++i)
+        if (table[i].accepts && table[i].dtype == pb->dtype && !table[i].accepts(pb, lim))
+            c.kernel = &table[i];
     for (int pass = 0; pass < 2 && !c.kernel; ++pass)
         for (int i = 0; i < n; ++i) {
             const K &k = table[i];
             const bool small = k.br == 16;
-            if (k.dtype != pb->dtype || k.dv < pb->dv || (pass == 0 && small != (c.rows <= 16)))
+            if (k.accepts || k.dtype != pb->dtype || k.dv < pb->dv || (pass == 0 && small != (c.rows <= 16)))
                 continue;
             if (!c.kernel || k.dv < c.kernel->dv)
                 c.kernel = &k;
