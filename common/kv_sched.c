@@ -24,12 +24,14 @@ int ffpa_kv_sched_make(const ffpa_kv_sched_shape *sh, const int32_t *seqlens, in
         ffpa_kv_sched_free(out);
         return -1;
     }
-    int64_t work = 0;
+    int64_t work = 0, longest = 0;
     for (int64_t b = 0; b < n; ++b) {
         out->len[b] = ffpa_kv_seq_len(seqlens, uniform, b, sh->added, sh->capacity);
-        work += ffpa_kv_key_tiles(out->len[b], sh->bc) * sh->hkv * sh->q_tiles;
+        const int64_t tiles = ffpa_kv_key_tiles(out->len[b], sh->bc);
+        work += tiles * sh->hkv * sh->q_tiles;
+        longest = tiles > longest ? tiles : longest;
     }
-    out->tiles_per_split = ffpa_kv_tiles_per_split(work, sh->target_blocks);
+    out->tiles_per_split = ffpa_kv_tiles_per_split(work, sh->target_blocks, longest);
     for (int64_t b = 0; b < n; ++b)
         out->seq[ffpa_kv_rank(out->len, n, b)] = b;
     out->first[0] = 0;

@@ -57,10 +57,16 @@ FFPA_KV_FN int64_t ffpa_kv_key_tiles(int64_t len, int64_t bc)
 }
 
 /* Tiles per split from the batch's total key-tile work (summed over units
- * and q tiles) and the blocks wanted. */
-FFPA_KV_FN int64_t ffpa_kv_tiles_per_split(int64_t total_tile_work, int64_t target_blocks)
+ * and q tiles), the blocks wanted and the longest sequence's key tiles.
+ * When the longest sequence is within 1/8 of the balanced split, nothing is
+ * split: one block per unit ends within 12.5% of the balanced schedule and
+ * the partials and their merge are skipped (a split of 125 + 3 tiles only
+ * adds a merge). */
+FFPA_KV_FN int64_t ffpa_kv_tiles_per_split(int64_t total_tile_work, int64_t target_blocks, int64_t longest_tiles)
 {
     int64_t t = target_blocks > 0 ? (total_tile_work + target_blocks - 1) / target_blocks : total_tile_work;
+    if (longest_tiles <= t + t / 8)
+        t = longest_tiles;
     return t < FFPA_KV_MIN_TILES_PER_SPLIT ? FFPA_KV_MIN_TILES_PER_SPLIT : t;
 }
 

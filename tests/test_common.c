@@ -374,7 +374,11 @@ static void test_kv_schedule(void **state)
     assert_int_equal(ffpa_kv_seq_len(lens, -1, 0, 4, 100), 9);
     assert_int_equal(ffpa_kv_seq_len(lens, -1, 1, 4, 100), 100);
     assert_int_equal(ffpa_kv_seq_len(NULL, 77, 3, 0, 100), 77);
-    assert_int_equal(ffpa_kv_tiles_per_split(10, 1000), FFPA_KV_MIN_TILES_PER_SPLIT);
+    assert_int_equal(ffpa_kv_tiles_per_split(10, 1000, 10), FFPA_KV_MIN_TILES_PER_SPLIT);
+    /* A sequence within 1/8 of the balanced split is not split (128 x 128
+     * tiles over 132 blocks: 125 + 3 would only add a merge); a longer one is. */
+    assert_int_equal(ffpa_kv_tiles_per_split(128 * 128, 132, 128), 128);
+    assert_int_equal(ffpa_kv_tiles_per_split(128 * 128, 132, 512), 125);
 }
 
 static void test_f16_decode_and_round_trip(void **state)

@@ -54,7 +54,22 @@ template <typename T_> struct MlaConfig {
     static constexpr size_t kTileBytes = (size_t)kQkBoxes * kBoxBytes;     /* 73728: Q, or one key tile */
     static constexpr size_t kPBytes = (size_t)kBr * kBc * 2;               /* P, 64 x 64 16-bit */
     static constexpr size_t kStatBytes = 3 * kBr * sizeof(float);          /* alpha, 1/l, lse per row */
-    static constexpr size_t kBarBytes = 64;
+    static constexpr size_t kBarBytes = 128;
+
+    /* A key tile's slot is filled and freed in three parts, in the order
+     * the GEMMs are done with them: 0 = the rope columns (box 8, QK^T
+     * only), 1 = V columns 0-191 (warpgroup 1's PV), 2 = V columns 192-511
+     * (warpgroup 2's PV, which runs after QK^T). QK^T streams through the
+     * parts in this order, so it starts as soon as the first part lands. */
+    static constexpr int kParts = 3;
+    static __host__ __device__ constexpr int part_first_box(int part)
+    {
+        return part == 0 ? kQkBoxes - 1 : part == 1 ? 0 : kO1Boxes;
+    }
+    static __host__ __device__ constexpr int part_boxes(int part)
+    {
+        return part == 0 ? 1 : part == 1 ? kO1Boxes : kO2Boxes;
+    }
 
     /* Byte offsets inside the 1024-aligned dynamic shared memory. */
     static constexpr size_t kQ = 0;

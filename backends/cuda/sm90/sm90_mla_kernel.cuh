@@ -10,7 +10,9 @@
  * issued before the softmax of tile i, so the tensor cores work on it (and
  * on warpgroup 2's PV of tile i-1) while warpgroup 1 exponentiates. P and
  * the per-row rescale factors go to warpgroup 2 through shared memory
- * (named barriers: P_FULL warpgroup 1 -> 2, P_EMPTY 2 -> 1).
+ * (named barriers: P_FULL warpgroup 1 -> 2, P_EMPTY 2 -> 1). Both sides
+ * bar.sync (the waiting side has nothing else to do), so the handoff is
+ * ordered for compute-sanitizer's racecheck as well as by the memory model.
  */
 #ifndef FFPA_CUDA_SM90_MLA_KERNEL_CUH
 #define FFPA_CUDA_SM90_MLA_KERNEL_CUH
@@ -23,6 +25,33 @@
 
 namespace ffpa {
 namespace sm90 {
+
+/* Diagnostic builds only (-DFFPA_SM90_MLA_DIAG): mean cycles per tile of
+ * each step of warpgroup 1's loop, printed by block 0. */
+#if defined(FFPA_SM90_MLA_DIAG) && defined(__CUDA_ARCH__)
+struct MlaDiag {
+    long long acc[6] = {0, 0, 0, 0, 0, 0}, t;
+    FFPA_DEV MlaDiag() : t(clock64()) {}
+    FFPA_DEV void mark(int i)
+    {
+        const long long now = clock64();
+        acc[i] += now - t;
+        t = now;
+    }
+    FFPA_DEV void print(const char *who, int n) const
+    {
+        if (blockIdx.x == 0 && threadIdx.x % 128 == 0 && n > 1)
+            printf("mla diag %s tiles %d cycles/tile: %lld %lld %lld %lld %lld %lld\n", who, n, acc[0] / n,
+                   acc[1] / n, acc[2] / n, acc[3] / n, acc[4] / n, acc[5] / n);
+    }
+};
+#define FFPA_MLA_MARK(d, i) (d).mark(i)
+#else
+struct MlaDiag {
+    FFPA_DEV void print(const char *, int) const {}
+};
+#define FFPA_MLA_MARK(d, i) ((void)0)
+#endif
 
 enum MlaNamedBarrier { kBarQ = 1, kBarPFull = 2, kBarPEmpty = 3, kBarFinal = 4, kBarTail = 5 };
 constexpr int kMlaProducerRegs = 24;
@@ -134,14 +163,16 @@ template <class Cfg> FFPA_DEV void mla_zero_tail(uint8_t *slot, int keys_valid, 
 }
 
 /*
- * Warpgroup 1: per key tile i (S(i) complete in s, PV(i-1) in flight):
- *   softmax(i) -> wait PV(i-1), free its slot -> [zero the tail] ->
- *   P(i) to warpgroup 2 -> issue PV(i) on O[:, 0:192] and QK^T(i+1) ->
- *   wait.
- * The softmax overlaps both warpgroups' PV(i-1); the load of tile i+1 (into
- * the slot PV(i-1) frees) overlaps QK^T(i), the softmax and PV(i). A deeper
- * overlap (QK^T(i+1) during softmax(i)) would need a third key tile, which
- * does not fit beside Q (72 KiB each).
+ * Warpgroup 1: per key tile i (S(i) complete in s, its rope part freed):
+ *   softmax(i) -> [zero the tail] -> P(i) to shared memory, P_FULL ->
+ *   issue PV(i) on O[:, 0:192], then QK^T(i+1) part by part ->
+ *   wait PV(i), free part 1 of slot i -> wait QK^T(i+1), free its rope part.
+ * Warpgroup 2's PV(i) runs beside PV(i) here. Each part of a slot is
+ * refilled as soon as its last reader is done, so the load of tile i+1 has
+ * all of tile i to land. The softmax does not overlap tensor work: that
+ * would need QK^T(i+1) issued before it, i.e. tile i+1 loaded while tile
+ * i-1 is still being read, a third key tile that does not fit beside Q
+ * (72 KiB each); see NOTES.md for the measured cost.
  */
 template <class Cfg> struct MlaSoftmaxWarpgroup {
     using T = typename Cfg::T;
@@ -155,6 +186,7 @@ template <class Cfg> struct MlaSoftmaxWarpgroup {
     OnlineSoftmax sm;
     float o[Cfg::kO1Acc];
     uint32_t pf[4][4];
+    MlaDiag diag;
 
     FFPA_DEV MlaSoftmaxWarpgroup(const ffpa_gpu_kv_params &p_, const MlaWork &mw_, uint8_t *smem_,
                                  MlaBarriers *bars_, int ctid_)
@@ -169,11 +201,19 @@ template <class Cfg> struct MlaSoftmaxWarpgroup {
 
     FFPA_DEV uint32_t q_addr() const { return smem_u32(smem + Cfg::kQ); }
 
-    FFPA_DEV void release(int i)
+    FFPA_DEV void release(int i, int part)
     {
         __syncwarp();
         if (lane == 0)
-            mbar_arrive(&bars->empty[R::slot(i)]);
+            mbar_arrive(&bars->empty[R::slot(i)][part]);
+    }
+
+    /* Issues QK^T of tile i into s (the caller commits). */
+    FFPA_DEV void issue_qk(float (&s)[32], int i)
+    {
+        fence_operands(s);
+        wgmma_fence();
+        MlaGemms<Cfg>::qk(s, q_addr(), smem_u32(R::ptr(smem, i)), bars->full[R::slot(i)], R::parity(i));
     }
 
     /* Scale to the log2 domain and mask keys past each row's last. */
@@ -205,8 +245,9 @@ template <class Cfg> struct MlaSoftmaxWarpgroup {
     }
 
     /* P(i) into registers (A fragments) and into shared memory for
-     * warpgroup 2, with the rows' rescale factors. */
-    FFPA_DEV void hand_over(const float (&s)[32], const float (&alpha)[2])
+     * warpgroup 2, with the rows' rescale factors (published by the
+     * caller's P_FULL arrive). */
+    FFPA_DEV void write_p(const float (&s)[32], const float (&alpha)[2])
     {
         named_barrier_sync(kBarPEmpty, 256); /* warpgroup 2 is done with P(i-1) */
         float *alpha_s = reinterpret_cast<float *>(smem + Cfg::kStats);
@@ -228,7 +269,6 @@ template <class Cfg> struct MlaSoftmaxWarpgroup {
             *reinterpret_cast<uint32_t *>(ps + swz<64>(rows.r[1], 16 * kk + 8 + c)) = pf[kk][3];
         }
         fence_proxy_async_shared();
-        named_barrier_arrive(kBarPFull, 256);
     }
 
     /* Tile i of the split; kNext: QK^T(i+1) is issued behind PV(i). */
@@ -238,11 +278,7 @@ template <class Cfg> struct MlaSoftmaxWarpgroup {
         scale_mask(s, tile);
         float alpha[2];
         sm.update<Cfg::kNT>(reinterpret_cast<arch::FragC(&)[Cfg::kNT]>(s), alpha);
-        wgmma_wait<0>(); /* PV(i-1): O may be rescaled, P rewritten, its slot freed */
-        fence_operands(o);
-        fence_p();
-        if (i > 0)
-            release(i - 1);
+        FFPA_MLA_MARK(diag, 0); /* softmax */
         if (!kNext) {
             const int keys_valid = mw.w.len - tile * Cfg::kBc;
             if (keys_valid < Cfg::kBc) {
@@ -251,21 +287,30 @@ template <class Cfg> struct MlaSoftmaxWarpgroup {
             }
         }
         OnlineSoftmax::rescale(reinterpret_cast<arch::FragC(&)[Cfg::kO1Acc / 4]>(o), alpha);
-        hand_over(s, alpha);
+        write_p(s, alpha);
+        named_barrier_sync(kBarPFull, 256);
+        FFPA_MLA_MARK(diag, 1); /* rescale, P_EMPTY, P stores */
         fence_operands(o);
         wgmma_fence();
         MlaGemms<Cfg>::pv_regs(o, pf, smem_u32(R::ptr(smem, i)));
         wgmma_commit();
         fence_p();
+        FFPA_MLA_MARK(diag, 2); /* PV issue */
         if constexpr (kNext) {
-            mbar_wait(&bars->full[R::slot(i + 1)], R::parity(i + 1));
-            fence_operands(s);
-            wgmma_fence();
-            MlaGemms<Cfg>::qk(s, q_addr(), smem_u32(R::ptr(smem, i + 1)));
+            issue_qk(s, i + 1);
             wgmma_commit();
-            wgmma_wait<0>(); /* groups complete in order: PV(i), then QK^T(i+1) */
-            fence_operands(s);
+        }
+        FFPA_MLA_MARK(diag, 3); /* QK^T issue, waits for the parts included */
+        if constexpr (kNext) {
+            wgmma_wait<1>(); /* groups complete in order: PV(i) */
             fence_operands(o);
+            fence_p();
+            release(i, 1);
+            FFPA_MLA_MARK(diag, 4); /* PV wait */
+            wgmma_wait<0>(); /* QK^T(i+1) */
+            fence_operands(s);
+            release(i + 1, 0);
+            FFPA_MLA_MARK(diag, 5); /* QK^T wait */
         }
     }
 
@@ -274,19 +319,18 @@ template <class Cfg> struct MlaSoftmaxWarpgroup {
         const int n = mw.n_tiles;
         if (n > 0) {
             float s[32];
-            mbar_wait(&bars->full[0], 0);
-            fence_operands(s);
-            wgmma_fence();
-            MlaGemms<Cfg>::qk(s, q_addr(), smem_u32(R::ptr(smem, 0)));
+            issue_qk(s, 0);
             wgmma_commit();
             wgmma_wait<0>();
             fence_operands(s);
+            release(0, 0);
             for (int i = 0; i + 1 < n; ++i)
                 step<true>(s, i);
             step<false>(s, n - 1);
             wgmma_wait<0>();
             fence_operands(o);
-            release(n - 1);
+            release(n - 1, 1);
+            diag.print("wg1 softmax|rescale+P|PV-issue|QK-issue|PV-wait|QK-wait", n);
         }
         float inv_l[2], lse[2];
         sm.finish(inv_l, lse);
@@ -297,7 +341,7 @@ template <class Cfg> struct MlaSoftmaxWarpgroup {
                 stats[Cfg::kBr + rows.r[half]] = inv_l[half];
                 stats[2 * Cfg::kBr + rows.r[half]] = lse[half];
             }
-        named_barrier_arrive(kBarFinal, 256);
+        named_barrier_sync(kBarFinal, 256);
         mla_store_o<Cfg>(p, mw, o, inv_l, rows, 0, lane);
         if ((lane & 3) == 0)
 #pragma unroll
@@ -330,25 +374,32 @@ FFPA_DEV void mla_second_half(const ffpa_gpu_kv_params &p, const MlaWork &mw, ui
         o[i] = 0.0f;
     const int n = mw.n_tiles;
     const uint32_t p_addr = smem_u32(smem + Cfg::kP);
+    MlaDiag diag;
     if (n > 0)
-        named_barrier_arrive(kBarPEmpty, 256); /* P starts free */
+        named_barrier_sync(kBarPEmpty, 256); /* P starts free */
     for (int i = 0; i < n; ++i) {
-        mbar_wait(&bars->full[R::slot(i)], R::parity(i));
+        mbar_wait(&bars->full[R::slot(i)][2], R::parity(i));
+        FFPA_MLA_MARK(diag, 0); /* data */
         named_barrier_sync(kBarPFull, 256);
+        FFPA_MLA_MARK(diag, 1); /* P_FULL */
         const float alpha[2] = {stats[rows.r[0]], stats[rows.r[1]]};
         OnlineSoftmax::rescale(reinterpret_cast<arch::FragC(&)[Cfg::kO2Acc / 4]>(o), alpha);
         fence_operands(o);
+        FFPA_MLA_MARK(diag, 4); /* rescale */
         wgmma_fence();
         MlaGemms<Cfg>::pv_smem(o, p_addr, smem_u32(R::ptr(smem, i) + Cfg::kO1Boxes * kBoxBytes));
         wgmma_commit();
+        FFPA_MLA_MARK(diag, 2); /* rescale + issue */
         wgmma_wait<0>();
         fence_operands(o);
+        FFPA_MLA_MARK(diag, 3); /* PV wait */
         __syncwarp();
         if (lane == 0)
-            mbar_arrive(&bars->empty[R::slot(i)]);
+            mbar_arrive(&bars->empty[R::slot(i)][2]);
         if (i + 1 < n)
-            named_barrier_arrive(kBarPEmpty, 256);
+            named_barrier_sync(kBarPEmpty, 256);
     }
+    diag.print("wg2 data|P_FULL|issue|PV-wait|rescale", n);
     named_barrier_sync(kBarFinal, 256);
     const float inv_l[2] = {stats[Cfg::kBr + rows.r[0]], stats[Cfg::kBr + rows.r[1]]};
     mla_store_o<Cfg>(p, mw, o, inv_l, rows, Cfg::kO1Boxes * kBoxCols, lane);
@@ -364,10 +415,11 @@ template <class Cfg> FFPA_DEV void mla_body(const MlaMaps &maps, const ffpa_gpu_
         return; /* past the schedule's last block */
     const int tid = threadIdx.x;
     if (tid == 0) {
-        for (int s = 0; s < Cfg::kStages; ++s) {
-            mbar_init(&bars->full[s], 1);
-            mbar_init(&bars->empty[s], 8);
-        }
+        for (int s = 0; s < Cfg::kStages; ++s)
+            for (int part = 0; part < Cfg::kParts; ++part) {
+                mbar_init(&bars->full[s][part], 1);
+                mbar_init(&bars->empty[s][part], 4);
+            }
         fence_barrier_init();
     }
     __syncthreads();

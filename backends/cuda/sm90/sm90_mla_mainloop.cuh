@@ -8,10 +8,12 @@
  *                  O[:, 0:192]   += P V[:, 0:192]    (RS: P from registers)
  *                  O[:, 192:512] += P V[:, 192:512]  (SS: P from shared memory)
  *
- * Ring: tile i of the split sits in slot i % 2, use i / 2;
- *   full[slot]:  the producer's arrive.expect_tx + the TMA bytes;
- *   empty[slot]: one arrival per consumer warp (8) once its last GEMM on
- *                the tile is complete.
+ * Ring: tile i of the split sits in slot i % 2, use i / 2, in three parts
+ * (MlaConfig::kParts: rope, warpgroup 1's V columns, warpgroup 2's);
+ *   full[slot][part]:  the producer's arrive.expect_tx + the TMA bytes;
+ *   empty[slot][part]: one arrival per warp (4) of the warpgroup whose GEMM
+ *                      reads the part last (1: QK^T, PV; 2: PV; 2's PV
+ *                      follows warpgroup 1's QK^T of the tile).
  */
 #ifndef FFPA_CUDA_SM90_MLA_MAINLOOP_CUH
 #define FFPA_CUDA_SM90_MLA_MAINLOOP_CUH
@@ -31,7 +33,7 @@ struct MlaMaps {
 };
 
 struct MlaBarriers {
-    uint64_t full[2], empty[2];
+    uint64_t full[2][3], empty[2][3];
 };
 
 template <class Cfg> struct MlaRing {
@@ -73,15 +75,18 @@ template <class Cfg> struct MlaProducer {
                 look_up(tile_begin + i + 1);
             if (lane == 0) {
                 const uint32_t slot = MlaRing<Cfg>::slot(i);
-                if (i >= Cfg::kStages)
-                    mbar_wait(&bars->empty[slot], MlaRing<Cfg>::parity(i) ^ 1);
-                mbar_arrive_expect_tx(&bars->full[slot], (uint32_t)Cfg::kTileBytes);
                 uint8_t *dst = MlaRing<Cfg>::ptr(smem, i);
-                for (int g = 0; g < groups; ++g)
 #pragma unroll
-                    for (int box = 0; box < Cfg::kQkBoxes; ++box)
-                        tma_load_4d(dst + (size_t)box * kBoxBytes + (size_t)g * box_rows * 128, &maps.kv,
-                                    &bars->full[slot], box * kBoxCols, rows[g], kvh, pages[g]);
+                for (int part = 0; part < Cfg::kParts; ++part) {
+                    const int box0 = Cfg::part_first_box(part), nbox = Cfg::part_boxes(part);
+                    if (i >= Cfg::kStages)
+                        mbar_wait(&bars->empty[slot][part], MlaRing<Cfg>::parity(i) ^ 1);
+                    mbar_arrive_expect_tx(&bars->full[slot][part], (uint32_t)(nbox * kBoxBytes));
+                    for (int g = 0; g < groups; ++g)
+                        for (int box = box0; box < box0 + nbox; ++box)
+                            tma_load_4d(dst + (size_t)box * kBoxBytes + (size_t)g * box_rows * 128, &maps.kv,
+                                        &bars->full[slot][part], box * kBoxCols, rows[g], kvh, pages[g]);
+                }
             }
             __syncwarp();
         }
@@ -91,19 +96,24 @@ template <class Cfg> struct MlaProducer {
 template <class Cfg> struct MlaGemms {
     using T = typename Cfg::T;
 
-    /* s = Q K^T over the 9 column boxes, 4 k16 steps each. The descriptors
-     * advance through desc_advance (opaque to the compiler: 36 hoisted
-     * descriptors would not fit beside O). */
-    static FFPA_DEV void qk(float (&s)[32], uint32_t q_addr, uint32_t k_addr)
+    /* s = Q K^T over the 9 column boxes, 4 k16 steps each, part by part as
+     * each lands (full[part], waited with the earlier parts' wgmma already
+     * running). The descriptors advance through desc_advance (opaque to the
+     * compiler: 36 hoisted descriptors would not fit beside O). */
+    static FFPA_DEV void qk(float (&s)[32], uint32_t q_addr, uint32_t k_addr, uint64_t (&full)[3], uint32_t parity)
     {
         const uint64_t q0 = make_desc_sw128(q_addr, 16, 1024), k0 = make_desc_sw128(k_addr, 16, 1024);
 #pragma unroll
-        for (int box = 0; box < Cfg::kQkBoxes; ++box)
+        for (int part = 0; part < Cfg::kParts; ++part) {
+            mbar_wait(&full[part], parity);
 #pragma unroll
-            for (int kk = 0; kk < 4; ++kk) {
-                const uint32_t off = (uint32_t)box * kBoxBytes + kk * 32;
-                wgmma_ss<T, 64>(s, desc_advance(q0, off), desc_advance(k0, off), box > 0 || kk > 0);
-            }
+            for (int b = 0; b < Cfg::part_boxes(part); ++b)
+#pragma unroll
+                for (int kk = 0; kk < 4; ++kk) {
+                    const uint32_t off = (uint32_t)(Cfg::part_first_box(part) + b) * kBoxBytes + kk * 32;
+                    wgmma_ss<T, 64>(s, desc_advance(q0, off), desc_advance(k0, off), part > 0 || b > 0 || kk > 0);
+                }
+        }
     }
 
     /* o += P V[:, 0:192] with P in registers (A fragments of S's layout).

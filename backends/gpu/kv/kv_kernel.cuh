@@ -31,20 +31,27 @@ constexpr int kKvScheduleThreads = 256;
 __device__ __forceinline__ void kv_schedule_body(const ffpa_gpu_kv_params &p)
 {
     __shared__ unsigned long long total_work;
+    __shared__ unsigned int longest;
     __shared__ int32_t partial[kKvScheduleThreads];
     const int tid = threadIdx.x, n = p.batch;
-    if (tid == 0)
+    if (tid == 0) {
         total_work = 0;
+        longest = 0;
+    }
     __syncthreads();
     unsigned long long work = 0;
+    unsigned int most = 0;
     for (int b = tid; b < n; b += kKvScheduleThreads) {
         const int64_t len = ffpa_kv_seq_len(p.seqlens, p.uniform_len, b, p.added, p.capacity);
         p.sched_len[b] = len;
-        work += (unsigned long long)(ffpa_kv_key_tiles(len, p.bc) * p.hkv * p.q_tiles);
+        const int64_t tiles = ffpa_kv_key_tiles(len, p.bc);
+        work += (unsigned long long)(tiles * p.hkv * p.q_tiles);
+        most = max(most, (unsigned int)tiles);
     }
     atomicAdd(&total_work, work);
+    atomicMax(&longest, most);
     __syncthreads(); /* also publishes sched_len to the block */
-    const int64_t tps = ffpa_kv_tiles_per_split((int64_t)total_work, p.target_blocks);
+    const int64_t tps = ffpa_kv_tiles_per_split((int64_t)total_work, p.target_blocks, (int64_t)longest);
     for (int b = tid; b < n; b += kKvScheduleThreads) {
         const int64_t rank = ffpa_kv_rank(p.sched_len, n, b);
         p.sched_seq[rank] = b;
