@@ -2,7 +2,7 @@
 # GPU check of the KV-cache path (serving), in steps (STEPS="..." picks them;
 # default all): build (sm_90a), check (ffpa-bench --decode --check vs cpu at
 # awkward sizes), tests (the suite on the cuda backend, default kernels and
-# FFPA_CUDA_KERNEL=generic), sanitize (memcheck, racecheck, synccheck on the
+# FFPA_CUDA_KERNEL=generic; TEST_KERNELS picks), sanitize (memcheck, racecheck, synccheck on the
 # new kernels), python (the package's GPU tests, CUDA-graph replay included),
 # hipnv (the HIP sources' KV path on this GPU through __HIP_PLATFORM_NVIDIA__),
 # perf (decode rows with the same-run copy ceiling, a blocks-per-SM sweep,
@@ -41,7 +41,7 @@ if want check; then
 fi
 
 if want tests; then
-  for kern in auto generic; do
+  for kern in ${TEST_KERNELS:-auto generic}; do
     FFPA_CUDA_KERNEL=$kern FFPA_TEST_BACKEND=cuda timeout 300 meson test -C "$B" --suite oracle --suite validation \
       --suite unit --print-errorlogs --num-processes 4 >"$OUT/tests-$kern.log" 2>&1
     echo "== test suite (cuda, FFPA_CUDA_KERNEL=$kern): rc=$? $(python3 tools/count_tests.py "$B/meson-logs/testlog.json")"
@@ -55,7 +55,9 @@ if want sanitize; then
   for tool in memcheck racecheck synccheck; do
     compute-sanitizer --tool $tool --error-exitcode 9 "$BENCH" --backend cuda --decode --reps 10 "${SAN[@]}" \
       >"$OUT/san-$tool.log" 2>&1
-    echo "== compute-sanitizer $tool: rc=$? $(grep -E 'ERROR SUMMARY' "$OUT/san-$tool.log" | tail -1)"
+    rc=$?
+    echo "== compute-sanitizer $tool: rc=$rc $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/san-$tool.log" | tail -1)"
+    [ $rc -ne 0 ] && grep -E "^=========" "$OUT/san-$tool.log" | grep -vE "Saved host backtrace|libcuda|libffpa-cuda.so|ffpa-bench|libc.so" | head -24
   done
 fi
 

@@ -168,6 +168,16 @@ FFPA_DEV void named_barrier_sync(int id, int threads)
     asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
+/* The same, for threads that meet at the barrier from different
+ * instructions (two warpgroups' handoff points): bar.sync is
+ * barrier.sync.aligned, which PTX allows only where every participant
+ * executes the same instruction; synccheck flags the rest. */
+FFPA_DEV void named_barrier_sync_unaligned(int id, int threads)
+{
+    __syncwarp();
+    asm volatile("barrier.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
 /* Arrive without waiting (the other side of a producer/consumer pair). */
 FFPA_DEV void named_barrier_arrive(int id, int threads)
 {

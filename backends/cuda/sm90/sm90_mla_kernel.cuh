@@ -11,8 +11,8 @@
  * on warpgroup 2's PV of tile i-1) while warpgroup 1 exponentiates. P and
  * the per-row rescale factors go to warpgroup 2 through shared memory
  * (named barriers: P_FULL warpgroup 1 -> 2, P_EMPTY 2 -> 1). Both sides
- * bar.sync (the waiting side has nothing else to do), so the handoff is
- * ordered for compute-sanitizer's racecheck as well as by the memory model.
+ * wait (the waiting side has nothing else to do) with the unaligned
+ * barrier.sync, as the two warpgroups reach it from different instructions.
  */
 #ifndef FFPA_CUDA_SM90_MLA_KERNEL_CUH
 #define FFPA_CUDA_SM90_MLA_KERNEL_CUH
@@ -53,7 +53,7 @@ struct MlaDiag {
 #define FFPA_MLA_MARK(d, i) ((void)0)
 #endif
 
-enum MlaNamedBarrier { kBarQ = 1, kBarPFull = 2, kBarPEmpty = 3, kBarFinal = 4, kBarTail = 5 };
+enum MlaNamedBarrier { kBarQ = 1, kBarPFull = 2, kBarPEmpty = 3, kBarFinal = 4 };
 constexpr int kMlaProducerRegs = 24;
 constexpr int kMlaConsumerRegs = 240; /* 128 x 24 + 256 x 240 <= 64K registers */
 
@@ -159,6 +159,7 @@ template <class Cfg> FFPA_DEV void mla_zero_tail(uint8_t *slot, int keys_valid, 
         *reinterpret_cast<uint4 *>(slot + (size_t)box * kBoxBytes + (size_t)r * 128 + piece * 16) =
             make_uint4(0, 0, 0, 0);
     }
+    __syncwarp(); /* the loop's trip count differs across lanes; bar.sync needs the warp converged */
     fence_proxy_async_shared();
 }
 
@@ -249,7 +250,7 @@ template <class Cfg> struct MlaSoftmaxWarpgroup {
      * caller's P_FULL arrive). */
     FFPA_DEV void write_p(const float (&s)[32], const float (&alpha)[2])
     {
-        named_barrier_sync(kBarPEmpty, 256); /* warpgroup 2 is done with P(i-1) */
+        named_barrier_sync_unaligned(kBarPEmpty, 256); /* warpgroup 2 is done with P(i-1) */
         float *alpha_s = reinterpret_cast<float *>(smem + Cfg::kStats);
         if ((lane & 3) == 0) {
             alpha_s[rows.r[0]] = alpha[0];
@@ -282,13 +283,12 @@ template <class Cfg> struct MlaSoftmaxWarpgroup {
         if (!kNext) {
             const int keys_valid = mw.w.len - tile * Cfg::kBc;
             if (keys_valid < Cfg::kBc) {
-                mla_zero_tail<Cfg>(R::ptr(smem, i), keys_valid, ctid);
-                named_barrier_sync(kBarTail, 128);
+                mla_zero_tail<Cfg>(R::ptr(smem, i), keys_valid, ctid); /* ordered before both PVs by P_FULL */
             }
         }
         OnlineSoftmax::rescale(reinterpret_cast<arch::FragC(&)[Cfg::kO1Acc / 4]>(o), alpha);
         write_p(s, alpha);
-        named_barrier_sync(kBarPFull, 256);
+        named_barrier_sync_unaligned(kBarPFull, 256);
         FFPA_MLA_MARK(diag, 1); /* rescale, P_EMPTY, P stores */
         fence_operands(o);
         wgmma_fence();
@@ -341,7 +341,7 @@ template <class Cfg> struct MlaSoftmaxWarpgroup {
                 stats[Cfg::kBr + rows.r[half]] = inv_l[half];
                 stats[2 * Cfg::kBr + rows.r[half]] = lse[half];
             }
-        named_barrier_sync(kBarFinal, 256);
+        named_barrier_sync_unaligned(kBarFinal, 256);
         mla_store_o<Cfg>(p, mw, o, inv_l, rows, 0, lane);
         if ((lane & 3) == 0)
 #pragma unroll
@@ -376,11 +376,11 @@ FFPA_DEV void mla_second_half(const ffpa_gpu_kv_params &p, const MlaWork &mw, ui
     const uint32_t p_addr = smem_u32(smem + Cfg::kP);
     MlaDiag diag;
     if (n > 0)
-        named_barrier_sync(kBarPEmpty, 256); /* P starts free */
+        named_barrier_sync_unaligned(kBarPEmpty, 256); /* P starts free */
     for (int i = 0; i < n; ++i) {
         mbar_wait(&bars->full[R::slot(i)][2], R::parity(i));
         FFPA_MLA_MARK(diag, 0); /* data */
-        named_barrier_sync(kBarPFull, 256);
+        named_barrier_sync_unaligned(kBarPFull, 256);
         FFPA_MLA_MARK(diag, 1); /* P_FULL */
         const float alpha[2] = {stats[rows.r[0]], stats[rows.r[1]]};
         OnlineSoftmax::rescale(reinterpret_cast<arch::FragC(&)[Cfg::kO2Acc / 4]>(o), alpha);
@@ -397,10 +397,10 @@ FFPA_DEV void mla_second_half(const ffpa_gpu_kv_params &p, const MlaWork &mw, ui
         if (lane == 0)
             mbar_arrive(&bars->empty[R::slot(i)][2]);
         if (i + 1 < n)
-            named_barrier_sync(kBarPEmpty, 256);
+            named_barrier_sync_unaligned(kBarPEmpty, 256);
     }
     diag.print("wg2 data|P_FULL|issue|PV-wait|rescale", n);
-    named_barrier_sync(kBarFinal, 256);
+    named_barrier_sync_unaligned(kBarFinal, 256);
     const float inv_l[2] = {stats[Cfg::kBr + rows.r[0]], stats[Cfg::kBr + rows.r[1]]};
     mla_store_o<Cfg>(p, mw, o, inv_l, rows, Cfg::kO1Boxes * kBoxCols, lane);
 }
