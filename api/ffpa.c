@@ -4,9 +4,11 @@
  */
 #define _GNU_SOURCE /* dladdr, to find tuning tables beside libffpa */
 #include "ffpa.h"
+#include "host_alloc.h"
 
 #include <dlfcn.h>
 #include <limits.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +16,7 @@
 
 #include "backend.h"
 #include "env.h"
+#include "fill.h"
 #include "registry.h"
 #include "tuning.h"
 #include "validate.h"
@@ -179,7 +182,7 @@ ffpa_status ffpa_create(ffpa_context **out, const char *backend)
         }
     }
 
-    ffpa_context *ctx = calloc(1, sizeof *ctx);
+    ffpa_context *ctx = ffpa_host_calloc(1, sizeof *ctx);
     if (!ctx)
         return set_error(thread_err, FFPA_ERR_OUT_OF_MEMORY, "ctx: out of host memory");
     ctx->backend = e;
@@ -400,12 +403,136 @@ ffpa_status ffpa_backward_workspace_size(ffpa_context *ctx, const ffpa_tensor *q
     return FFPA_OK;
 }
 
-/* ------------------------------------------------------------------ attention */
+/* ------------------------------------------- zero-size dimensions (ffpa.h) */
+/* The backends never see an empty grid: outputs that are constants are
+ * filled here (O = 0 and LSE = -inf for rows that see no key, zero
+ * gradients where nothing flows), and a zero head dim runs the backend on
+ * a one-column zero pad (every score an empty dot product, 0). */
 
-static int problem_is_empty(const ffpa_problem *pb)
+static ffpa_status fill(ffpa_context *ctx, const ffpa_tensor *t, float value)
 {
-    return pb->total_q == 0;
+    return t ? ffpa_fill_tensor(ctx->backend->iface, ctx->state, t, value, ctx->err, sizeof ctx->err)
+             : FFPA_OK;
 }
+
+/* Up to four one-column tensors in the backend's memory, freed together
+ * after the work that reads them. */
+typedef struct pads {
+    void *mem[4];
+    int n;
+} pads;
+
+/* A dense tensor shaped like `like` with one column, zero-filled. */
+static ffpa_status pad_like(ffpa_context *ctx, pads *p, const ffpa_tensor *like, ffpa_tensor *out)
+{
+    const size_t elt = ffpa_dtype_size(like->dtype);
+    *out = *like;
+    out->shape[3] = 1;
+    out->stride[3] = 1;
+    out->stride[2] = 1;
+    out->stride[1] = like->shape[2];
+    out->stride[0] = like->shape[1] * like->shape[2];
+    int64_t elems, bytes;
+    if (__builtin_mul_overflow(like->shape[0], like->shape[1], &elems) ||
+        __builtin_mul_overflow(elems, like->shape[2], &elems) ||
+        __builtin_mul_overflow(elems, (int64_t)elt, &bytes))
+        return set_error(ctx->err, FFPA_ERR_OUT_OF_MEMORY,
+                         "workspace: a one-column stand-in for a zero-width tensor of shape [%lld, %lld, "
+                         "%lld, 0] needs more than 2^63 bytes",
+                         (long long)like->shape[0], (long long)like->shape[1], (long long)like->shape[2]);
+    ffpa_status st =
+        ctx->backend->iface->mem_alloc(ctx->state, &out->data, (size_t)bytes, ctx->err, sizeof ctx->err);
+    if (st != FFPA_OK)
+        return st;
+    p->mem[p->n++] = out->data;
+    return fill(ctx, out, 0.0f);
+}
+
+static ffpa_status pads_release(ffpa_context *ctx, pads *p, ffpa_status st)
+{
+    if (p->n && st == FFPA_OK)
+        st = ffpa_synchronize(ctx); /* the pads are read by queued work */
+    else if (p->n) { /* keep the first error's message */
+        char ignored[ERR_LEN];
+        if (ctx->backend->iface->synchronize)
+            (void)ctx->backend->iface->synchronize(ctx->state, ignored, sizeof ignored);
+    }
+    for (int i = 0; i < p->n; ++i)
+        ctx->backend->iface->mem_free(ctx->state, p->mem[i]);
+    return st;
+}
+
+/* 1: the forward is complete (or failed: *st); 0: the backend runs it. */
+static int forward_degenerate(ffpa_context *ctx, const ffpa_problem *pb, const ffpa_tensor *q,
+                              const ffpa_tensor *k, const ffpa_tensor *v, const ffpa_tensor *o,
+                              const ffpa_tensor *lse, const ffpa_options *opt, ffpa_status *st)
+{
+    *st = FFPA_OK;
+    if (pb->batch == 0 || pb->hq == 0 || pb->total_q == 0 || (pb->dv == 0 && !lse))
+        return 1; /* no output element */
+    if (pb->total_k == 0) { /* no key anywhere: softmax over nothing */
+        *st = fill(ctx, o, 0.0f);
+        if (*st == FFPA_OK)
+            *st = fill(ctx, lse, -INFINITY);
+        return 1;
+    }
+    if (pb->dqk != 0 && pb->dv != 0)
+        return 0;
+    pads p = {{0}, 0};
+    ffpa_tensor q1 = *q, k1 = *k, v1 = *v, o1 = *o;
+    if (pb->dqk == 0) {
+        *st = pad_like(ctx, &p, q, &q1);
+        if (*st == FFPA_OK)
+            *st = pad_like(ctx, &p, k, &k1);
+    }
+    if (pb->dv == 0 && *st == FFPA_OK) {
+        *st = pad_like(ctx, &p, v, &v1);
+        if (*st == FFPA_OK)
+            *st = pad_like(ctx, &p, o, &o1);
+    }
+    if (*st == FFPA_OK)
+        *st = ffpa_forward(ctx, &q1, &k1, &v1, &o1, lse, opt);
+    *st = pads_release(ctx, &p, *st);
+    return 1;
+}
+
+/* 1: the backward is complete (or failed: *st); 0: the backend runs it. */
+static int backward_degenerate(ffpa_context *ctx, const ffpa_problem *pb, const ffpa_tensor *dout,
+                               const ffpa_tensor *q, const ffpa_tensor *k, const ffpa_tensor *v,
+                               const ffpa_tensor *out, const ffpa_tensor *lse, const ffpa_tensor *dq,
+                               const ffpa_tensor *dk, const ffpa_tensor *dv, const ffpa_options *opt,
+                               ffpa_status *st)
+{
+    *st = FFPA_OK;
+    const ffpa_tensor *dbias = opt ? opt->dbias : NULL;
+    if (pb->batch == 0 || pb->hq == 0)
+        return 1; /* every gradient is empty */
+    if (pb->total_q == 0 || pb->total_k == 0 || pb->dv == 0) {
+        /* No query, no key, or dO of zero width: nothing flows back. */
+        const ffpa_tensor *zero[] = {dq, dk, dv, dbias};
+        for (int i = 0; i < 4 && *st == FFPA_OK; ++i)
+            *st = fill(ctx, zero[i], 0.0f);
+        return 1;
+    }
+    if (pb->dqk != 0)
+        return 0;
+    /* Dqk = 0: uniform attention; dV and dbias flow, dQ and dK are empty. */
+    pads p = {{0}, 0};
+    ffpa_tensor q1, k1, dq1, dk1;
+    *st = pad_like(ctx, &p, q, &q1);
+    if (*st == FFPA_OK)
+        *st = pad_like(ctx, &p, k, &k1);
+    if (*st == FFPA_OK)
+        *st = pad_like(ctx, &p, dq, &dq1);
+    if (*st == FFPA_OK)
+        *st = pad_like(ctx, &p, dk, &dk1);
+    if (*st == FFPA_OK)
+        *st = ffpa_backward(ctx, dout, &q1, &k1, v, out, lse, &dq1, &dk1, dv, opt);
+    *st = pads_release(ctx, &p, *st);
+    return 1;
+}
+
+/* ------------------------------------------------------------------ attention */
 
 ffpa_status ffpa_forward(ffpa_context *ctx, const ffpa_tensor *q, const ffpa_tensor *k,
                          const ffpa_tensor *v, const ffpa_tensor *o, const ffpa_tensor *lse,
@@ -417,7 +544,7 @@ ffpa_status ffpa_forward(ffpa_context *ctx, const ffpa_tensor *q, const ffpa_ten
     ffpa_status st = ffpa_validate_forward(q, k, v, o, lse, opt, &pb, ctx->err, sizeof ctx->err);
     if (st == FFPA_OK)
         st = check_caps(ctx, &pb);
-    if (st != FFPA_OK || problem_is_empty(&pb))
+    if (st != FFPA_OK || forward_degenerate(ctx, &pb, q, k, v, o, lse, opt, &st))
         return st;
     pb.tuning = ctx->tuning;
     void *ws = NULL;
@@ -448,6 +575,8 @@ ffpa_status ffpa_backward(ffpa_context *ctx, const ffpa_tensor *dout, const ffpa
     if (!ctx->backend->iface->backward || !ctx->backend->caps.has_backward)
         return set_error(ctx->err, FFPA_ERR_UNSUPPORTED, "ctx: the %s backend has no backward pass",
                          ctx->backend->name);
+    if (backward_degenerate(ctx, &pb, dout, q, k, v, out, lse, dq, dk, dv, opt, &st))
+        return st;
     pb.tuning = ctx->tuning;
     void *ws = NULL;
     size_t ws_bytes = 0;
@@ -481,7 +610,7 @@ static ffpa_status check_kv_tables(ffpa_context *ctx, const ffpa_problem *pb)
     const size_t table_bytes =
         kv->block_table ? ((size_t)(pb->batch - 1) * (size_t)kv->bt_stride + (size_t)kv->max_pages) * sizeof(int32_t)
                         : 0;
-    int32_t *lens = malloc(len_bytes), *table = table_bytes ? malloc(table_bytes) : NULL;
+    int32_t *lens = ffpa_host_malloc(len_bytes), *table = table_bytes ? ffpa_host_malloc(table_bytes) : NULL;
     ffpa_status st = FFPA_OK;
     if (!lens || (table_bytes && !table))
         st = set_error(ctx->err, FFPA_ERR_OUT_OF_MEMORY, "cache: out of host memory for the table check");

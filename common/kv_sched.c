@@ -1,5 +1,6 @@
 /* Host side of the split-KV schedule. See kv_sched.h. */
 #include "kv_sched.h"
+#include "host_alloc.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -17,9 +18,9 @@ int ffpa_kv_sched_make(const ffpa_kv_sched_shape *sh, const int32_t *seqlens, in
 {
     const int64_t n = sh->batch;
     memset(out, 0, sizeof *out);
-    out->first = malloc((size_t)(n + 1) * sizeof *out->first);
-    out->seq = malloc((size_t)(n > 0 ? n : 1) * sizeof *out->seq);
-    out->len = malloc((size_t)(n > 0 ? n : 1) * sizeof *out->len);
+    out->first = ffpa_host_malloc((size_t)(n + 1) * sizeof *out->first);
+    out->seq = ffpa_host_malloc((size_t)(n > 0 ? n : 1) * sizeof *out->seq);
+    out->len = ffpa_host_malloc((size_t)(n > 0 ? n : 1) * sizeof *out->len);
     if (!out->first || !out->seq || !out->len) {
         ffpa_kv_sched_free(out);
         return -1;

@@ -1,5 +1,6 @@
 /* Per-device tuning tables: loading (cJSON) and applying. See tuning.h. */
 #include "tuning.h"
+#include "host_alloc.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -340,7 +341,7 @@ static char *read_file(const char *path, size_t *len, char *warn, size_t warn_le
         warnf(warn, warn_len, "cannot open %s: %s", path, strerror(errno));
         return NULL;
     }
-    char *buf = malloc(TUNING_MAX_BYTES + 1);
+    char *buf = ffpa_host_malloc(TUNING_MAX_BYTES + 1);
     size_t n = buf ? fread(buf, 1, TUNING_MAX_BYTES + 1, f) : 0;
     int bad = !buf || ferror(f) || n > TUNING_MAX_BYTES;
     fclose(f);
@@ -395,8 +396,8 @@ static ffpa_tuning_table *table_from_json(const cJSON *root, const char *path, c
               n < 0 ? "no \"entries\" array" : n == 0 ? "\"entries\" is empty" : "too many entries");
         return NULL;
     }
-    ffpa_tuning_table *t = calloc(1, sizeof *t);
-    tuning_entry *entries = calloc((size_t)n, sizeof *entries);
+    ffpa_tuning_table *t = ffpa_host_calloc(1, sizeof *t);
+    tuning_entry *entries = ffpa_host_calloc((size_t)n, sizeof *entries);
     if (!t || !entries) {
         free(t);
         free(entries);

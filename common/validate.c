@@ -19,14 +19,38 @@ static ffpa_status fail(char *err, size_t err_len, const char *fmt, ...)
     return FFPA_ERR_INVALID_ARGUMENT;
 }
 
+#define TRY(expr)                  \
+    do {                           \
+        ffpa_status st_ = (expr);  \
+        if (st_ != FFPA_OK)        \
+            return st_;            \
+    } while (0)
+
 static int dtype_valid(ffpa_dtype dt)
 {
     return dt == FFPA_F16 || dt == FFPA_BF16 || dt == FFPA_F32;
 }
 
-/* Pointer, dtype, shape >= lo, strides >= 0, alignment. */
-static ffpa_status check_tensor(const char *name, const ffpa_tensor *t, int64_t min_n, char *err,
-                                size_t err_len)
+/* Elements of a tensor; -1 when the product of its nonzero dimensions
+ * overflows int64 (refused even for an empty tensor: row counts such as
+ * B x N are formed from them). Any zero-size dimension makes it 0. */
+static int64_t element_count(const ffpa_tensor *t)
+{
+    int64_t n = 1;
+    int empty = 0;
+    for (int i = 0; i < 4; ++i) {
+        if (t->shape[i] == 0)
+            empty = 1;
+        else if (__builtin_mul_overflow(n, t->shape[i], &n))
+            return -1;
+    }
+    return empty ? 0 : n;
+}
+
+/* Pointer, dtype, shape >= 0, strides >= 0, element count and byte extent
+ * within int64, alignment. A tensor with a zero-size dimension holds no
+ * element: its pointer may be NULL. */
+static ffpa_status check_tensor(const char *name, const ffpa_tensor *t, char *err, size_t err_len)
 {
     if (!t)
         return fail(err, err_len, "%s: descriptor is NULL; expected a tensor", name);
@@ -34,21 +58,52 @@ static ffpa_status check_tensor(const char *name, const ffpa_tensor *t, int64_t 
         return fail(err, err_len, "%s: dtype %d is unknown; expected FFPA_F16, FFPA_BF16 or FFPA_F32",
                     name, (int)t->dtype);
     for (int i = 0; i < 4; ++i) {
-        int64_t lo = i == 2 ? min_n : 1;
-        if (t->shape[i] < lo)
-            return fail(err, err_len, "%s: shape[%d] (%s) = %lld; expected >= %lld", name, i,
-                        DIM_NAME[i], (long long)t->shape[i], (long long)lo);
+        if (t->shape[i] < 0)
+            return fail(err, err_len, "%s: shape[%d] (%s) = %lld is negative; expected >= 0", name, i,
+                        DIM_NAME[i], (long long)t->shape[i]);
         if (t->stride[i] < 0)
             return fail(err, err_len, "%s: stride[%d] (%s) = %lld is negative; expected >= 0", name,
                         i, DIM_NAME[i], (long long)t->stride[i]);
     }
-    int64_t elements = t->shape[0] * t->shape[1] * t->shape[2] * t->shape[3];
-    if (!t->data && elements > 0)
+    const int64_t elements = element_count(t);
+    if (elements < 0)
+        return fail(err, err_len,
+                    "%s: shape [%lld, %lld, %lld, %lld] multiplies past 2^63; expected an element "
+                    "count that fits int64",
+                    name, (long long)t->shape[0], (long long)t->shape[1], (long long)t->shape[2],
+                    (long long)t->shape[3]);
+    if (elements == 0)
+        return FFPA_OK;
+    const int64_t elt = (int64_t)ffpa_dtype_size(t->dtype);
+    int64_t last = 0; /* offset of the last element, then the byte extent */
+    for (int i = 0; i < 4; ++i) {
+        int64_t step;
+        if (__builtin_mul_overflow(t->stride[i], t->shape[i] - 1, &step) ||
+            __builtin_add_overflow(last, step, &last))
+            last = -1;
+        if (last < 0)
+            break;
+    }
+    if (last < 0 || __builtin_add_overflow(last, 1, &last) || __builtin_mul_overflow(last, elt, &last))
+        return fail(err, err_len, "%s: strides span more than 2^63 bytes; expected an extent that fits "
+                                  "int64",
+                    name);
+    if (!t->data)
         return fail(err, err_len, "%s: data pointer is NULL; expected device/host memory", name);
-    size_t elt = ffpa_dtype_size(t->dtype);
-    if ((uintptr_t)t->data % elt != 0)
-        return fail(err, err_len, "%s: data pointer %p is misaligned; expected a multiple of %zu bytes",
-                    name, t->data, elt);
+    if ((uintptr_t)t->data % (uintptr_t)elt != 0)
+        return fail(err, err_len, "%s: data pointer %p is misaligned; expected a multiple of %lld bytes",
+                    name, t->data, (long long)elt);
+    return FFPA_OK;
+}
+
+/* check_tensor, and every dimension >= 1 (the KV-cache call's tensors). */
+static ffpa_status check_tensor_nonempty(const char *name, const ffpa_tensor *t, char *err, size_t err_len)
+{
+    TRY(check_tensor(name, t, err, err_len));
+    for (int i = 0; i < 4; ++i)
+        if (t->shape[i] < 1)
+            return fail(err, err_len, "%s: shape[%d] (%s) = %lld; expected >= 1 in a KV-cache call",
+                        name, i, DIM_NAME[i], (long long)t->shape[i]);
     return FFPA_OK;
 }
 
@@ -58,6 +113,9 @@ static ffpa_status check_tensor(const char *name, const ffpa_tensor *t, int64_t 
 static ffpa_status check_layout(const char *name, const ffpa_tensor *t, int ndim,
                                 int sum_zero_strides, char *err, size_t err_len)
 {
+    for (int d = 0; d < 4; ++d)
+        if (t->shape[d] == 0)
+            return FFPA_OK; /* no element, nothing to overlap */
     int order[4] = {0, 1, 2, 3};
     for (int a = 1; a < ndim; ++a)
         for (int b = a; b > 0 && t->stride[order[b]] < t->stride[order[b - 1]]; --b) {
@@ -83,6 +141,10 @@ static ffpa_status check_layout(const char *name, const ffpa_tensor *t, int ndim
 /* Byte range [lo, hi) a tensor's elements span. */
 static void byte_range(const ffpa_tensor *t, uintptr_t *lo, uintptr_t *hi)
 {
+    if (element_count(t) == 0) { /* an empty range overlaps nothing */
+        *lo = *hi = (uintptr_t)t->data;
+        return;
+    }
     int64_t last = 0;
     for (int i = 0; i < 4; ++i)
         last += t->stride[i] * (t->shape[i] - 1);
@@ -128,12 +190,6 @@ static ffpa_status check_dim(const char *name, const ffpa_tensor *t, int dim, in
     return FFPA_OK;
 }
 
-#define TRY(expr)                  \
-    do {                           \
-        ffpa_status st_ = (expr);  \
-        if (st_ != FFPA_OK)        \
-            return st_;            \
-    } while (0)
 
 static ffpa_view view_of(const ffpa_tensor *t)
 {
@@ -196,13 +252,12 @@ ffpa_status ffpa_validate_inputs(const ffpa_tensor *q, const ffpa_tensor *k, con
 {
     static const ffpa_options defaults = {0};
     const int varlen = opt && (opt->cu_seqlens_q || opt->cu_seqlens_k);
-    const int64_t min_n = varlen ? 0 : 1;
     if (!opt)
         opt = &defaults;
     memset(pb, 0, sizeof *pb);
-    TRY(check_tensor("q", q, min_n, err, err_len));
-    TRY(check_tensor("k", k, min_n, err, err_len));
-    TRY(check_tensor("v", v, min_n, err, err_len));
+    TRY(check_tensor("q", q, err, err_len));
+    TRY(check_tensor("k", k, err, err_len));
+    TRY(check_tensor("v", v, err, err_len));
     if (k->dtype != q->dtype)
         return fail(err, err_len, "k: dtype %s differs from q's; expected %s", ffpa_dtype_name(k->dtype),
                     ffpa_dtype_name(q->dtype));
@@ -214,15 +269,18 @@ ffpa_status ffpa_validate_inputs(const ffpa_tensor *q, const ffpa_tensor *k, con
     TRY(check_dim("v", v, 1, k->shape[1], "heads of k", err, err_len));
     TRY(check_dim("v", v, 2, k->shape[2], "rows of k", err, err_len));
     TRY(check_dim("k", k, 3, q->shape[3], "head dim of q", err, err_len));
-    if (q->shape[1] % k->shape[1] != 0)
+    if (k->shape[1] == 0 && q->shape[1] != 0)
+        return fail(err, err_len, "k: 0 kv heads for %lld query heads; expected Hq %% Hkv == 0",
+                    (long long)q->shape[1]);
+    if (k->shape[1] != 0 && q->shape[1] % k->shape[1] != 0)
         return fail(err, err_len,
                     "k: %lld kv heads do not divide %lld query heads; expected Hq %% Hkv == 0",
                     (long long)k->shape[1], (long long)q->shape[1]);
     if (q->shape[3] > FFPA_MAX_HEAD_DIM)
-        return fail(err, err_len, "q: head dim %lld is out of range; expected 1..%d",
+        return fail(err, err_len, "q: head dim %lld is out of range; expected 0..%d",
                     (long long)q->shape[3], FFPA_MAX_HEAD_DIM);
     if (v->shape[3] > FFPA_MAX_HEAD_DIM)
-        return fail(err, err_len, "v: head dim %lld is out of range; expected 1..%d",
+        return fail(err, err_len, "v: head dim %lld is out of range; expected 0..%d",
                     (long long)v->shape[3], FFPA_MAX_HEAD_DIM);
 
     pb->dtype = q->dtype;
@@ -261,7 +319,8 @@ ffpa_status ffpa_validate_inputs(const ffpa_tensor *q, const ffpa_tensor *k, con
     if (!isfinite(opt->scale))
         return fail(err, err_len, "opt.scale: %g is not finite; expected a finite number (0: 1/sqrt(D))",
                     (double)opt->scale);
-    pb->scale = opt->scale != 0.0f ? opt->scale : (float)(1.0 / sqrt((double)pb->dqk));
+    /* Dqk = 0: every score is an empty dot product, 0 at any scale (1 here, not 1/sqrt(0)). */
+    pb->scale = opt->scale != 0.0f ? opt->scale : pb->dqk ? (float)(1.0 / sqrt((double)pb->dqk)) : 1.0f;
     if (opt->causal != 0 && opt->causal != 1)
         return fail(err, err_len, "opt.causal: %d; expected 0 or 1", opt->causal);
     pb->causal = opt->causal;
@@ -276,7 +335,7 @@ ffpa_status ffpa_validate_inputs(const ffpa_tensor *q, const ffpa_tensor *k, con
     pb->dropout_offset = opt->dropout_offset;
 
     if (opt->bias) {
-        TRY(check_tensor("bias", opt->bias, 1, err, err_len));
+        TRY(check_tensor("bias", opt->bias, err, err_len));
         TRY(check_bias_shape("bias", opt->bias, pb, err, err_len));
         pb->has_bias = 1;
         pb->bias_dtype = opt->bias->dtype;
@@ -298,10 +357,10 @@ ffpa_status ffpa_validate_inputs(const ffpa_tensor *q, const ffpa_tensor *k, con
 
 /* An output shaped like `like` (same dims and dtype) that does not overlap. */
 static ffpa_status check_output_like(const char *name, const ffpa_tensor *t, const ffpa_tensor *like,
-                                     const char *like_name, int64_t min_n, char *err,
+                                     const char *like_name, char *err,
                                      size_t err_len)
 {
-    TRY(check_tensor(name, t, min_n, err, err_len));
+    TRY(check_tensor(name, t, err, err_len));
     if (t->dtype != like->dtype)
         return fail(err, err_len, "%s: dtype %s; expected %s (the dtype of %s)", name,
                     ffpa_dtype_name(t->dtype), ffpa_dtype_name(like->dtype), like_name);
@@ -312,9 +371,9 @@ static ffpa_status check_output_like(const char *name, const ffpa_tensor *t, con
 
 /* O's shape: [B, Hq, Nq, Dv]. */
 static ffpa_status check_o_shape(const char *name, const ffpa_tensor *t, const ffpa_tensor *q,
-                                 const ffpa_tensor *v, int64_t min_n, char *err, size_t err_len)
+                                 const ffpa_tensor *v, char *err, size_t err_len)
 {
-    TRY(check_tensor(name, t, min_n, err, err_len));
+    TRY(check_tensor(name, t, err, err_len));
     if (t->dtype != q->dtype)
         return fail(err, err_len, "%s: dtype %s; expected %s (the dtype of q)", name,
                     ffpa_dtype_name(t->dtype), ffpa_dtype_name(q->dtype));
@@ -326,9 +385,9 @@ static ffpa_status check_o_shape(const char *name, const ffpa_tensor *t, const f
 }
 
 static ffpa_status check_lse(const char *name, const ffpa_tensor *lse, const ffpa_tensor *q,
-                             int64_t min_n, char *err, size_t err_len)
+                             char *err, size_t err_len)
 {
-    TRY(check_tensor(name, lse, min_n, err, err_len));
+    TRY(check_tensor(name, lse, err, err_len));
     if (lse->dtype != FFPA_F32)
         return fail(err, err_len, "%s: dtype %s; expected f32", name, ffpa_dtype_name(lse->dtype));
     TRY(check_dim(name, lse, 0, q->shape[0], "batch of q", err, err_len));
@@ -344,12 +403,11 @@ ffpa_status ffpa_validate_forward(const ffpa_tensor *q, const ffpa_tensor *k, co
                                   size_t err_len)
 {
     TRY(ffpa_validate_inputs(q, k, v, opt, pb, err, err_len));
-    const int64_t min_n = pb->cu_q ? 0 : 1;
-    TRY(check_o_shape("o", o, q, v, min_n, err, err_len));
+    TRY(check_o_shape("o", o, q, v, err, err_len));
     TRY(check_layout("o", o, 4, 0, err, err_len));
     pb->o = view_of(o);
     if (lse) {
-        TRY(check_lse("lse", lse, q, min_n, err, err_len));
+        TRY(check_lse("lse", lse, q, err, err_len));
         TRY(check_layout("lse", lse, 3, 0, err, err_len));
         pb->lse = view_of(lse);
     }
@@ -369,15 +427,14 @@ ffpa_status ffpa_validate_backward(const ffpa_tensor *dout, const ffpa_tensor *q
                                    ffpa_problem *pb, char *err, size_t err_len)
 {
     TRY(ffpa_validate_inputs(q, k, v, opt, pb, err, err_len));
-    const int64_t min_n = pb->cu_q ? 0 : 1;
-    TRY(check_o_shape("out", out, q, v, min_n, err, err_len));
-    TRY(check_o_shape("dout", dout, q, v, min_n, err, err_len));
+    TRY(check_o_shape("out", out, q, v, err, err_len));
+    TRY(check_o_shape("dout", dout, q, v, err, err_len));
     if (!lse)
         return fail(err, err_len, "lse: is NULL; expected the forward's f32 LSE [B, Hq, Nq, 1]");
-    TRY(check_lse("lse", lse, q, min_n, err, err_len));
-    TRY(check_output_like("dq", dq, q, "q", min_n, err, err_len));
-    TRY(check_output_like("dk", dk, k, "k", min_n, err, err_len));
-    TRY(check_output_like("dv", dv, v, "v", min_n, err, err_len));
+    TRY(check_lse("lse", lse, q, err, err_len));
+    TRY(check_output_like("dq", dq, q, "q", err, err_len));
+    TRY(check_output_like("dk", dk, k, "k", err, err_len));
+    TRY(check_output_like("dv", dv, v, "v", err, err_len));
     pb->o = view_of(out);
     pb->dout = view_of(dout);
     pb->lse = view_of(lse);
@@ -392,7 +449,7 @@ ffpa_status ffpa_validate_backward(const ffpa_tensor *dout, const ffpa_tensor *q
         if (!pb->has_bias)
             return fail(err, err_len, "opt.dbias: is set without opt.bias; expected a bias to "
                                       "differentiate");
-        TRY(check_tensor("opt.dbias", dbias, 1, err, err_len));
+        TRY(check_tensor("opt.dbias", dbias, err, err_len));
         if (dbias->dtype != FFPA_F32 && dbias->dtype != opt->bias->dtype)
             return fail(err, err_len, "opt.dbias: dtype %s; expected f32 or %s (the bias dtype)",
                         ffpa_dtype_name(dbias->dtype), ffpa_dtype_name(opt->bias->dtype));
@@ -436,7 +493,7 @@ static ffpa_status check_same_dtype(const char *name, const ffpa_tensor *t, cons
 static ffpa_status check_new_tokens(const char *name, const ffpa_tensor *t, const ffpa_tensor *q,
                                     int64_t hkv, int64_t d, char *err, size_t err_len)
 {
-    TRY(check_tensor(name, t, 1, err, err_len));
+    TRY(check_tensor(name, t, err, err_len));
     TRY(check_same_dtype(name, t, q, err, err_len));
     TRY(check_dim(name, t, 0, q->shape[0], "batch of q", err, err_len));
     TRY(check_dim(name, t, 1, hkv, "kv heads of the cache", err, err_len));
@@ -457,16 +514,19 @@ ffpa_status ffpa_validate_kv_inputs(const ffpa_tensor *q, const ffpa_kv_cache *c
     if (!cache)
         return fail(err, err_len, "cache: is NULL; expected an ffpa_kv_cache");
     const ffpa_tensor *k = &cache->k, *v = &cache->v;
-    TRY(check_tensor("q", q, 1, err, err_len));
-    TRY(check_tensor("cache.k", k, 1, err, err_len));
-    TRY(check_tensor("cache.v", v, 1, err, err_len));
+    TRY(check_tensor_nonempty("q", q, err, err_len));
+    TRY(check_tensor_nonempty("cache.k", k, err, err_len));
+    TRY(check_tensor_nonempty("cache.v", v, err, err_len));
     TRY(check_same_dtype("cache.k", k, q, err, err_len));
     TRY(check_same_dtype("cache.v", v, q, err, err_len));
     TRY(check_dim("cache.v", v, 0, k->shape[0], "pages of cache.k", err, err_len));
     TRY(check_dim("cache.v", v, 1, k->shape[1], "kv heads of cache.k", err, err_len));
     TRY(check_dim("cache.v", v, 2, k->shape[2], "page size of cache.k", err, err_len));
     TRY(check_dim("cache.k", k, 3, q->shape[3], "head dim of q", err, err_len));
-    if (q->shape[1] % k->shape[1] != 0)
+    if (k->shape[1] == 0 && q->shape[1] != 0)
+        return fail(err, err_len, "k: 0 kv heads for %lld query heads; expected Hq %% Hkv == 0",
+                    (long long)q->shape[1]);
+    if (k->shape[1] != 0 && q->shape[1] % k->shape[1] != 0)
         return fail(err, err_len,
                     "cache.k: %lld kv heads do not divide %lld query heads; expected Hq %% Hkv == 0",
                     (long long)k->shape[1], (long long)q->shape[1]);
@@ -538,7 +598,8 @@ ffpa_status ffpa_validate_kv_inputs(const ffpa_tensor *q, const ffpa_kv_cache *c
     pb->dv = v->shape[3];
     pb->total_q = batch * pb->nq;
     pb->total_k = batch * pb->nkv;
-    pb->scale = opt->scale != 0.0f ? opt->scale : (float)(1.0 / sqrt((double)pb->dqk));
+    /* Dqk = 0: every score is an empty dot product, 0 at any scale (1 here, not 1/sqrt(0)). */
+    pb->scale = opt->scale != 0.0f ? opt->scale : pb->dqk ? (float)(1.0 / sqrt((double)pb->dqk)) : 1.0f;
     pb->causal = opt->causal;
     pb->grad_accum = FFPA_GRAD_ACCUM_F32;
     pb->q = view_of(q);
@@ -578,10 +639,10 @@ ffpa_status ffpa_validate_kvcache(const ffpa_tensor *q, const ffpa_kv_cache *cac
             TRY(check_layout("cache.v", v, 4, 0, err, err_len));
     }
 
-    TRY(check_o_shape("o", o, q, v, 1, err, err_len));
+    TRY(check_o_shape("o", o, q, v, err, err_len));
     TRY(check_layout("o", o, 4, 0, err, err_len));
     if (lse) {
-        TRY(check_lse("lse", lse, q, 1, err, err_len));
+        TRY(check_lse("lse", lse, q, err, err_len));
         TRY(check_layout("lse", lse, 3, 0, err, err_len));
         pb->lse = view_of(lse);
     }

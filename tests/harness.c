@@ -36,6 +36,20 @@ static void destroy_shared_ctx(void)
     shared_ctx = NULL;
 }
 
+/* A backend the library knows by name (built or not): an unknown name is a
+ * typo in FFPA_TEST_BACKEND, which must fail the suite, not skip it. */
+static int backend_name_known(const char *name)
+{
+    if (strcmp(name, "auto") == 0)
+        return 1;
+    for (int i = 0; i < ffpa_backend_count(); ++i) {
+        ffpa_backend_info info;
+        if (ffpa_backend_get_info(i, &info) == FFPA_OK && strcmp(info.name, name) == 0)
+            return 1;
+    }
+    return 0;
+}
+
 ffpa_context *th_ctx(void)
 {
     if (shared_ctx)
@@ -49,7 +63,8 @@ ffpa_context *th_ctx(void)
         shared_ctx = NULL;
         snprintf(unavailable_reason, sizeof unavailable_reason, "%s (%s)",
                  ffpa_status_string(status), ffpa_last_error(NULL));
-        if (strcmp(th_backend(), "cpu") == 0 || status != FFPA_ERR_NO_BACKEND)
+        if (strcmp(th_backend(), "cpu") == 0 || status != FFPA_ERR_NO_BACKEND ||
+            !backend_name_known(th_backend()))
             fail_msg("ffpa_create(\"%s\") failed: %s", th_backend(), unavailable_reason);
         backend_unavailable = 1;
     }
@@ -70,6 +85,11 @@ int th_backend_unavailable_exit(void)
         return -1;
     }
     shared_ctx = NULL;
+    if (!backend_name_known(th_backend())) {
+        printf("FFPA_TEST_BACKEND='%s' names no backend this library knows: %s\n", th_backend(),
+               ffpa_last_error(NULL));
+        return 1; /* a failure, never a skip */
+    }
     if (strcmp(th_backend(), "cpu") == 0 || status != FFPA_ERR_NO_BACKEND)
         return -1; /* not a skip: the tests fail through th_ctx() with the message */
     const char *why = ffpa_last_error(NULL);

@@ -99,9 +99,11 @@ int oracle_problem_init(oracle_problem *p, const ffpa_tensor *q, const ffpa_tens
     p->rows_k = k->shape[2];
     p->dqk = q->shape[3];
     p->dv = v->shape[3];
-    if (p->hkv < 1 || p->hq % p->hkv != 0 || k->shape[3] != p->dqk || v->shape[2] != p->rows_k)
+    if ((p->hkv < 1 && p->hq != 0) || (p->hkv && p->hq % p->hkv != 0) || k->shape[3] != p->dqk ||
+        v->shape[2] != p->rows_k)
         return -1;
-    p->scale = opt->scale != 0.0f ? (double)opt->scale : 1.0 / sqrt((double)p->dqk);
+    /* Dqk = 0: every score is an empty dot product, 0 (the library takes scale 1). */
+    p->scale = opt->scale != 0.0f ? (double)opt->scale : p->dqk ? 1.0 / sqrt((double)p->dqk) : 1.0;
     p->causal = opt->causal;
     p->dropout = opt->dropout_p > 0.0f;
     p->dropout_threshold = ffpa_dropout_threshold((double)opt->dropout_p);
@@ -194,7 +196,7 @@ int64_t oracle_bias_elems(const oracle_problem *p)
 static double softmax_row(const oracle_problem *p, int64_t s, int64_t h, int64_t i, int64_t lq,
                           int64_t lk, double *prob, double *mult)
 {
-    int64_t group = p->hq / p->hkv;
+    int64_t group = p->hkv ? p->hq / p->hkv : 1;
     const double *qi = p->q + q_row(p, s, h, i) * p->dqk;
     double row_max = -INFINITY;
     for (int64_t j = 0; j < lk; ++j) {
@@ -247,7 +249,7 @@ static int64_t max_seqlen_k(const oracle_problem *p)
 
 void oracle_forward(const oracle_problem *p, double *o, double *lse)
 {
-    int64_t group = p->hq / p->hkv;
+    int64_t group = p->hkv ? p->hq / p->hkv : 1;
     int64_t width = max_seqlen_k(p);
     double *prob = malloc(sizeof(double) * (size_t)width);
     double *mult = malloc(sizeof(double) * (size_t)width);
@@ -283,7 +285,7 @@ void oracle_forward(const oracle_problem *p, double *o, double *lse)
 static void backward_sums(const oracle_problem *p, const double *dout, double *dq, double *dk,
                           double *dv, double *dbias, int magnitude)
 {
-    int64_t group = p->hq / p->hkv;
+    int64_t group = p->hkv ? p->hq / p->hkv : 1;
     int64_t width = max_seqlen_k(p);
     double *prob = malloc(sizeof(double) * (size_t)width);
     double *mult = malloc(sizeof(double) * (size_t)width);

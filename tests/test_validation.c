@@ -399,16 +399,16 @@ static void test_heads_not_multiple(void **state)
     expect_forward_rejected(&fx, NAMES("k", "q"));
 }
 
-static void test_head_dim_zero(void **state)
+static void test_shape_negative(void **state)
 {
     (void)state;
     fixture fx;
     make(&fx);
-    fx.q.shape[3] = fx.k.shape[3] = 0;
+    fx.q.shape[3] = fx.k.shape[3] = -1;
     expect_forward_rejected(&fx, NAMES("q"));
     make(&fx);
-    fx.v.shape[3] = fx.o.shape[3] = 0;
-    expect_forward_rejected(&fx, NAMES("v"));
+    fx.dk.shape[2] = -3;
+    expect_backward_rejected(&fx, NAMES("dk"));
 }
 
 static void test_head_dim_too_large(void **state)
@@ -423,25 +423,58 @@ static void test_head_dim_too_large(void **state)
     expect_forward_rejected(&fx, NAMES("v"));
 }
 
-static void test_seqlen_zero_dense(void **state)
+static void test_kv_heads_zero_with_query_heads(void **state)
 {
     (void)state;
     fixture fx;
     make(&fx);
-    fx.q.shape[2] = fx.o.shape[2] = fx.lse.shape[2] = 0;
-    expect_forward_rejected(&fx, NAMES("q"));
-    make(&fx);
-    fx.k.shape[2] = fx.v.shape[2] = 0;
+    fx.k.shape[1] = fx.v.shape[1] = 0;
     expect_forward_rejected(&fx, NAMES("k"));
 }
 
-static void test_batch_zero(void **state)
+/* Zero-size dimensions are valid (test_empty.c checks the results); here:
+ * the strides of an empty tensor never count as overlapping, and a NULL
+ * pointer is fine where there is no element. dK/dV of [B, Hkv, 0, D] with
+ * PyTorch's strides for an empty contiguous tensor, (0, 0, D, 1), once
+ * refused as "strides make elements overlap". */
+static void test_empty_tensor_any_strides(void **state)
+{
+    (void)state;
+    fixture fx;
+    make_varlen(&fx);
+    const int32_t cu_k[] = {0, 0, 0};
+    memcpy(fx.cu_k, cu_k, sizeof cu_k);
+    ffpa_tensor *k_side[] = {&fx.k, &fx.v, &fx.dk, &fx.dv};
+    for (int i = 0; i < 4; ++i) {
+        k_side[i]->shape[2] = 0;
+        k_side[i]->stride[0] = k_side[i]->stride[1] = 0;
+        k_side[i]->stride[2] = D;
+        k_side[i]->stride[3] = 1;
+    }
+    fx.dk.data = fx.dv.data = NULL;
+    th_expect_ok(th_ctx(), forward(&fx), "ffpa_forward (varlen, every key length 0)");
+    th_expect_ok(th_ctx(), backward(&fx), "ffpa_backward (varlen, every key length 0, dk/dv strides 0,0,D,1)");
+    release(&fx);
+}
+
+/* Element counts and byte extents past int64 are refused naming the
+ * tensor, not caught by accident as overlapping strides. */
+static void test_size_overflow(void **state)
 {
     (void)state;
     fixture fx;
     make(&fx);
-    fx.q.shape[0] = fx.k.shape[0] = fx.v.shape[0] = fx.o.shape[0] = fx.lse.shape[0] = 0;
+    fx.q.shape[2] = fx.o.shape[2] = fx.lse.shape[2] = (int64_t)1 << 62; /* 2^62 x 4 heads x ... */
     expect_forward_rejected(&fx, NAMES("q"));
+    make(&fx);
+    fx.q = ffpa_tensor_bhnd(fx.q.data, fx.q.dtype, 1, 1, 4611686018427387904LL, 1);
+    expect_forward_rejected(&fx, NAMES("q"));
+    make(&fx);
+    fx.o.stride[0] = INT64_MAX / 2; /* B = 2: the extent alone overflows */
+    expect_forward_rejected(&fx, NAMES("o"));
+    make(&fx);
+    fx.v.stride[2] = INT64_MAX / 4; /* an input: bytes = (last + 1) x 4 overflow */
+    expect_forward_rejected(&fx, NAMES("v"));
 }
 
 /* ------------------------------------------------------------ strides, pointers */
@@ -817,10 +850,11 @@ int main(void)
         cmocka_unit_test(test_o_head_dim_vs_v),
         cmocka_unit_test(test_lse_shape),
         cmocka_unit_test(test_heads_not_multiple),
-        cmocka_unit_test(test_head_dim_zero),
+        cmocka_unit_test(test_shape_negative),
         cmocka_unit_test(test_head_dim_too_large),
-        cmocka_unit_test(test_seqlen_zero_dense),
-        cmocka_unit_test(test_batch_zero),
+        cmocka_unit_test(test_kv_heads_zero_with_query_heads),
+        cmocka_unit_test(test_empty_tensor_any_strides),
+        cmocka_unit_test(test_size_overflow),
         cmocka_unit_test(test_negative_stride),
         cmocka_unit_test(test_zero_stride),
         cmocka_unit_test(test_misaligned_pointer),

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # README command 2: installs what is needed, builds libffpa with its tests
-# and runs them (C suite, then the same suite under AddressSanitizer and
-# UBSan, then the Python package's tests). Ends with "N passed, N failed, N skipped".
+# and runs them (C suite; the same suite under AddressSanitizer and UBSan
+# with host allocation failures injected; the thread test under
+# ThreadSanitizer; 60 s of fuzzing; the Python package's tests). Ends with
+# "N passed, N failed, N skipped".
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bash tools/install-deps.sh --test || exit 1
@@ -28,15 +30,29 @@ count_meson build-test
 echo "== install check: a program outside the project, built with pkg-config against the installed library"
 if bash tests/install/run.sh build-test; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
 
-echo "== tests under -Db_sanitize=address,undefined (cpu backend)"
+echo "== tests under -Db_sanitize=address,undefined (cpu backend), host allocation failures injected"
 if [ ! -f build-asan/build.ninja ]; then
   meson setup build-asan -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debugoptimized \
-    -Dcuda=disabled -Dhip=disabled || exit 1
+    -Dcuda=disabled -Dhip=disabled -Dalloc-failure-injection=true || exit 1
 fi
 ninja -C build-asan -j "$jobs" || exit 1
 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
-  meson test -C build-asan --print-errorlogs --num-processes "$jobs" --suite unit --suite validation --suite oracle
+  meson test -C build-asan --print-errorlogs --num-processes "$jobs" --suite unit --suite validation \
+    --suite oracle --suite alloc
 count_meson build-asan
+
+echo "== thread-safety test under ThreadSanitizer (cpu backend)"
+if [ ! -f build-tsan/build.ninja ]; then
+  meson setup build-tsan -Db_sanitize=thread -Db_lundef=false -Dbuildtype=debugoptimized \
+    -Dcuda=disabled -Dhip=disabled -Dopenmp=disabled || exit 1
+fi
+ninja -C build-tsan -j "$jobs" tests/test_threads || exit 1
+TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+  meson test -C build-tsan --no-rebuild --print-errorlogs threads
+count_meson build-tsan
+
+echo "== fuzzing the C API for 60 s (libFuzzer, ASan + UBSan, cpu backend; longer: bash tools/fuzz.sh SECONDS)"
+if bash tools/fuzz.sh 60; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
 
 if [ -d python/tests ]; then
   echo "== python package tests (cpu backend)"

@@ -3,6 +3,7 @@
  * The math lives in cpu_forward.c and cpu_backward.c.
  */
 #include "cpu_backend.h"
+#include "host_alloc.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -151,7 +152,7 @@ static ffpa_status cpu_mem_alloc(void *state, void **ptr, size_t bytes, char *er
     /* 64-byte alignment suits every dtype and vector width; size 0 still
      * returns a distinct pointer. */
     size_t rounded = cpu_align64(bytes ? bytes : 1);
-    if (rounded < bytes || posix_memalign(&mem, 64, rounded) != 0) {
+    if (rounded < bytes || ffpa_host_memalign(&mem, 64, rounded) != 0) {
         snprintf(err, err_len, "bytes: cannot allocate %zu bytes of host memory", bytes);
         *ptr = NULL;
         return FFPA_ERR_OUT_OF_MEMORY;
