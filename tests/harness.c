@@ -103,6 +103,28 @@ int th_backend_unavailable_exit(void)
     return 77;
 }
 
+static uint64_t env_u64(const char *name, uint64_t fallback)
+{
+    const char *v = getenv(name);
+    char *end = NULL;
+    unsigned long long n = v && *v ? strtoull(v, &end, 10) : 0;
+    if (!v || !*v)
+        return fallback;
+    if (*end || n == 0)
+        fail_msg("%s='%s': expected a positive integer", name, v);
+    return (uint64_t)n;
+}
+
+uint64_t th_random_cases(uint64_t default_cases)
+{
+    return env_u64("FFPA_TEST_RANDOM_CASES", default_cases);
+}
+
+uint64_t th_random_first_seed(void)
+{
+    return env_u64("FFPA_TEST_RANDOM_SEED", 1);
+}
+
 static int refused_cases;
 
 int th_exit_code(int failures, int tests)

@@ -31,6 +31,12 @@ ffpa_context *th_ctx(void);
  * cmocka 1.1.5 writes skips as "not ok ... # SKIP", which meson counts as failures. */
 int th_backend_unavailable_exit(void);
 
+/* Random-combination tests: how many cases (FFPA_TEST_RANDOM_CASES, else
+ * `default_cases`) from which seed (FFPA_TEST_RANDOM_SEED, else 1): the
+ * GPU stress run asks for thousands from a fresh seed. */
+uint64_t th_random_cases(uint64_t default_cases);
+uint64_t th_random_first_seed(void);
+
 /* main()'s return value: cmocka's failure count, or 77 (meson: SKIP) when
  * all `tests` tests were skipped because the backend under test is unavailable. */
 int th_exit_code(int failures, int tests);
