@@ -21,7 +21,13 @@
  * output and ffpa_last_error() says which argument was wrong and why.
  *
  * Thread safety: a context is used by one thread at a time; separate contexts
- * are independent.
+ * are independent and may run at once, and may be created from many threads
+ * at once, the process's first ones included (tests/test_threads.c).
+ *
+ * Any dimension of any tensor may be 0: O = 0 and LSE = -inf for rows that
+ * see no key, zero gradients where nothing flows, and at Dqk = 0 every score
+ * is 0 (the default scale is 1 there). docs/promises.md lists every promise
+ * with its test.
  */
 #ifndef FFPA_H
 #define FFPA_H
@@ -78,7 +84,9 @@ FFPA_API const char *ffpa_dtype_name(ffpa_dtype dtype);
  * between consecutive indices of dimension i. Strides must be >= 0. Inputs may
  * use stride 0 to broadcast (an expanded view, as torch.expand makes); outputs
  * must not overlap (no two indices may map to one element). The data pointer
- * must be aligned to the element size.
+ * must be aligned to the element size. Sizes are >= 0; a tensor with a
+ * zero-size dimension holds no element (any strides, data may be NULL). The
+ * product of the nonzero sizes and the byte extent must fit int64.
  */
 typedef struct ffpa_tensor {
     void *data;
@@ -87,7 +95,8 @@ typedef struct ffpa_tensor {
     int64_t stride[4];
 } ffpa_tensor;
 
-/* Fills a contiguous [B, H, N, D] (BHND) descriptor. */
+/* Fills a contiguous [B, H, N, D] (BHND) descriptor. A stride that would
+ * overflow int64 is set to INT64_MAX, which validation then refuses. */
 FFPA_API ffpa_tensor ffpa_tensor_bhnd(void *data, ffpa_dtype dtype, int64_t b, int64_t h,
                                       int64_t n, int64_t d);
 /* Fills a [B, H, N, D] descriptor over memory laid out as [B, N, H, D] (BNHD). */
