@@ -54,27 +54,6 @@ static ffpa_status set_error(char *buf, ffpa_status st, const char *fmt, ...)
 #define NULL_CTX_ERROR() \
     set_error(thread_err, FFPA_ERR_INVALID_ARGUMENT, "ctx: is NULL; expected a context from ffpa_create")
 
-const char *ffpa_status_string(ffpa_status status)
-{
-    switch (status) {
-    case FFPA_OK:
-        return "ok";
-    case FFPA_ERR_INVALID_ARGUMENT:
-        return "invalid argument";
-    case FFPA_ERR_UNSUPPORTED:
-        return "unsupported by this backend";
-    case FFPA_ERR_NO_BACKEND:
-        return "backend unavailable";
-    case FFPA_ERR_OUT_OF_MEMORY:
-        return "out of memory";
-    case FFPA_ERR_DEVICE:
-        return "device error";
-    case FFPA_ERR_INTERNAL:
-        return "internal error";
-    }
-    return "unknown status";
-}
-
 ffpa_options ffpa_options_default(void)
 {
     ffpa_options opt;

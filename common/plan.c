@@ -4,7 +4,6 @@
 #include <string.h>
 
 #include "problem.h"
-#include "tuning.h"
 
 static int64_t ceil_div(int64_t a, int64_t b)
 {

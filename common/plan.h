@@ -147,6 +147,39 @@ static inline int64_t ffpa_plan_q_block(const ffpa_plan *plan, int64_t w)
     return plan->order == FFPA_ORDER_LONGEST_FIRST ? plan->q_blocks - 1 - w : w;
 }
 
+/* ------------------------------------------------------- the tuning hook */
+/*
+ * The planner applies a per-device tuning table (common/tuning.h) through
+ * this hook, without knowing the table's format: the planner is compiled
+ * into every backend plugin, the JSON loader only into the core, so a table
+ * carries its own apply function and plugins need neither cJSON nor
+ * tuning.c. tuning.c fills it in; the planner only calls it.
+ */
+typedef struct ffpa_tuning_table ffpa_tuning_table; /* opaque */
+typedef void (*ffpa_tuning_apply_fn)(const ffpa_tuning_table *table, const ffpa_plan_input *in,
+                                     const ffpa_device_limits *lim, ffpa_plan *plan);
+typedef struct ffpa_tuning_table_head {
+    ffpa_tuning_apply_fn apply; /* first member of every ffpa_tuning_table */
+} ffpa_tuning_table_head;
+
+/*
+ * Overrides the tunable fields of *plan (made by the heuristics for *in) with
+ * the entry of the same (pass, dtype, heuristic path, causal, GQA) nearest in
+ * (log2 D, log2 Nq, log2 Nkv), then recomputes what follows (ffpa_plan_derive).
+ * Values illegal for the problem are ignored (stages outside 2..4, or 2..3
+ * backward; kv_splits < 1; a tile no instantiation covering Dv has; the
+ * Hopper family or a cluster off sm_90, on split-KV calls, or a cluster
+ * covering less than D) or clamped (kv_splits above the key blocks); an
+ * entry whose plan would not fit the block's shared memory is not applied.
+ * No-op for a NULL table, a CPU device or no matching entry.
+ */
+static inline void ffpa_tuning_apply(const ffpa_tuning_table *table, const ffpa_plan_input *in,
+                                     const ffpa_device_limits *lim, ffpa_plan *plan)
+{
+    if (table)
+        ((const ffpa_tuning_table_head *)(const void *)table)->apply(table, in, lim, plan);
+}
+
 #ifdef __cplusplus
 }
 #endif

@@ -5,7 +5,7 @@
  *
  * The core loads a table per context (ffpa_tuning_load_for_device) and hands
  * it to the backend in ffpa_problem.tuning; the planner (ffpa_plan_make)
- * applies it. Only tunable fields change (forward: stages, kv_splits, the
+ * applies it through the hook in plan.h (ffpa_tuning_apply). Only tunable fields change (forward: stages, kv_splits, the
  * generic tile, the CUDA kernel family and Hopper cluster size; backward:
  * the dK/dV and dQ kernels and their ring depth), and only to values the
  * kernels accept for the problem and the device's shared memory holds, so a
@@ -21,19 +21,6 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-typedef struct ffpa_tuning_table ffpa_tuning_table; /* opaque */
-
-/*
- * The planner is compiled into every backend plugin, the JSON loader only
- * into the core. A table therefore carries its own apply function: plugins
- * reach it through the table and need neither cJSON nor tuning.c.
- */
-typedef void (*ffpa_tuning_apply_fn)(const ffpa_tuning_table *table, const ffpa_plan_input *in,
-                                     const ffpa_device_limits *lim, ffpa_plan *plan);
-typedef struct ffpa_tuning_table_head {
-    ffpa_tuning_apply_fn apply; /* first member of every ffpa_tuning_table */
-} ffpa_tuning_table_head;
 
 /*
  * Parses the table at `path` for the device `device_name` (a backend's caps
@@ -68,24 +55,6 @@ void ffpa_tuning_file_name(const char *device_name, char *buf, size_t buf_len);
 int ffpa_tuning_entry_count(const ffpa_tuning_table *table);
 
 void ffpa_tuning_free(ffpa_tuning_table *table);
-
-/*
- * Overrides the tunable fields of *plan (made by the heuristics for *in) with
- * the entry of the same (pass, dtype, heuristic path, causal, GQA) nearest in
- * (log2 D, log2 Nq, log2 Nkv), then recomputes what follows (ffpa_plan_derive).
- * Values illegal for the problem are ignored (stages outside 2..4, or 2..3
- * backward; kv_splits < 1; a tile no instantiation covering Dv has; the
- * Hopper family or a cluster off sm_90, on split-KV calls, or a cluster
- * covering less than D) or clamped (kv_splits above the key blocks); an
- * entry whose plan would not fit the block's shared memory is not applied.
- * No-op for a NULL table, a CPU device or no matching entry.
- */
-static inline void ffpa_tuning_apply(const ffpa_tuning_table *table, const ffpa_plan_input *in,
-                                     const ffpa_device_limits *lim, ffpa_plan *plan)
-{
-    if (table)
-        ((const ffpa_tuning_table_head *)(const void *)table)->apply(table, in, lim, plan);
-}
 
 #ifdef __cplusplus
 }

@@ -14,7 +14,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "cpu_backend.h"
+#include "cpu_backward.h"
+#include "cpu_workspace.h"
 #include "cpu_tiles.h"
 
 /* Per-thread scratch of both passes, carved from one workspace slot. */

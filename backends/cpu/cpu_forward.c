@@ -9,7 +9,8 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "cpu_backend.h"
+#include "cpu_forward.h"
+#include "cpu_workspace.h"
 #include "cpu_tiles.h"
 #include "kv_sched.h"
 

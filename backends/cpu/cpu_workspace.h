@@ -1,9 +1,9 @@
 /*
- * Internal interface of the cpu backend: the forward and backward passes
- * and what they share with the backend table (plan, workspace carving).
+ * What the cpu backend's passes and its table share: the machine's limits
+ * for the planner, the Split-D plan, workspace carving, the thread index.
  */
-#ifndef FFPA_CPU_BACKEND_H
-#define FFPA_CPU_BACKEND_H
+#ifndef FFPA_CPU_WORKSPACE_H
+#define FFPA_CPU_WORKSPACE_H
 
 #include <stddef.h>
 
@@ -43,16 +43,5 @@ static inline void *cpu_workspace_slot(const cpu_workspace *ws, int thread)
 
 /* Thread index inside the current parallel region (0 outside one). */
 int cpu_thread_index(void);
-
-size_t cpu_forward_workspace_size(const ffpa_problem *pb);
-/* Paged KV cache (pb->kv): append, then the forward over the pages. */
-ffpa_status cpu_forward_kvcache(const ffpa_problem *pb, void *workspace, size_t workspace_bytes,
-                                char *err, size_t err_len);
-ffpa_status cpu_forward(const ffpa_problem *pb, void *workspace, size_t workspace_bytes,
-                        char *err, size_t err_len);
-
-size_t cpu_backward_workspace_size(const ffpa_problem *pb);
-ffpa_status cpu_backward(const ffpa_problem *pb, void *workspace, size_t workspace_bytes,
-                         char *err, size_t err_len);
 
 #endif
