@@ -620,7 +620,9 @@ ffpa_status ffpa_forward_kvcache(ffpa_context *ctx, const ffpa_tensor *q, const 
         st = check_caps(ctx, &pb);
     if (st == FFPA_OK)
         st = kv_supported(ctx);
-    if (st == FFPA_OK && !cache->trusted_tables)
+    if (st != FFPA_OK || pb.batch == 0 || pb.nq == 0)
+        return st; /* no sequence or no new token: nothing to append or compute */
+    if (!cache->trusted_tables)
         st = check_kv_tables(ctx, &pb);
     if (st != FFPA_OK)
         return st;
@@ -664,7 +666,7 @@ ffpa_status ffpa_forward_kvcache_workspace_size(ffpa_context *ctx, const ffpa_te
         st = kv_supported(ctx);
     if (st != FFPA_OK)
         return st;
-    *bytes = kv_workspace_bytes(ctx, &pb);
+    *bytes = pb.batch == 0 || pb.nq == 0 ? 0 : kv_workspace_bytes(ctx, &pb);
     return FFPA_OK;
 }
 
@@ -687,5 +689,7 @@ ffpa_status ffpa_kvcache_schedule(ffpa_context *ctx, const ffpa_tensor *q, const
                          "ctx: the %s backend runs no split-KV schedule (one task per query tile)",
                          ctx->backend->name);
     memset(out, 0, sizeof *out);
+    if (pb.batch == 0 || pb.nq == 0)
+        return FFPA_OK; /* no work: an empty schedule */
     return ctx->backend->iface->kv_schedule(ctx->state, &pb, host_seqlens, out, ctx->err, sizeof ctx->err);
 }

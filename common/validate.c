@@ -514,7 +514,12 @@ ffpa_status ffpa_validate_kv_inputs(const ffpa_tensor *q, const ffpa_kv_cache *c
     if (!cache)
         return fail(err, err_len, "cache: is NULL; expected an ffpa_kv_cache");
     const ffpa_tensor *k = &cache->k, *v = &cache->v;
-    TRY(check_tensor_nonempty("q", q, err, err_len));
+    TRY(check_tensor("q", q, err, err_len)); /* B and Nq may be 0: nothing to do */
+    for (int i = 1; i < 4; i += 2)
+        if (q->shape[i] < 1)
+            return fail(err, err_len, "q: shape[%d] (%s) = %lld; expected >= 1 in a KV-cache call (only B "
+                                      "and Nq may be 0)",
+                        i, DIM_NAME[i], (long long)q->shape[i]);
     TRY(check_tensor_nonempty("cache.k", k, err, err_len));
     TRY(check_tensor_nonempty("cache.v", v, err, err_len));
     TRY(check_same_dtype("cache.k", k, q, err, err_len));

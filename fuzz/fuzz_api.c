@@ -2,8 +2,8 @@
  * libFuzzer target: bytes -> tensor descriptors (shapes, strides, dtypes,
  * aliasing, NULL pointers), options (scale, causal, dropout, bias/dbias
  * broadcasts, varlen offsets, grad_accum, determinism) -> ffpa_forward,
- * ffpa_backward and the workspace queries on the cpu backend, with host
- * buffers sized from the descriptors.
+ * ffpa_backward, the paged KV-cache call and the workspace queries on the
+ * cpu backend, with host buffers sized from the descriptors.
  *
  * Beyond "no crash, no sanitizer report", each call must keep the API's
  * promises: a status from the enum, never FFPA_ERR_INTERNAL; on failure a
@@ -179,6 +179,89 @@ static ffpa_context *context(void)
     return ctx;
 }
 
+/* The paged KV-cache call: a pool of pages, a block table and lengths from
+ * the input (entries outside the pool, lengths past the pages, appends that
+ * overflow included: refused unless the caller vouches, and the fuzzer
+ * vouches only for tables that are right), q / k_new / v_new / o / lse. */
+static void fuzz_kvcache(reader *r, ffpa_context *ctx)
+{
+    const ffpa_dtype dtype = (ffpa_dtype)(take(r) % 3);
+    const int64_t b = take_dim(r, 3), hkv = 1 + take(r) % 2, group = 1 + take(r) % 3, nq = take_dim(r, 4);
+    const int64_t d = 8 * (1 + take(r) % 4), dv = take(r) % 4 == 0 ? d / 2 : d; /* dv < d: V over K (MLA) */
+    const int64_t pages = 1 + take(r) % 6, page = take(r) % 8 == 0 ? (int64_t)(int8_t)take(r) : 16 * (1 + take(r) % 2);
+    const int64_t max_pages = take(r) % 8 == 0 ? (int64_t)(int8_t)take(r) : 1 + take(r) % 4;
+    const int paged = take(r) % 4 != 0;
+    const int v_in_k = dv < d;
+    if (b < 0 || b > 4 || nq < 0 || nq > 4 || page < 1 || page > 64 || max_pages < 0 || max_pages > 8)
+        return; /* keeps the buffers below honest about their sizes */
+    const int64_t pool_pages = paged ? pages : b;
+    fz_tensor kpool, vpool, q, knew, vnew, o, lse;
+    make_tensor(r, &kpool, dtype, pool_pages, hkv, page, d, 0);
+    make_tensor(r, &vpool, dtype, pool_pages, hkv, page, dv, 0);
+    make_tensor(r, &q, dtype, b, hkv * group, nq, d, 0);
+    make_tensor(r, &knew, dtype, b, hkv, nq, d, 0);
+    make_tensor(r, &vnew, dtype, b, hkv, nq, dv, 0);
+    make_tensor(r, &o, dtype, b, hkv * group, nq, dv, 1);
+    make_tensor(r, &lse, FFPA_F32, b, hkv * group, nq, 1, 1);
+    int32_t table[4 * 8], lens[4];
+    int tables_right = 1;
+    for (int64_t i = 0; i < b; ++i) {
+        lens[i] = take(r) % 8 == 0 ? (int32_t)(int8_t)take(r) : (int32_t)(take(r) % (unsigned)(page * max_pages + 1));
+        tables_right &= lens[i] >= 0 && lens[i] + nq <= page * (paged ? max_pages : 1);
+    }
+    for (int64_t i = 0; i < b * (max_pages ? max_pages : 1); ++i) {
+        table[i] = take(r) % 16 == 0 ? (int32_t)(int8_t)take(r) : (int32_t)(take(r) % (unsigned)pages);
+        tables_right &= table[i] >= 0 && table[i] < pages;
+    }
+    ffpa_kv_cache cache;
+    memset(&cache, 0, sizeof cache);
+    cache.k = kpool.t;
+    cache.v = vpool.t;
+    if (v_in_k && kpool.backed && kpool.buf) { /* MLA: V = K's first dv columns, same strides */
+        cache.v = kpool.t;
+        cache.v.shape[3] = dv;
+    }
+    cache.block_table = paged ? table : NULL;
+    cache.max_pages_per_seq = max_pages;
+    cache.cache_seqlens = take(r) % 32 ? lens : NULL;
+    cache.trusted_tables = tables_right && take(r) % 2;
+    ffpa_options opt = ffpa_options_default();
+    opt.causal = take(r) % 2;
+    const int append = take(r) % 2;
+    fz_tensor *used[] = {&kpool, v_in_k ? NULL : &vpool, &q, &o, &lse, append ? &knew : NULL,
+                         append && !v_in_k ? &vnew : NULL};
+    if (all_backed(used, 7)) {
+        unsigned char *k_before = kpool.buf ? malloc(kpool.bytes) : NULL;
+        if (k_before)
+            memcpy(k_before, kpool.buf, kpool.bytes);
+        fz_tensor *outs[] = {&o, &lse};
+        unsigned char *snap[2] = {0};
+        for (int i = 0; i < 2; ++i)
+            if (outs[i]->buf) {
+                snap[i] = malloc(outs[i]->bytes);
+                memcpy(snap[i], outs[i]->buf, outs[i]->bytes);
+            }
+        ffpa_status st = ffpa_forward_kvcache(ctx, &q.t, &cache, append ? &knew.t : NULL,
+                                              append && !v_in_k ? &vnew.t : NULL, &o.t, &lse.t, &opt);
+        check_status(ctx, st);
+        if (st != FFPA_OK) {
+            check_untouched(outs, 2, snap);
+            if (k_before && memcmp(k_before, kpool.buf, kpool.bytes) != 0) {
+                fprintf(stderr, "refused KV-cache call wrote the cache\n");
+                abort();
+            }
+        }
+        free(k_before);
+        free(snap[0]);
+        free(snap[1]);
+    }
+    size_t ws = 0;
+    check_status(ctx, ffpa_forward_kvcache_workspace_size(ctx, &q.t, &cache, &opt, &ws));
+    fz_tensor *all[] = {&kpool, &vpool, &q, &knew, &vnew, &o, &lse};
+    for (int i = 0; i < 7; ++i)
+        free_tensor(all[i]);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
@@ -186,7 +269,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     ffpa_context *ctx = context();
     rng_state = size * 0x9E3779B97F4A7C15ULL + (size ? data[0] : 0);
 
-    const unsigned op = take(&r) % 4; /* forward, backward, workspace sizes */
+    const unsigned op = take(&r) % 5; /* forward, backward, workspace sizes, KV cache */
+    if (op == 4) {
+        fuzz_kvcache(&r, ctx);
+        return 0;
+    }
     const ffpa_dtype dtype = (ffpa_dtype)(take(&r) % 3);
     const int64_t hkv = take_dim(&r, 3), group = take_dim(&r, 3);
     int64_t b = take_dim(&r, 3), nq = take_dim(&r, 9), nkv = take_dim(&r, 9);
@@ -272,9 +359,21 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             memcpy(snap[i], outs[i]->buf, outs[i]->bytes);
         }
 
+    /* Calls whose work (B x Hq x Nq x Nkv scores) is large are valid and
+     * run for real; the fuzzer skips them to stay fast (a zero head dim
+     * lets every dimension but D be huge at no memory cost). */
+    int64_t work = 1;
+    const int64_t dims[4] = {b, hq, nq, nkv};
+    for (int i = 0; i < 4; ++i)
+        if (dims[i] > 0 && __builtin_mul_overflow(work, dims[i], &work))
+            work = INT64_MAX;
+    const int small_work = work <= (1 << 20);
+
     ffpa_status st;
     size_t ws = 0;
-    if (op == 0) {
+    if (op < 2 && !small_work) {
+        /* validation only: the workspace queries below */
+    } else if (op == 0) {
         fz_tensor *used[] = {&q, &k, &v, &o, null_lse ? NULL : &lse, opt.bias ? &bias : NULL};
         if (all_backed(used, 6)) {
             st = ffpa_forward(ctx, &q.t, &k.t, &v.t, &o.t, null_lse ? NULL : &lse.t, &opt);
@@ -292,8 +391,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             if (st != FFPA_OK)
                 check_untouched(outs, 6, snap);
         }
-    } else {
-        st = op == 2 ? ffpa_forward_workspace_size(ctx, &q.t, &k.t, &v.t, &opt, &ws)
+    }
+    if (op >= 2 || !small_work) {
+        st = op % 2 == 0 ? ffpa_forward_workspace_size(ctx, &q.t, &k.t, &v.t, &opt, &ws)
                      : ffpa_backward_workspace_size(ctx, &q.t, &k.t, &v.t, &opt, &ws);
         check_status(ctx, st);
     }

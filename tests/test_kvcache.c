@@ -623,6 +623,40 @@ static void test_bad_arguments(void **state)
     kv_free(&r);
 }
 
+/* No sequence (B = 0) or no new token (Nq = 0): a valid call with nothing
+ * to do; the cache, its tables and every output stay as they were, and the
+ * workspace query and the schedule say so (0 bytes, an empty schedule). */
+static void test_empty_batch_and_no_new_tokens(void **state)
+{
+    (void)state;
+    const int64_t lens[] = {20, 40};
+    kv_case c = kv_default(2, 4, 2, 2, 64, 16, lens);
+    c.append = 1;
+    kv_run r;
+    kv_setup(&c, &r);
+    ffpa_context *ctx = th_ctx();
+    ffpa_options opt = ffpa_options_default();
+    unsigned char *o_snap = th_tensor_snapshot(&r.o), *k_snap = th_tensor_snapshot(&r.kpool),
+                  *v_snap = th_tensor_snapshot(&r.vpool);
+    for (int dim = 0; dim < 4; dim += 2) { /* B, then Nq */
+        ffpa_tensor q = r.q.dev, o = r.o.dev, lse = r.lse.dev, knew = r.knew.dev, vnew = r.vnew.dev;
+        q.shape[dim] = o.shape[dim] = lse.shape[dim] = knew.shape[dim] = vnew.shape[dim] = 0;
+        th_expect_ok(ctx, ffpa_forward_kvcache(ctx, &q, &r.cache, &knew, &vnew, &o, &lse, &opt),
+                     dim ? "ffpa_forward_kvcache (Nq = 0, append)" : "ffpa_forward_kvcache (B = 0)");
+        size_t bytes = 1;
+        th_expect_ok(ctx, ffpa_forward_kvcache_workspace_size(ctx, &q, &r.cache, &opt, &bytes),
+                     "ffpa_forward_kvcache_workspace_size");
+        assert_int_equal(bytes, 0);
+    }
+    th_expect_unchanged("o", &r.o, o_snap);
+    th_expect_unchanged("cache.k", &r.kpool, k_snap);
+    th_expect_unchanged("cache.v", &r.vpool, v_snap);
+    free(o_snap);
+    free(k_snap);
+    free(v_snap);
+    kv_free(&r);
+}
+
 /* A block table with padded rows (block_table_stride > max_pages). */
 static void test_table_stride(void **state)
 {
@@ -734,6 +768,7 @@ int main(void)
         cmocka_unit_test(test_bad_tables),
         cmocka_unit_test(test_bad_shapes),
         cmocka_unit_test(test_bad_arguments),
+        cmocka_unit_test(test_empty_batch_and_no_new_tokens),
         cmocka_unit_test(test_table_stride),
         cmocka_unit_test(test_trusted_bad_entry),
         cmocka_unit_test(test_schedule_query),
