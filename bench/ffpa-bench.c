@@ -28,6 +28,8 @@
  * --backward a last column pass (fwd|bwd) is added. Without --backward the
  * table and the CSV are exactly those of a forward-only run.
  */
+#include <errno.h>
+#include <getopt.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -37,6 +39,7 @@
 
 #include "dtype.h"
 #include "ffpa.h"
+#include "cli.h"
 #include "bench_util.h"
 #include "kv_bench.h"
 
@@ -588,15 +591,31 @@ static int bench_backward(ffpa_context *ctx, const shape *s, const bench_opts *o
     return failed;
 }
 
-static void usage(void)
+static void usage(FILE *f)
 {
-    fprintf(stderr,
+    fprintf(f,
             "usage: ffpa-bench [--backend NAME] [--dtype bf16|f16] [--iters N] [--reps N] [--warmup N]\n"
             "                  [--csv FILE] [--check] [--no-time] [--backward] (SHAPE... | -f FILE)\n"
             "                  [--decode]\n"
             "SHAPE: B,Hq,Hkv,Nq,Nkv,Dqk,Dv[,flags]  flags: c causal, b bias, d dropout, v varlen, l lse\n"
             "--decode SHAPE: B,Hq,Hkv,Nq,Nkv,Dqk,Dv,page[,flags] on a paged KV cache (ffpa_forward_kvcache)\n"
-            "        flags: c causal, a append, m MLA (V in K), x mixed lengths 1..Nkv, d dense cache\n");
+            "        flags: c causal, a append, m MLA (V in K), x mixed lengths 1..Nkv, d dense cache\n"
+            "exit status: 0 success, 1 a run or check failed, 2 bad usage\n");
+}
+
+/* One shape's text, as a forward SHAPE or (with --decode) a KV-cache shape. */
+static void add_shape(const char *text, int decode, shape **shapes, int *n_shapes, int *cap, char **decode_shapes,
+                      int *n_decode)
+{
+    if (decode) {
+        decode_shapes[(*n_decode)++] = strdup(text);
+        return;
+    }
+    if (*n_shapes == *cap)
+        *shapes = realloc(*shapes, sizeof **shapes * (size_t)(*cap = *cap ? 2 * *cap : 16));
+    if (!parse_shape(text, &(*shapes)[*n_shapes]))
+        cli_usage_error("shape '%s': expected B,Hq,Hkv,Nq,Nkv,Dqk,Dv[,flags] (see --help)", text);
+    ++*n_shapes;
 }
 
 int main(int argc, char **argv)
@@ -606,77 +625,59 @@ int main(int argc, char **argv)
     int n_shapes = 0, cap = 0;
     /* --decode: the shapes are KV-cache shapes (kv_bench.c), kept as text. */
     int decode = 0;
-    char **decode_shapes = calloc((size_t)argc + 1024, sizeof *decode_shapes);
-    int n_decode = 0;
-    for (int i = 1; i < argc; ++i)
-        decode |= !strcmp(argv[i], "--decode");
-    for (int i = 1; i < argc; ++i) {
-        const char *a = argv[i];
-        const char *next = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--backend") && next)
-            o.backend = argv[++i];
-        else if (!strcmp(a, "--dtype") && next)
-            o.dtype = !strcmp(argv[++i], "f16") ? FFPA_F16 : FFPA_BF16;
-        else if (!strcmp(a, "--iters") && next)
-            o.iters = atoi(argv[++i]);
-        else if (!strcmp(a, "--reps") && next)
-            o.reps = atoi(argv[++i]);
-        else if (!strcmp(a, "--warmup") && next)
-            o.warmup = atoi(argv[++i]);
-        else if (!strcmp(a, "--csv") && next)
-            o.csv = argv[++i];
-        else if (!strcmp(a, "--check"))
-            o.check = 1;
-        else if (!strcmp(a, "--no-time"))
-            o.time = 0;
-        else if (!strcmp(a, "--backward"))
-            o.backward = 1;
-        else if (!strcmp(a, "--decode"))
-            continue;
-        else if ((!strcmp(a, "-f") || !strcmp(a, "--file")) && next) {
-            FILE *f = fopen(argv[++i], "r");
-            if (!f) {
-                fprintf(stderr, "cannot open %s\n", argv[i]);
-                return 2;
-            }
-            char line[256];
-            while (fgets(line, sizeof line, f)) {
-                line[strcspn(line, "\r\n#")] = '\0';
-                if (!line[0])
-                    continue;
-                if (decode) {
-                    if (n_decode < argc + 1024)
-                        decode_shapes[n_decode++] = strdup(line);
-                    continue;
-                }
-                if (n_shapes == cap)
-                    shapes = realloc(shapes, sizeof *shapes * (size_t)(cap = cap ? 2 * cap : 16));
-                if (!parse_shape(line, &shapes[n_shapes])) {
-                    fprintf(stderr, "bad shape '%s'\n", line);
-                    return 2;
-                }
-                ++n_shapes;
-            }
-            fclose(f);
-        } else if (a[0] == '-') {
-            usage();
-            return 2;
-        } else if (decode) {
-            decode_shapes[n_decode++] = argv[i];
-        } else {
-            if (n_shapes == cap)
-                shapes = realloc(shapes, sizeof *shapes * (size_t)(cap = cap ? 2 * cap : 16));
-            if (!parse_shape(a, &shapes[n_shapes])) {
-                fprintf(stderr, "bad shape '%s'\n", a);
-                usage();
-                return 2;
-            }
-            ++n_shapes;
+    const char *shape_file = NULL;
+    enum { O_BACKEND = 256, O_DTYPE, O_ITERS, O_REPS, O_WARMUP, O_CSV, O_CHECK, O_NOTIME, O_BACKWARD, O_DECODE };
+    static const struct option opts[] = {
+        {"backend", required_argument, 0, O_BACKEND}, {"dtype", required_argument, 0, O_DTYPE},
+        {"iters", required_argument, 0, O_ITERS},     {"reps", required_argument, 0, O_REPS},
+        {"warmup", required_argument, 0, O_WARMUP},   {"csv", required_argument, 0, O_CSV},
+        {"check", no_argument, 0, O_CHECK},           {"no-time", no_argument, 0, O_NOTIME},
+        {"backward", no_argument, 0, O_BACKWARD},     {"decode", no_argument, 0, O_DECODE},
+        {"file", required_argument, 0, 'f'},          {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0}};
+    static const char *const dtypes[] = {"bf16", "f16"};
+    cli_tool("ffpa-bench");
+    opterr = 0;
+    int ch;
+    while ((ch = getopt_long(argc, argv, "f:h", opts, NULL)) != -1) {
+        switch (ch) {
+        case O_BACKEND: o.backend = optarg; break;
+        case O_DTYPE: o.dtype = cli_choice("--dtype", optarg, dtypes, 2) ? FFPA_F16 : FFPA_BF16; break;
+        case O_ITERS: o.iters = (int)cli_int("--iters", optarg, 1, 1000000); break;
+        case O_REPS: o.reps = (int)cli_int("--reps", optarg, 1, 1000000); break;
+        case O_WARMUP: o.warmup = (int)cli_int("--warmup", optarg, 0, 1000000); break;
+        case O_CSV: o.csv = optarg; fclose(cli_open_out("--csv", optarg)); break; /* fail before any run */
+        case O_CHECK: o.check = 1; break;
+        case O_NOTIME: o.time = 0; break;
+        case O_BACKWARD: o.backward = 1; break;
+        case O_DECODE: decode = 1; break;
+        case 'f': shape_file = optarg; break;
+        case 'h': usage(stdout); return CLI_EXIT_OK;
+        default:
+            fprintf(stderr, "ffpa-bench: unknown option or missing value: '%s'\n", argv[optind - 1]);
+            usage(stderr);
+            return CLI_EXIT_USAGE;
         }
     }
+    char **decode_shapes = calloc((size_t)argc + 1024, sizeof *decode_shapes);
+    int n_decode = 0;
+    for (int i = optind; i < argc; ++i)
+        add_shape(argv[i], decode, &shapes, &n_shapes, &cap, decode_shapes, &n_decode);
+    if (shape_file) {
+        FILE *f = fopen(shape_file, "r");
+        if (!f)
+            cli_usage_error("-f '%s': cannot open: %s", shape_file, strerror(errno));
+        char line[256];
+        while (fgets(line, sizeof line, f)) {
+            line[strcspn(line, "\r\n#")] = '\0';
+            if (line[0] && n_decode < argc + 1024)
+                add_shape(line, decode, &shapes, &n_shapes, &cap, decode_shapes, &n_decode);
+        }
+        fclose(f);
+    }
     if (!n_shapes && !n_decode) {
-        usage();
-        return 2;
+        usage(stderr);
+        return CLI_EXIT_USAGE;
     }
     if (o.reps < 10)
         o.reps = 10;
@@ -693,7 +694,7 @@ int main(int argc, char **argv)
         ffpa_destroy(ctx);
         return rc;
     }
-    FILE *csv = o.csv ? fopen(o.csv, "w") : NULL;
+    FILE *csv = o.csv ? cli_open_out("--csv", o.csv) : NULL;
     if (csv)
         fprintf(csv, "shape,backend,device,dtype,path,ms,tflops,check%s\n", o.backward ? ",pass" : "");
     if (o.backward)
@@ -735,9 +736,9 @@ int main(int argc, char **argv)
         free_run(ctx, &r);
         free_inputs(&hi);
     }
-    if (csv)
-        fclose(csv);
+    if (csv && cli_close_out(csv, o.csv))
+        ++failures;
     ffpa_destroy(ctx);
     free(shapes);
-    return failures ? 1 : 0;
+    return failures ? CLI_EXIT_FAILED : CLI_EXIT_OK;
 }

@@ -23,6 +23,7 @@
 #include "ffpa.h"
 #include "bench_util.h"
 #include "kv_bench.h"
+#include "cli.h"
 
 typedef struct kv_shape {
     int64_t b, hq, hkv, nq, nkv, dqk, dv, page;
@@ -265,7 +266,7 @@ int kv_bench_run(ffpa_context *ctx, ffpa_dtype dt, int reps, int do_check, const
                  int n_shapes)
 {
     const double ceiling = copy_ceiling(ctx);
-    FILE *csv = csv_path ? fopen(csv_path, "w") : NULL;
+    FILE *csv = csv_path ? cli_open_out("--csv", csv_path) : NULL;
     if (csv)
         fprintf(csv, "shape,backend,device,dtype,kernel,rows_per_tile,tiles_per_split,blocks,grid,ms,gbps,tflops,"
                      "copy_gbps,frac_copy,check\n");
@@ -352,7 +353,7 @@ int kv_bench_run(ffpa_context *ctx, ffpa_dtype dt, int reps, int do_check, const
         free_bufs(ctx, &r, 1);
         free_host(&h);
     }
-    if (csv)
-        fclose(csv);
-    return failures ? 1 : 0;
+    if (csv && cli_close_out(csv, csv_path))
+        ++failures;
+    return failures ? CLI_EXIT_FAILED : CLI_EXIT_OK;
 }

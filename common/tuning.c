@@ -482,6 +482,12 @@ ffpa_tuning_table *ffpa_tuning_load_for_device(const char *device_name, const ch
     int bad = 0;
     if (!ffpa_env_bool("FFPA_TUNING", 1, &bad)) /* FFPA_TUNING=0: heuristics only */
         return NULL;
+    if (bad) { /* a typo is not "on": say so, and take the heuristics */
+        if (warn && warn_len)
+            snprintf(warn, warn_len, "FFPA_TUNING='%s' is not a boolean; expected 0/1, true/false, yes/no or on/off",
+                     ffpa_env_string("FFPA_TUNING"));
+        return NULL;
+    }
     const char *file = ffpa_env_string("FFPA_TUNING_FILE");
     if (file)
         return ffpa_tuning_load(file, device_name, backend, warn, warn_len);

@@ -964,6 +964,11 @@ static void test_core_env(void **state)
     create_capturing(printed, sizeof printed);
     assert_string_equal(printed, "");
 
+    /* Not a boolean: a warning naming the variable, and the heuristics (never silently on). */
+    setenv("FFPA_TUNING", "maybe", 1);
+    create_capturing(printed, sizeof printed);
+    assert_non_null(strstr(printed, "FFPA_TUNING='maybe' is not a boolean"));
+
     /* A valid table for this device: no warning. */
     unsetenv("FFPA_TUNING");
     const char *ok = write_text(

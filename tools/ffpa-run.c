@@ -6,6 +6,7 @@
  */
 #define _GNU_SOURCE
 #include <getopt.h>
+#include <stdint.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +15,7 @@
 
 #include "dtype.h"
 #include "ffpa.h"
+#include "cli.h"
 #include "oracle.h"
 
 typedef struct run_config {
@@ -131,7 +133,9 @@ static void usage(FILE *f)
             "  --no-backward    forward only\n"
             "  --iters N        timed repetitions (median reported; default 3)\n"
             "  --check / --no-check   compare with the float64 oracle (default: when small)\n"
-            "  --list           list backends and exit\n");
+            "  --list           list backends and exit\n"
+            "  --help           this text\n"
+            "exit status: 0 success, 1 a run or the check failed, 2 bad usage (refused by the tool or the library)\n");
 }
 
 static int list_backends(void)
@@ -159,37 +163,44 @@ static void parse(int argc, char **argv, run_config *c)
         {"iters", required_argument, 0, O_ITERS},     {"check", no_argument, 0, O_CHECK},
         {"no-check", no_argument, 0, O_NOCHECK},      {"list", no_argument, 0, O_LIST},
         {"help", no_argument, 0, 'h'},                {0, 0, 0, 0}};
+    static const char *const dtypes[] = {"f16", "bf16", "f32"};
+    const int64_t big = INT64_MAX; /* sizes: the library refuses what does not fit, naming the tensor */
     int ch, hkv_set = 0, nkv_set = 0, dv_set = 0;
+    cli_tool("ffpa-run");
+    opterr = 0;
     while ((ch = getopt_long(argc, argv, "b:d:h", opts, NULL)) != -1) {
         switch (ch) {
-        case 'b': c->b = atoll(optarg); break;
-        case 'd': c->dqk = atoll(optarg); break;
+        case 'b': c->b = cli_int("-b", optarg, 0, big); break;
+        case 'd': c->dqk = cli_int("-d", optarg, 0, FFPA_MAX_HEAD_DIM); break;
         case O_BACKEND: c->backend = optarg; break;
-        case O_HQ: c->hq = atoll(optarg); break;
-        case O_HKV: c->hkv = atoll(optarg); hkv_set = 1; break;
-        case O_NQ: c->nq = atoll(optarg); break;
-        case O_NKV: c->nkv = atoll(optarg); nkv_set = 1; break;
-        case O_DV: c->dv = atoll(optarg); dv_set = 1; break;
-        case O_DTYPE:
-            c->dtype = !strcmp(optarg, "f16") ? FFPA_F16 : !strcmp(optarg, "f32") ? FFPA_F32 : FFPA_BF16;
-            if (strcmp(optarg, "f16") && strcmp(optarg, "f32") && strcmp(optarg, "bf16")) {
-                fprintf(stderr, "ffpa-run: --dtype %s: expected f16, bf16 or f32\n", optarg);
-                exit(2);
-            }
+        case O_HQ: c->hq = cli_int("--hq", optarg, 0, big); break;
+        case O_HKV: c->hkv = cli_int("--hkv", optarg, 0, big); hkv_set = 1; break;
+        case O_NQ: c->nq = cli_int("--nq", optarg, 0, big); break;
+        case O_NKV: c->nkv = cli_int("--nkv", optarg, 0, big); nkv_set = 1; break;
+        case O_DV: c->dv = cli_int("--dv", optarg, 0, FFPA_MAX_HEAD_DIM); dv_set = 1; break;
+        case O_DTYPE: {
+            static const ffpa_dtype values[] = {FFPA_F16, FFPA_BF16, FFPA_F32};
+            c->dtype = values[cli_choice("--dtype", optarg, dtypes, 3)];
             break;
+        }
         case O_CAUSAL: c->causal = 1; break;
         case O_BIAS: c->bias = 1; break;
-        case O_DROPOUT: c->dropout = (float)atof(optarg); break;
+        case O_DROPOUT: c->dropout = (float)cli_real("--dropout", optarg, 0.0, 0.999); break;
         case O_BNHD: c->bnhd = 1; break;
         case O_NOBWD: c->backward = 0; break;
-        case O_ITERS: c->iters = atoi(optarg) > 0 ? atoi(optarg) : 1; break;
+        case O_ITERS: c->iters = (int)cli_int("--iters", optarg, 1, 1000000); break;
         case O_CHECK: c->check = 1; break;
         case O_NOCHECK: c->check = 0; break;
         case O_LIST: exit(list_backends());
-        case 'h': usage(stdout); exit(0);
-        default: usage(stderr); exit(2);
+        case 'h': usage(stdout); exit(CLI_EXIT_OK);
+        default:
+            fprintf(stderr, "ffpa-run: unknown option or missing value: '%s'\n", argv[optind - 1]);
+            usage(stderr);
+            exit(CLI_EXIT_USAGE);
         }
     }
+    if (optind < argc)
+        cli_usage_error("unexpected argument '%s' (see --help)", argv[optind]);
     if (!hkv_set)
         c->hkv = c->hq;
     if (!nkv_set)

@@ -37,6 +37,8 @@
  * grid's first); the sweep stops starting shapes after --budget-s (with
  * --pass both, the forward after 60% of it).
  */
+#include <errno.h>
+#include <getopt.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -45,6 +47,7 @@
 #include <unistd.h>
 
 #include "tune.h"
+#include "cli.h"
 #include "tuning.h"
 
 typedef struct tune_opts {
@@ -537,56 +540,68 @@ done:
 
 /* ------------------------------------------------------------ main */
 
-static void usage(void)
+static void usage(FILE *f)
 {
-    fprintf(stderr, "usage: ffpa-tune [--backend NAME] [--out FILE] [--pass fwd|bwd|both] [--budget-s S] "
-                    "[--reps N] [--margin F] [--quick] [--shape B,Hq,Hkv,Nq,Nkv,D[,c]]...\n");
+    fprintf(f, "usage: ffpa-tune [--backend NAME] [--out FILE] [--pass fwd|bwd|both] [--budget-s S] "
+               "[--reps N] [--margin F] [--quick] [--shape B,Hq,Hkv,Nq,Nkv,D[,c]]...\n"
+               "Tunes the GPU kernels' plans of one device (cuda or hip; the cpu backend has nothing to tune).\n"
+               "exit status: 0 success, 1 a run failed or the table could not be written, 2 bad usage\n");
 }
 
-/* Options into *o; 0 after a usage message. */
-static int parse_args(int argc, char **argv, tune_opts *o)
+/* Options into *o (a usage error exits with status 2). */
+static void parse_args(int argc, char **argv, tune_opts *o)
 {
-    for (int i = 1; i < argc; ++i) {
-        const char *a = argv[i], *next = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(a, "--backend") && next) {
-            o->backend = argv[++i];
-        } else if (!strcmp(a, "--out") && next) {
-            o->out = argv[++i];
-        } else if (!strcmp(a, "--pass") && next) {
-            const char *p = argv[++i];
-            o->fwd = !strcmp(p, "fwd") || !strcmp(p, "both");
-            o->bwd = !strcmp(p, "bwd") || !strcmp(p, "both");
-            if (!o->fwd && !o->bwd) {
-                fprintf(stderr, "ffpa-tune: bad --pass '%s'; expected fwd, bwd or both\n", p);
-                return 0;
-            }
-        } else if (!strcmp(a, "--budget-s") && next) {
-            o->budget_s = atof(argv[++i]);
-        } else if (!strcmp(a, "--reps") && next) {
-            o->reps = atoi(argv[++i]);
-        } else if (!strcmp(a, "--margin") && next) {
-            o->margin = atof(argv[++i]);
-        } else if (!strcmp(a, "--quick")) {
-            o->quick = 1;
-        } else if (!strcmp(a, "--shape") && next && o->n_user < 64) {
+    enum { O_BACKEND = 256, O_OUT, O_PASS, O_BUDGET, O_REPS, O_MARGIN, O_QUICK, O_SHAPE };
+    static const struct option opts[] = {
+        {"backend", required_argument, 0, O_BACKEND}, {"out", required_argument, 0, O_OUT},
+        {"pass", required_argument, 0, O_PASS},       {"budget-s", required_argument, 0, O_BUDGET},
+        {"reps", required_argument, 0, O_REPS},       {"margin", required_argument, 0, O_MARGIN},
+        {"quick", no_argument, 0, O_QUICK},           {"shape", required_argument, 0, O_SHAPE},
+        {"help", no_argument, 0, 'h'},                {0, 0, 0, 0}};
+    static const char *const passes[] = {"fwd", "bwd", "both"};
+    cli_tool("ffpa-tune");
+    opterr = 0;
+    int ch;
+    while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (ch) {
+        case O_BACKEND: o->backend = optarg; break;
+        case O_OUT: o->out = optarg; break;
+        case O_PASS: {
+            const int p = cli_choice("--pass", optarg, passes, 3);
+            o->fwd = p != 1;
+            o->bwd = p != 0;
+            break;
+        }
+        case O_BUDGET: o->budget_s = cli_real("--budget-s", optarg, 1.0, 1e7); break;
+        case O_REPS: o->reps = (int)cli_int("--reps", optarg, 1, 100000); break;
+        case O_MARGIN: o->margin = cli_real("--margin", optarg, 0.0, 1.0); break;
+        case O_QUICK: o->quick = 1; break;
+        case O_SHAPE: {
             long long v[6];
-            char flag = 0;
-            int got = sscanf(argv[++i], "%lld,%lld,%lld,%lld,%lld,%lld,%c", &v[0], &v[1], &v[2], &v[3], &v[4],
-                             &v[5], &flag);
-            if (got < 6 || v[0] < 1 || v[1] < 1 || v[2] < 1 || v[1] % v[2] || v[3] < 1 || v[4] < 1 || v[5] < 1 ||
-                v[5] > FFPA_MAX_HEAD_DIM) {
-                fprintf(stderr, "ffpa-tune: bad --shape '%s'; expected B,Hq,Hkv,Nq,Nkv,D[,c]\n", argv[i]);
-                return 0;
-            }
-            o->user[o->n_user++] = (tune_shape){v[0], v[1], v[2], v[3], v[4], v[5], flag == 'c'};
-        } else {
-            usage();
-            return 0;
+            char flag = 0, rest = 0;
+            const int got = sscanf(optarg, "%lld,%lld,%lld,%lld,%lld,%lld,%c%c", &v[0], &v[1], &v[2], &v[3], &v[4],
+                                   &v[5], &flag, &rest);
+            if (o->n_user >= 64)
+                cli_usage_error("--shape: at most 64 shapes");
+            if (got < 6 || got > 7 || (got == 7 && flag != 'c') || v[0] < 1 || v[1] < 1 || v[2] < 1 || v[1] % v[2] ||
+                v[3] < 1 || v[4] < 1 || v[5] < 1 || v[5] > FFPA_MAX_HEAD_DIM)
+                cli_usage_error("--shape '%s': expected B,Hq,Hkv,Nq,Nkv,D[,c] (sizes >= 1, Hq a multiple of Hkv, "
+                                "D <= %d)",
+                                optarg, FFPA_MAX_HEAD_DIM);
+            o->user[o->n_user++] = (tune_shape){v[0], v[1], v[2], v[3], v[4], v[5], got == 7};
+            break;
+        }
+        case 'h': usage(stdout); exit(CLI_EXIT_OK);
+        default:
+            fprintf(stderr, "ffpa-tune: unknown option or missing value: '%s'\n", argv[optind - 1]);
+            usage(stderr);
+            exit(CLI_EXIT_USAGE);
         }
     }
+    if (optind < argc)
+        cli_usage_error("unexpected argument '%s' (see --help)", argv[optind]);
     if (o->reps < 10)
         o->reps = 10;
-    return 1;
 }
 
 /* Tunes shapes[0..n) of one pass into entries until `until` seconds after t0. */
@@ -617,8 +632,7 @@ static void tune_pass(const tune_ctx *t, ffpa_context *heur, const tune_shape *s
 int main(int argc, char **argv)
 {
     static tune_opts o = {"cuda", NULL, 240.0, 0.03, 10, 0, 1, 1, 0, {{0}}};
-    if (!parse_args(argc, argv, &o))
-        return 2;
+    parse_args(argc, argv, &o);
     /* The heuristics alone, and no stray A/B knobs (FFPA_CUDA_KERNEL would
      * override every candidate's kernel family). */
     setenv("FFPA_TUNING", "0", 1);
@@ -630,6 +644,12 @@ int main(int argc, char **argv)
     if (ffpa_create(&heur, o.backend) != FFPA_OK) {
         fprintf(stderr, "ffpa-tune: %s\n", ffpa_last_error(NULL));
         return 1;
+    }
+    if (!strcmp(ffpa_backend_name(heur), "cpu")) {
+        ffpa_destroy(heur);
+        cli_usage_error("--backend '%s' runs on the cpu backend, which has no tunable kernels; expected cuda "
+                        "or hip on a GPU",
+                        o.backend);
     }
     tune_ctx t;
     memset(&t, 0, sizeof t);
@@ -643,6 +663,17 @@ int main(int argc, char **argv)
     if (!o.out) {
         ffpa_tuning_file_name(t.device_detail, default_out, sizeof default_out);
         o.out = default_out;
+    }
+    { /* the table must be writable before hours of tuning, not after */
+        const int existed = access(o.out, F_OK) == 0;
+        FILE *f = fopen(o.out, "a");
+        if (!f) {
+            ffpa_destroy(heur);
+            cli_usage_error("--out '%s': cannot write the table there: %s", o.out, strerror(errno));
+        }
+        fclose(f);
+        if (!existed)
+            unlink(o.out);
     }
     const char *passes = o.fwd && o.bwd ? "forward and backward" : o.fwd ? "forward" : "backward";
     printf("# ffpa-tune on %s (backend %s), bf16 %s, budget %.0f s, margin %.0f%%\n", t.device_detail, t.backend,
