@@ -653,10 +653,7 @@ int main(int argc, char **argv)
         case O_DECODE: decode = 1; break;
         case 'f': shape_file = optarg; break;
         case 'h': usage(stdout); return CLI_EXIT_OK;
-        default:
-            fprintf(stderr, "ffpa-bench: unknown option or missing value: '%s'\n", argv[optind - 1]);
-            usage(stderr);
-            return CLI_EXIT_USAGE;
+        default: cli_bad_option(argv, usage);
         }
     }
     char **decode_shapes = calloc((size_t)argc + 1024, sizeof *decode_shapes);

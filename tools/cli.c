@@ -2,6 +2,7 @@
 #include "cli.h"
 
 #include <errno.h>
+#include <getopt.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -22,6 +23,13 @@ void cli_usage_error(const char *fmt, ...)
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
     va_end(ap);
+    exit(CLI_EXIT_USAGE);
+}
+
+void cli_bad_option(char **argv, void (*usage)(FILE *))
+{
+    fprintf(stderr, "%s: unknown option or missing value: '%s'\n", tool, argv[optind - 1]);
+    usage(stderr);
     exit(CLI_EXIT_USAGE);
 }
 

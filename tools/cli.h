@@ -19,6 +19,10 @@ void cli_tool(const char *name);
 /* Prints "<tool>: <message>" on stderr and exits with CLI_EXIT_USAGE. */
 void cli_usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
 
+/* getopt_long returned '?': names the unknown option (or the one missing
+ * its value), prints the usage on stderr, exits with CLI_EXIT_USAGE. */
+void cli_bad_option(char **argv, void (*usage)(FILE *)) __attribute__((noreturn));
+
 /* The integer text holds, in [lo, hi]. */
 int64_t cli_int(const char *flag, const char *text, int64_t lo, int64_t hi);
 

@@ -193,10 +193,7 @@ static void parse(int argc, char **argv, run_config *c)
         case O_NOCHECK: c->check = 0; break;
         case O_LIST: exit(list_backends());
         case 'h': usage(stdout); exit(CLI_EXIT_OK);
-        default:
-            fprintf(stderr, "ffpa-run: unknown option or missing value: '%s'\n", argv[optind - 1]);
-            usage(stderr);
-            exit(CLI_EXIT_USAGE);
+        default: cli_bad_option(argv, usage);
         }
     }
     if (optind < argc)

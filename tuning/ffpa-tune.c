@@ -592,10 +592,7 @@ static void parse_args(int argc, char **argv, tune_opts *o)
             break;
         }
         case 'h': usage(stdout); exit(CLI_EXIT_OK);
-        default:
-            fprintf(stderr, "ffpa-tune: unknown option or missing value: '%s'\n", argv[optind - 1]);
-            usage(stderr);
-            exit(CLI_EXIT_USAGE);
+        default: cli_bad_option(argv, usage);
         }
     }
     if (optind < argc)
