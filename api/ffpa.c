@@ -80,6 +80,7 @@ ffpa_status ffpa_backend_get_info(int index, ffpa_backend_info *info)
     info->name = e->name;
     info->available = e->status == FFPA_OK;
     snprintf(info->detail, sizeof info->detail, "%s", info->available ? e->caps.device_name : e->why);
+    snprintf(info->version, sizeof info->version, "%s", e->iface && e->iface->version ? e->iface->version : "");
     return FFPA_OK;
 }
 

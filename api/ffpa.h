@@ -48,6 +48,14 @@ extern "C" {
 #define FFPA_VERSION_MAJOR 0
 #define FFPA_VERSION_MINOR 1
 #define FFPA_VERSION_PATCH 0
+/* The header's version as one number (major * 10000 + minor * 100 + patch)
+ * and as text; ffpa_version() says which library is loaded at run time. */
+#define FFPA_VERSION (FFPA_VERSION_MAJOR * 10000 + FFPA_VERSION_MINOR * 100 + FFPA_VERSION_PATCH)
+#define FFPA_STRINGIFY_(x) #x
+#define FFPA_STRINGIFY(x) FFPA_STRINGIFY_(x)
+#define FFPA_VERSION_STRING                                                                 \
+    FFPA_STRINGIFY(FFPA_VERSION_MAJOR) "." FFPA_STRINGIFY(FFPA_VERSION_MINOR) "." FFPA_STRINGIFY( \
+        FFPA_VERSION_PATCH)
 
 /* Largest head dimension (Dqk and Dv) any backend accepts. */
 #define FFPA_MAX_HEAD_DIM 1024
@@ -161,12 +169,20 @@ typedef struct ffpa_options {
 
 FFPA_API ffpa_options ffpa_options_default(void);
 
+/* The loaded library's version: FFPA_VERSION's number and FFPA_VERSION_STRING's
+ * text as they were when it was built (compare with the header's to catch a
+ * program running against another libffpa). */
+FFPA_API int ffpa_version(void);
+FFPA_API const char *ffpa_version_string(void);
+
 /* ------------------------------------------------------------------ backends */
 
 typedef struct ffpa_backend_info {
     const char *name;        /* "cpu", "cuda", "hip" */
     int available;           /* 1 when a context can be created for it now */
     char detail[512];        /* device name when available, else why not */
+    char version[32];        /* libffpa version the backend was built from ("0.1.0"); "" when its
+                                plugin was not found or was refused */
 } ffpa_backend_info;
 
 /* Number of backends this build knows (built-in and plugin). */

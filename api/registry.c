@@ -104,8 +104,12 @@ static void probe_entry(ffpa_registry_entry *e)
          * function pointers into it. */
     }
     if (!e->iface || e->iface->abi_version != FFPA_BACKEND_ABI_VERSION) {
-        snprintf(e->why, sizeof e->why, "backend ABI version %u, core expects %u",
-                 e->iface ? e->iface->abi_version : 0u, (unsigned)FFPA_BACKEND_ABI_VERSION);
+        /* Nothing else of a table of another ABI can be read safely. */
+        snprintf(e->why, sizeof e->why,
+                 "%s is built for backend ABI version %u, this libffpa %s expects %u; rebuild or reinstall "
+                 "the plugin with this libffpa",
+                 e->plugin_file ? e->plugin_file : e->name, e->iface ? e->iface->abi_version : 0u,
+                 FFPA_VERSION_STRING, (unsigned)FFPA_BACKEND_ABI_VERSION);
         e->iface = NULL;
         return;
     }

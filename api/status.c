@@ -1,4 +1,4 @@
-/* Status names (ffpa.h). Its own file: the registry names a failed probe's
+/* Status names and the library version (ffpa.h). Its own file: the registry names a failed probe's
  * status, the front names every failure's; neither calls the other for it. */
 #include "ffpa.h"
 
@@ -21,4 +21,14 @@ const char *ffpa_status_string(ffpa_status status)
         return "internal error";
     }
     return "unknown status";
+}
+
+int ffpa_version(void)
+{
+    return FFPA_VERSION;
+}
+
+const char *ffpa_version_string(void)
+{
+    return FFPA_VERSION_STRING;
 }

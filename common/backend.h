@@ -22,8 +22,9 @@ extern "C" {
 
 /* Bump on any change to ffpa_backend_i, ffpa_problem, ffpa_backend_caps, or
  * ffpa_plan / ffpa_plan_input (a tuning table's apply, in the core, fills
- * the plugin's plan: common/tuning.h). 5: forward_kvcache, kv_schedule. */
-#define FFPA_BACKEND_ABI_VERSION 5
+ * the plugin's plan: common/tuning.h). 5: forward_kvcache, kv_schedule.
+ * 6: version. */
+#define FFPA_BACKEND_ABI_VERSION 6
 
 /* Symbol every plugin exports: const ffpa_backend_i *ffpa_backend_entry(void). */
 #define FFPA_BACKEND_ENTRY_SYMBOL "ffpa_backend_entry"
@@ -101,6 +102,10 @@ typedef struct ffpa_backend_i {
      * forward_kvcache would run for these host cache lengths. */
     ffpa_status (*kv_schedule)(void *state, const ffpa_problem *pb, const int32_t *host_seqlens,
                                ffpa_kv_schedule_info *out, char *err, size_t err_len);
+
+    /* Required. FFPA_VERSION_STRING of the sources the backend was built
+     * from, for ffpa_backend_get_info (a plugin from another install shows). */
+    const char *version;
 } ffpa_backend_i;
 
 typedef const ffpa_backend_i *(*ffpa_backend_entry_fn)(void);

@@ -140,11 +140,12 @@ static void usage(FILE *f)
 
 static int list_backends(void)
 {
+    printf("libffpa %s (header %s)\n", ffpa_version_string(), FFPA_VERSION_STRING);
     for (int i = 0; i < ffpa_backend_count(); ++i) {
         ffpa_backend_info info;
         if (ffpa_backend_get_info(i, &info) == FFPA_OK)
-            printf("%-5s %-12s %s\n", info.name, info.available ? "available" : "unavailable",
-                   info.detail);
+            printf("%-5s %-8s %-12s %s\n", info.name, info.version[0] ? info.version : "-",
+                   info.available ? "available" : "unavailable", info.detail);
     }
     return 0;
 }

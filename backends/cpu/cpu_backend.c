@@ -135,6 +135,7 @@ static const ffpa_backend_i cpu_backend_table = {
     .forward_kvcache = cpu_kvcache_entry,
     .kv_workspace_size = cpu_kv_workspace_size,
     .kv_schedule = NULL,     /* one task per (sequence, head, query block): no split schedule */
+    .version = FFPA_VERSION_STRING,
 };
 
 const ffpa_backend_i *ffpa_cpu_backend(void)

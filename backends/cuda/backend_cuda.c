@@ -281,6 +281,7 @@ static const ffpa_backend_i cuda_backend = {
     .forward_kvcache = cuda_forward_kvcache,
     .kv_workspace_size = cuda_kv_workspace_size,
     .kv_schedule = cuda_kv_schedule,
+    .version = FFPA_VERSION_STRING,
 };
 
 FFPA_CUDA_EXPORT const ffpa_backend_i *ffpa_backend_entry(void)

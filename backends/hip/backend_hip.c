@@ -301,6 +301,7 @@ static const ffpa_backend_i hip_backend = {
     .forward_kvcache = hip_forward_kvcache,
     .kv_workspace_size = hip_kv_workspace_size,
     .kv_schedule = hip_kv_schedule,
+    .version = FFPA_VERSION_STRING,
 };
 
 FFPA_HIP_EXPORT const ffpa_backend_i *ffpa_backend_entry(void)

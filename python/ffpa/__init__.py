@@ -10,7 +10,7 @@ CPU tensors run on libffpa's cpu backend, CUDA tensors on its cuda backend on
 PyTorch's current stream.
 """
 
-from ._clib import LibraryNotFoundError, backends, library_path
+from ._clib import LibraryNotFoundError, backends, library_path, library_version
 from ._runtime import FFPAError, FFPAUnsupportedError, FFPAValueError
 from ._ops import USES_CUSTOM_OP
 from .functional import (attention_with_lse, flash_attn_with_kvcache, scaled_dot_product_attention,
@@ -29,5 +29,6 @@ __all__ = [
     "LibraryNotFoundError",
     "backends",
     "library_path",
+    "library_version",
     "USES_CUSTOM_OP",
 ]

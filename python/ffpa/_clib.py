@@ -4,6 +4,7 @@ Only this module knows the C declarations; keep it in step with api/ffpa.h
 (struct field order and types must match exactly).
 """
 
+import collections
 import ctypes
 import ctypes.util
 import os
@@ -81,6 +82,7 @@ class BackendInfo(ctypes.Structure):
         ("name", ctypes.c_char_p),
         ("available", ctypes.c_int),
         ("detail", ctypes.c_char * 512),
+        ("version", ctypes.c_char * 32),
     ]
 
 
@@ -96,6 +98,8 @@ _STATUS = ctypes.c_int
 # name -> (restype, argtypes)
 _PROTOTYPES = {
     "ffpa_status_string": (ctypes.c_char_p, [_STATUS]),
+    "ffpa_version": (ctypes.c_int, []),
+    "ffpa_version_string": (ctypes.c_char_p, []),
     "ffpa_dtype_size": (ctypes.c_size_t, [ctypes.c_int]),
     "ffpa_dtype_name": (ctypes.c_char_p, [ctypes.c_int]),
     "ffpa_options_default": (Options, []),
@@ -188,12 +192,23 @@ def status_string(status):
     return library().ffpa_status_string(status).decode()
 
 
+Backend = collections.namedtuple("Backend", "name available detail version")
+
+
 def backends():
-    """[(name, available, detail)] for every backend this build knows."""
+    """[Backend(name, available, detail, version)] for every backend this
+    build knows (version: the libffpa version the backend was built from, ""
+    when its plugin was not found or was refused)."""
     lib = library()
     out = []
     for i in range(lib.ffpa_backend_count()):
         info = BackendInfo()
         if lib.ffpa_backend_get_info(i, ctypes.byref(info)) == OK:
-            out.append((info.name.decode(), bool(info.available), info.detail.decode()))
+            out.append(Backend(info.name.decode(), bool(info.available), info.detail.decode(),
+                               info.version.decode()))
     return out
+
+
+def library_version():
+    """The loaded libffpa's version string ("0.1.0")."""
+    return library().ffpa_version_string().decode()

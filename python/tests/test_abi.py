@@ -42,6 +42,17 @@ CONSTANTS = {
 }
 
 
+def test_library_version_is_the_header_version():
+    import ffpa
+    from ffpa import _clib as clib
+    hdr = open(os.path.join(HEADER_DIR, "ffpa.h")).read()
+    parts = [hdr.split("#define FFPA_VERSION_%s " % k)[1].split()[0] for k in ("MAJOR", "MINOR", "PATCH")]
+    assert ffpa.library_version() == ".".join(parts)
+    assert clib.library().ffpa_version() == int(parts[0]) * 10000 + int(parts[1]) * 100 + int(parts[2])
+    assert ffpa.__version__ == ffpa.library_version()
+    assert all(b.version == ffpa.library_version() for b in ffpa.backends() if b.available)
+
+
 def c_layout():
     """{(struct, field or None): (offset, size)} and {enumerator: value},
     printed by a program the C compiler builds from api/ffpa.h."""

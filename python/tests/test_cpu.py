@@ -347,7 +347,7 @@ def test_missing_library_is_a_clear_error(tmp_path):
 
 
 def test_cpu_backend_is_listed():
-    names = [name for name, available, _ in ffpa.backends()]
+    names = [b.name for b in ffpa.backends()]
     assert "cpu" in names
 
 

@@ -16,7 +16,7 @@ def _cuda_backend_ready():
     if not torch.cuda.is_available() or not hasattr(F, "scaled_dot_product_attention"):
         return False, "needs a CUDA device and torch >= 2.0"
     try:
-        backends = {name: (available, detail) for name, available, detail in ffpa.backends()}
+        backends = {b.name: (b.available, b.detail) for b in ffpa.backends()}
     except ffpa.LibraryNotFoundError as exc:
         return False, str(exc)
     if not backends.get("cuda", (False, ""))[0]:

@@ -11,7 +11,7 @@ import ffpa
 def _devices():
     devices = ["cpu"]
     try:
-        ready = torch.cuda.is_available() and any(n == "cuda" and ok for n, ok, _ in ffpa.backends())
+        ready = torch.cuda.is_available() and any(b.name == "cuda" and b.available for b in ffpa.backends())
     except ffpa.LibraryNotFoundError:
         ready = False
     if ready:
