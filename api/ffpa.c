@@ -58,9 +58,50 @@ ffpa_options ffpa_options_default(void)
 {
     ffpa_options opt;
     memset(&opt, 0, sizeof opt);
+    opt.struct_size = (uint32_t)sizeof opt;
     opt.grad_accum = FFPA_GRAD_ACCUM_F32;
     return opt;
 }
+
+/* The caller's options as this library's struct (ffpa.h, struct_size):
+ * fields past an older caller's size keep their defaults; a newer caller's
+ * fields this library lacks must be 0. *use: out, or NULL for NULL. */
+static ffpa_status resolve_options(char *err, const ffpa_options *in, ffpa_options *out,
+                                   const ffpa_options **use)
+{
+    *use = NULL;
+    if (!in)
+        return FFPA_OK;
+    size_t n = in->struct_size ? in->struct_size : sizeof *out;
+    if (n < sizeof in->struct_size)
+        return set_error(err, FFPA_ERR_INVALID_ARGUMENT,
+                         "opt.struct_size: %u is smaller than the field itself; expected sizeof(ffpa_options) "
+                         "(ffpa_options_default() sets it)",
+                         (unsigned)in->struct_size);
+    if (n > sizeof *out) {
+        const unsigned char *extra = (const unsigned char *)in + sizeof *out;
+        for (size_t i = 0; i < n - sizeof *out; ++i)
+            if (extra[i])
+                return set_error(err, FFPA_ERR_UNSUPPORTED,
+                                 "opt: sets options this libffpa %s does not know (struct_size %zu > %zu); "
+                                 "expected them left at 0, or a libffpa built from the caller's newer ffpa.h",
+                                 FFPA_VERSION_STRING, n, sizeof *out);
+        n = sizeof *out;
+    }
+    *out = ffpa_options_default();
+    memcpy(out, in, n);
+    out->struct_size = (uint32_t)sizeof *out;
+    *use = out;
+    return FFPA_OK;
+}
+
+#define RESOLVE_OPTIONS(err, opt)                                       \
+    ffpa_options opt_copy_;                                             \
+    do {                                                                \
+        ffpa_status rst_ = resolve_options((err), (opt), &opt_copy_, &(opt)); \
+        if (rst_ != FFPA_OK)                                            \
+            return rst_;                                                \
+    } while (0)
 
 /* ------------------------------------------------------------------ backends */
 
@@ -350,6 +391,7 @@ ffpa_status ffpa_forward_workspace_size(ffpa_context *ctx, const ffpa_tensor *q,
 {
     if (!ctx)
         return NULL_CTX_ERROR();
+    RESOLVE_OPTIONS(ctx->err, opt);
     if (!bytes)
         return set_error(ctx->err, FFPA_ERR_INVALID_ARGUMENT, "bytes: is NULL; expected an output");
     ffpa_problem pb;
@@ -367,6 +409,7 @@ ffpa_status ffpa_backward_workspace_size(ffpa_context *ctx, const ffpa_tensor *q
 {
     if (!ctx)
         return NULL_CTX_ERROR();
+    RESOLVE_OPTIONS(ctx->err, opt);
     if (!bytes)
         return set_error(ctx->err, FFPA_ERR_INVALID_ARGUMENT, "bytes: is NULL; expected an output");
     ffpa_problem pb;
@@ -520,6 +563,7 @@ ffpa_status ffpa_forward(ffpa_context *ctx, const ffpa_tensor *q, const ffpa_ten
 {
     if (!ctx)
         return NULL_CTX_ERROR();
+    RESOLVE_OPTIONS(ctx->err, opt);
     ffpa_problem pb;
     ffpa_status st = ffpa_validate_forward(q, k, v, o, lse, opt, &pb, ctx->err, sizeof ctx->err);
     if (st == FFPA_OK)
@@ -545,6 +589,7 @@ ffpa_status ffpa_backward(ffpa_context *ctx, const ffpa_tensor *dout, const ffpa
 {
     if (!ctx)
         return NULL_CTX_ERROR();
+    RESOLVE_OPTIONS(ctx->err, opt);
     ffpa_problem pb;
     ffpa_status st = ffpa_validate_backward(dout, q, k, v, out, lse, dq, dk, dv, opt, &pb, ctx->err,
                                             sizeof ctx->err);
@@ -613,6 +658,7 @@ ffpa_status ffpa_forward_kvcache(ffpa_context *ctx, const ffpa_tensor *q, const 
 {
     if (!ctx)
         return NULL_CTX_ERROR();
+    RESOLVE_OPTIONS(ctx->err, opt);
     ffpa_problem pb;
     ffpa_kv_problem kv;
     ffpa_status st = ffpa_validate_kvcache(q, cache, k_new, v_new, o, lse, opt, &pb, &kv, ctx->err,
@@ -658,6 +704,7 @@ ffpa_status ffpa_forward_kvcache_workspace_size(ffpa_context *ctx, const ffpa_te
 {
     if (!ctx)
         return NULL_CTX_ERROR();
+    RESOLVE_OPTIONS(ctx->err, opt);
     if (!bytes)
         return set_error(ctx->err, FFPA_ERR_INVALID_ARGUMENT, "bytes: is NULL; expected an output");
     ffpa_problem pb;
@@ -677,6 +724,7 @@ ffpa_status ffpa_kvcache_schedule(ffpa_context *ctx, const ffpa_tensor *q, const
 {
     if (!ctx)
         return NULL_CTX_ERROR();
+    RESOLVE_OPTIONS(ctx->err, opt);
     if (!out || !host_seqlens)
         return set_error(ctx->err, FFPA_ERR_INVALID_ARGUMENT, "%s: is NULL; expected %s",
                          out ? "host_seqlens" : "out", out ? "int32 [B] host lengths" : "an output");

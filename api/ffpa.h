@@ -124,6 +124,12 @@ typedef enum ffpa_grad_accum {
  * Initialise with ffpa_options_default() and change what you need.
  */
 typedef struct ffpa_options {
+    /* sizeof(ffpa_options) of the header the caller was built with, set by
+     * ffpa_options_default(); 0 means this header's. Options added by later
+     * headers then keep their defaults for older callers, and a newer
+     * caller's options this library does not know are refused unless 0. */
+    uint32_t struct_size;
+
     /* Softmax scale applied to QK^T; 0 means 1/sqrt(Dqk). Must be finite. */
     float scale;
 

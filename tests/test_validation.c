@@ -477,6 +477,54 @@ static void test_size_overflow(void **state)
     expect_forward_rejected(&fx, NAMES("v"));
 }
 
+/* ffpa_options.struct_size: a caller built against an older, smaller
+ * struct (no dbias) runs with the fields it has, the rest at their
+ * defaults, and nothing past its struct is read (an exact-size heap block:
+ * ASan in CI); a newer caller's unknown options are refused unless 0. */
+static void test_options_struct_size(void **state)
+{
+    (void)state;
+    fixture fx;
+    make(&fx);
+    fx.opt.causal = 1;
+    th_expect_ok(th_ctx(), forward(&fx), "ffpa_forward (this header's options)");
+    th_tensor_download(&fx.to);
+    unsigned char *full = th_tensor_snapshot(&fx.to);
+
+    const size_t older = offsetof(ffpa_options, dbias);
+    const uint32_t older_size = (uint32_t)older;
+    unsigned char *old_opt = malloc(older);
+    assert_non_null(old_opt);
+    memcpy(old_opt, &fx.opt, older);
+    memcpy(old_opt + offsetof(ffpa_options, struct_size), &older_size, sizeof older_size);
+    th_tensor_fill_bytes(&fx.to, UNTOUCHED_BYTE);
+    th_expect_ok(th_ctx(),
+                 ffpa_forward(th_ctx(), fx.qp, fx.kp, fx.vp, fx.op, fx.lsep, (const ffpa_options *)(void *)old_opt),
+                 "ffpa_forward (an older caller's smaller options)");
+    th_expect_unchanged("o (older options give the same result)", &fx.to, full);
+    free(old_opt);
+
+    const size_t newer = sizeof(ffpa_options) + 16;
+    unsigned char *new_opt = calloc(1, newer);
+    assert_non_null(new_opt);
+    memcpy(new_opt, &fx.opt, sizeof fx.opt);
+    ((ffpa_options *)(void *)new_opt)->struct_size = (uint32_t)newer;
+    th_expect_ok(th_ctx(), ffpa_forward(th_ctx(), fx.qp, fx.kp, fx.vp, fx.op, fx.lsep, (ffpa_options *)(void *)new_opt),
+                 "ffpa_forward (a newer caller's options left at 0)");
+    new_opt[sizeof(ffpa_options) + 3] = 1; /* an option this library does not know */
+    th_tensor_fill_bytes(&fx.to, UNTOUCHED_BYTE);
+    ffpa_status st = ffpa_forward(th_ctx(), fx.qp, fx.kp, fx.vp, fx.op, fx.lsep, (ffpa_options *)(void *)new_opt);
+    assert_int_equal(st, FFPA_ERR_UNSUPPORTED);
+    assert_true(th_message_names(ffpa_last_error(th_ctx()), NAMES("opt")));
+    free(new_opt);
+    free(full);
+
+    release(&fx);
+    make(&fx);
+    fx.opt.struct_size = 2;
+    expect_forward_rejected(&fx, NAMES("opt.struct_size"));
+}
+
 /* ------------------------------------------------------------ strides, pointers */
 
 static void test_negative_stride(void **state)
@@ -855,6 +903,7 @@ int main(void)
         cmocka_unit_test(test_kv_heads_zero_with_query_heads),
         cmocka_unit_test(test_empty_tensor_any_strides),
         cmocka_unit_test(test_size_overflow),
+        cmocka_unit_test(test_options_struct_size),
         cmocka_unit_test(test_negative_stride),
         cmocka_unit_test(test_zero_stride),
         cmocka_unit_test(test_misaligned_pointer),

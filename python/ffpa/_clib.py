@@ -46,6 +46,7 @@ class Options(ctypes.Structure):
     """struct ffpa_options (field order as in api/ffpa.h)."""
 
     _fields_ = [
+        ("struct_size", ctypes.c_uint32),
         ("scale", ctypes.c_float),
         ("causal", ctypes.c_int),
         ("bias", ctypes.POINTER(Tensor)),
