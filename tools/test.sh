@@ -27,7 +27,7 @@ echo "== tests"
 meson test -C build-test --print-errorlogs --num-processes "$jobs"
 count_meson build-test
 
-echo "== install check: a program outside the project, built with pkg-config against the installed library"
+echo "== install check: a program outside the project, built against the installed library with pkg-config and with CMake"
 if bash tests/install/run.sh build-test; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
 
 echo "== tests under -Db_sanitize=address,undefined (cpu backend), host allocation failures injected"
