@@ -9,7 +9,7 @@ if [ "${1:-}" = "--test" ]; then
   # clang-tools-19 has clang-offload-bundler, which clang++ runs for every HIP object (only a Recommends)
   # libclang-rt-19-dev: libFuzzer and the sanitizer runtimes for clang (tools/fuzz.sh)
   packages+=(libcmocka-dev python3 python3-pytest python3-torch python3-numpy clang-19 lld-19 clang-tools-19
-             libamdhip64-dev libclang-rt-19-dev cmake)
+             libamdhip64-dev libclang-rt-19-dev cmake doxygen)
 fi
 missing=()
 for p in "${packages[@]}"; do
