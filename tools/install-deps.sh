@@ -7,9 +7,10 @@ packages=(gcc pkg-config meson ninja-build libcjson-dev)
 if [ "${1:-}" = "--test" ]; then
   # clang-19 + lld-19 compile the HIP plugin for gfx90a/gfx942/gfx1100 (see backends/hip/NOTES.md);
   # clang-tools-19 has clang-offload-bundler, which clang++ runs for every HIP object (only a Recommends)
-  # libclang-rt-19-dev: libFuzzer and the sanitizer runtimes for clang (tools/fuzz.sh)
+  # libclang-rt-19-dev: libFuzzer and the sanitizer runtimes for clang (tools/fuzz.sh);
+  # python3-venv, python3-mesonpy, patchelf: `pip install ./python` builds libffpa into the wheel
   packages+=(libcmocka-dev python3 python3-pytest python3-torch python3-numpy clang-19 lld-19 clang-tools-19
-             libamdhip64-dev libclang-rt-19-dev cmake doxygen)
+             libamdhip64-dev libclang-rt-19-dev cmake doxygen python3-venv python3-mesonpy patchelf)
 fi
 missing=()
 for p in "${packages[@]}"; do

@@ -2,7 +2,8 @@
 # README command 2: installs what is needed, builds libffpa with its tests
 # and runs them (C suite; the same suite under AddressSanitizer and UBSan
 # with host allocation failures injected; the thread test under
-# ThreadSanitizer; 60 s of fuzzing; the Python package's tests). Ends with
+# ThreadSanitizer; 60 s of fuzzing; the Python package's tests, in tree and
+# installed with pip into a fresh virtual environment). Ends with
 # "N passed, N failed, N skipped".
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -54,19 +55,41 @@ count_meson build-tsan
 echo "== fuzzing the C API for 60 s (libFuzzer, ASan + UBSan, cpu backend; longer: bash tools/fuzz.sh SECONDS)"
 if bash tools/fuzz.sh 60; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
 
-if [ -d python/tests ]; then
-  echo "== python package tests (cpu backend)"
-  out=$(FFPA_LIBRARY="$PWD/build-test/libffpa.so" PYTHONPATH="$PWD/python" \
-        /usr/bin/python3 -m pytest -q -p no:cacheprovider python/tests 2>&1)
-  rc=$?
+# Adds a pytest run's counts (its last line) to the totals; prints its output.
+count_pytest() {
+  local out="$1" rc="$2" line p f s
   echo "$out"
   line=$(echo "$out" | tail -n 1)
   p=$(echo "$line" | grep -oE '[0-9]+ passed' | grep -oE '[0-9]+' || echo 0)
   f=$(echo "$line" | grep -oE '[0-9]+ (failed|error|errors)' | grep -oE '[0-9]+' | paste -sd+ | bc 2>/dev/null || echo 0)
   s=$(echo "$line" | grep -oE '[0-9]+ skipped' | grep -oE '[0-9]+' || echo 0)
   [ -z "$f" ] && f=0
-  if [ $rc -ne 0 ] && [ "$f" -eq 0 ] && [ $rc -ne 5 ]; then f=1; fi
+  if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ] && [ "$rc" -ne 5 ]; then f=1; fi
   passed=$((passed + p)); failed=$((failed + f)); skipped=$((skipped + s))
+}
+
+if [ -d python/tests ]; then
+  echo "== python package tests (cpu backend)"
+  out=$(FFPA_LIBRARY="$PWD/build-test/libffpa.so" PYTHONPATH="$PWD/python" \
+        /usr/bin/python3 -m pytest -q -p no:cacheprovider python/tests 2>&1)
+  count_pytest "$out" $?
+
+  echo "== pip install ./python into a fresh virtual environment (system torch, offline; libffpa built into the"
+  echo "   wheel by meson-python, cpu only here), then the package's tests against the installed package"
+  venv="$(mktemp -d)/venv"
+  if /usr/bin/python3 -m venv --system-site-packages "$venv" &&
+     "$venv/bin/pip" install -q --no-build-isolation --no-index \
+       --config-settings=setup-args=-Dlibffpa:cuda=disabled --config-settings=setup-args=-Dlibffpa:hip=disabled \
+       ./python; then
+    tests="$PWD/python/tests"
+    out=$(cd "$(dirname "$venv")" && env -u FFPA_LIBRARY -u PYTHONPATH FFPA_TEST_INSTALLED=1 \
+          "$venv/bin/python" -m pytest -q -p no:cacheprovider "$tests" 2>&1)
+    count_pytest "$out" $?
+  else
+    echo "pip install ./python failed"
+    failed=$((failed + 1))
+  fi
+  rm -rf "$(dirname "$venv")"
 fi
 
 echo "$passed passed, $failed failed, $skipped skipped"

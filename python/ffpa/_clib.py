@@ -7,6 +7,7 @@ Only this module knows the C declarations; keep it in step with api/ffpa.h
 import collections
 import ctypes
 import ctypes.util
+import glob
 import os
 import threading
 
@@ -135,6 +136,11 @@ def _candidates():
         return [env]
     found = []
     here = os.path.dirname(os.path.abspath(__file__))
+    # A wheel built by `pip install ./python` (meson-python) carries libffpa
+    # and its plugins in site-packages/.ffpa.mesonpy.libs.
+    bundled = os.path.join(os.path.dirname(here), ".ffpa.mesonpy.libs")
+    for path in sorted(glob.glob(os.path.join(bundled, "libffpa.so*")), key=len):
+        found.append(path)
     for folder in (here, os.path.join(here, "lib")):
         for name in ("libffpa.so", "libffpa.so.0", "libffpa.dylib", "ffpa.dll"):
             path = os.path.join(folder, name)
