@@ -64,18 +64,25 @@ static double now_ms(void)
 static void make_buffer(buffer *buf, ffpa_dtype dt, int64_t b, int64_t h, int64_t n, int64_t d,
                         int bnhd, int fill)
 {
-    buf->bytes = (size_t)(b * h * n * d) * ffpa_dtype_size(dt);
-    void *host = malloc(buf->bytes ? buf->bytes : 1);
+    /* A shape whose size does not fit gets a token buffer: the library
+     * refuses it by name before touching memory (no local overflow here). */
+    int64_t elems = 0, bytes = 0;
+    const int fits = !__builtin_mul_overflow(b, h, &elems) && !__builtin_mul_overflow(elems, n, &elems) &&
+                     !__builtin_mul_overflow(elems, d, &elems) &&
+                     !__builtin_mul_overflow(elems, (int64_t)ffpa_dtype_size(dt), &bytes);
+    buf->bytes = fits ? (size_t)bytes : 0;
+    void *host = malloc(buf->bytes ? buf->bytes : 16);
     void *dev = NULL;
     if (!host) {
-        fprintf(stderr, "ffpa-run: out of host memory\n");
+        fprintf(stderr, "ffpa-run: out of host memory for a [%lld, %lld, %lld, %lld] tensor (%zu bytes)\n",
+                (long long)b, (long long)h, (long long)n, (long long)d, buf->bytes);
         exit(2);
     }
-    CHECK(ffpa_malloc(ctx, &dev, buf->bytes));
+    CHECK(ffpa_malloc(ctx, &dev, buf->bytes ? buf->bytes : 16));
     buf->host = bnhd ? ffpa_tensor_bnhd(host, dt, b, h, n, d) : ffpa_tensor_bhnd(host, dt, b, h, n, d);
     buf->dev = buf->host;
     buf->dev.data = dev;
-    for (int64_t i = 0; i < b * h * n * d; ++i)
+    for (int64_t i = 0; fits && i < elems; ++i)
         ffpa_store_f32(host, dt, i, fill ? uniform() : NAN);
     CHECK(ffpa_memcpy(ctx, dev, host, buf->bytes, FFPA_COPY_HOST_TO_DEVICE));
 }
@@ -165,17 +172,17 @@ static void parse(int argc, char **argv, run_config *c)
         {"no-check", no_argument, 0, O_NOCHECK},      {"list", no_argument, 0, O_LIST},
         {"help", no_argument, 0, 'h'},                {0, 0, 0, 0}};
     static const char *const dtypes[] = {"f16", "bf16", "f32"};
-    const int64_t big = INT64_MAX; /* sizes: the library refuses what does not fit, naming the tensor */
+    const int64_t big = INT64_MAX; /* sequence lengths: the library refuses what does not fit, naming the tensor */
     int ch, hkv_set = 0, nkv_set = 0, dv_set = 0;
     cli_tool("ffpa-run");
     opterr = 0;
     while ((ch = getopt_long(argc, argv, "b:d:h", opts, NULL)) != -1) {
         switch (ch) {
-        case 'b': c->b = cli_int("-b", optarg, 0, big); break;
+        case 'b': c->b = cli_int("-b", optarg, 0, INT32_MAX); break;
         case 'd': c->dqk = cli_int("-d", optarg, 0, FFPA_MAX_HEAD_DIM); break;
         case O_BACKEND: c->backend = optarg; break;
-        case O_HQ: c->hq = cli_int("--hq", optarg, 0, big); break;
-        case O_HKV: c->hkv = cli_int("--hkv", optarg, 0, big); hkv_set = 1; break;
+        case O_HQ: c->hq = cli_int("--hq", optarg, 0, 65536); break;
+        case O_HKV: c->hkv = cli_int("--hkv", optarg, 0, 65536); hkv_set = 1; break;
         case O_NQ: c->nq = cli_int("--nq", optarg, 0, big); break;
         case O_NKV: c->nkv = cli_int("--nkv", optarg, 0, big); nkv_set = 1; break;
         case O_DV: c->dv = cli_int("--dv", optarg, 0, FFPA_MAX_HEAD_DIM); dv_set = 1; break;
