@@ -416,11 +416,10 @@ ffpa_status ffpa_backward_workspace_size(ffpa_context *ctx, const ffpa_tensor *q
     ffpa_status st = ffpa_validate_inputs(q, k, v, opt, &pb, ctx->err, sizeof ctx->err);
     if (st != FFPA_OK)
         return st;
-    if (opt && opt->dbias) { /* backends size their dbias scratch from its broadcast view */
-        pb.has_dbias = 1;
-        pb.dbias_dtype = opt->dbias->dtype;
-        pb.dbias = ffpa_broadcast_view(opt->dbias);
-    }
+    /* Backends size their dbias scratch from its broadcast view. */
+    st = ffpa_validate_dbias(opt, &pb, ctx->err, sizeof ctx->err);
+    if (st != FFPA_OK)
+        return st;
     pb.tuning = ctx->tuning;
     *bytes = workspace_bytes(ctx, &pb, 1);
     return FFPA_OK;

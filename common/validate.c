@@ -419,6 +419,29 @@ ffpa_status ffpa_validate_forward(const ffpa_tensor *q, const ffpa_tensor *k, co
     return FFPA_OK;
 }
 
+ffpa_status ffpa_validate_dbias(const ffpa_options *opt, ffpa_problem *pb, char *err, size_t err_len)
+{
+    const ffpa_tensor *dbias = opt ? opt->dbias : NULL;
+    if (dbias) {
+        if (!pb->has_bias)
+            return fail(err, err_len, "opt.dbias: is set without opt.bias; expected a bias to "
+                                      "differentiate");
+        TRY(check_tensor("opt.dbias", dbias, err, err_len));
+        if (dbias->dtype != FFPA_F32 && dbias->dtype != opt->bias->dtype)
+            return fail(err, err_len, "opt.dbias: dtype %s; expected f32 or %s (the bias dtype)",
+                        ffpa_dtype_name(dbias->dtype), ffpa_dtype_name(opt->bias->dtype));
+        for (int i = 0; i < 4; ++i)
+            if (dbias->shape[i] != opt->bias->shape[i])
+                return fail(err, err_len, "opt.dbias: shape[%d] = %lld; expected %lld (as bias)", i,
+                            (long long)dbias->shape[i], (long long)opt->bias->shape[i]);
+        TRY(check_layout("opt.dbias", dbias, 4, 1, err, err_len));
+        pb->has_dbias = 1;
+        pb->dbias_dtype = dbias->dtype;
+        pb->dbias = ffpa_broadcast_view(dbias);
+    }
+    return FFPA_OK;
+}
+
 ffpa_status ffpa_validate_backward(const ffpa_tensor *dout, const ffpa_tensor *q,
                                    const ffpa_tensor *k, const ffpa_tensor *v,
                                    const ffpa_tensor *out, const ffpa_tensor *lse,
@@ -445,23 +468,7 @@ ffpa_status ffpa_validate_backward(const ffpa_tensor *dout, const ffpa_tensor *q
         pb->o.sb = pb->dout.sb = pb->lse.sb = pb->grad_q.sb = pb->grad_k.sb = pb->grad_v.sb = 0;
 
     const ffpa_tensor *dbias = opt ? opt->dbias : NULL;
-    if (dbias) {
-        if (!pb->has_bias)
-            return fail(err, err_len, "opt.dbias: is set without opt.bias; expected a bias to "
-                                      "differentiate");
-        TRY(check_tensor("opt.dbias", dbias, err, err_len));
-        if (dbias->dtype != FFPA_F32 && dbias->dtype != opt->bias->dtype)
-            return fail(err, err_len, "opt.dbias: dtype %s; expected f32 or %s (the bias dtype)",
-                        ffpa_dtype_name(dbias->dtype), ffpa_dtype_name(opt->bias->dtype));
-        for (int i = 0; i < 4; ++i)
-            if (dbias->shape[i] != opt->bias->shape[i])
-                return fail(err, err_len, "opt.dbias: shape[%d] = %lld; expected %lld (as bias)", i,
-                            (long long)dbias->shape[i], (long long)opt->bias->shape[i]);
-        TRY(check_layout("opt.dbias", dbias, 4, 1, err, err_len));
-        pb->has_dbias = 1;
-        pb->dbias_dtype = dbias->dtype;
-        pb->dbias = ffpa_broadcast_view(dbias);
-    }
+    TRY(ffpa_validate_dbias(opt, pb, err, err_len));
     const named_tensor outs[] = {{"dq", dq}, {"dk", dk}, {"dv", dv}, {"opt.dbias", dbias}};
     const named_tensor ins[] = {{"dout", dout}, {"q", q},     {"k", k},
                                 {"v", v},       {"out", out}, {"lse", lse},

@@ -21,6 +21,11 @@ ffpa_status ffpa_validate_inputs(const ffpa_tensor *q, const ffpa_tensor *k,
                                  const ffpa_tensor *v, const ffpa_options *opt,
                                  ffpa_problem *pb, char *err, size_t err_len);
 
+/* opt->dbias (when set) against the bias already in *pb: fills pb's dbias
+ * fields. Part of ffpa_validate_backward; the backward workspace query uses
+ * it alone. */
+ffpa_status ffpa_validate_dbias(const ffpa_options *opt, ffpa_problem *pb, char *err, size_t err_len);
+
 ffpa_status ffpa_validate_backward(const ffpa_tensor *dout, const ffpa_tensor *q,
                                    const ffpa_tensor *k, const ffpa_tensor *v,
                                    const ffpa_tensor *out, const ffpa_tensor *lse,

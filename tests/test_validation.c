@@ -850,6 +850,19 @@ static void test_workspace_query_validates(void **state)
     fx.opt.dropout_p = 2.0f;
     status = ffpa_backward_workspace_size(th_ctx(), fx.qp, fx.kp, fx.vp, &fx.opt, &bytes);
     expect_rejected(&fx, status, FFPA_ERR_INVALID_ARGUMENT, NAMES("opt.dropout_p"));
+    /* The backward query sizes a dbias scratch: dbias is validated there too
+     * (a fuzzer finding: an unchecked dbias with huge empty q/k sizes
+     * overflowed the scratch count). */
+    make(&fx);
+    fx.opt.bias = &fx.bias;
+    fx.opt.dbias = &fx.dbias;
+    fx.dbias.shape[3] = N + 1;
+    status = ffpa_backward_workspace_size(th_ctx(), fx.qp, fx.kp, fx.vp, &fx.opt, &bytes);
+    expect_rejected(&fx, status, FFPA_ERR_INVALID_ARGUMENT, NAMES("opt.dbias"));
+    make(&fx);
+    fx.opt.dbias = &fx.dbias; /* without a bias */
+    status = ffpa_backward_workspace_size(th_ctx(), fx.qp, fx.kp, fx.vp, &fx.opt, &bytes);
+    expect_rejected(&fx, status, FFPA_ERR_INVALID_ARGUMENT, NAMES("opt.dbias"));
 }
 
 /* ------------------------------------------------------------ backend name */

@@ -94,7 +94,11 @@ static size_t dbias_scratch_count(const ffpa_problem *pb)
     if (!pb->has_dbias)
         return 0;
     dbias_grid g = dbias_grid_of(pb);
-    return (size_t)(g.nb * g.nh * g.nn * g.nk);
+    int64_t n; /* bounded by the validated dbias's element count; saturate all the same */
+    if (__builtin_mul_overflow(g.nb, g.nh, &n) || __builtin_mul_overflow(n, g.nn, &n) ||
+        __builtin_mul_overflow(n, g.nk, &n))
+        return SIZE_MAX / 8;
+    return (size_t)n;
 }
 
 /* Loads the query-side tiles of (b, h, rows i0..): Q, dO, LSE, Delta. */
