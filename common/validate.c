@@ -2,6 +2,7 @@
 #include "validate.h"
 
 #include <math.h>
+#include <stdint.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -605,11 +606,21 @@ ffpa_status ffpa_validate_kv_inputs(const ffpa_tensor *q, const ffpa_kv_cache *c
     pb->hq = q->shape[1];
     pb->hkv = k->shape[1];
     pb->nq = q->shape[2];
-    pb->nkv = kv->max_pages * page_size;
+    /* Sizes that follow from the table's width: refused by name where they
+     * do not fit int64 (a fuzzer finding), never wrapped. */
+    int64_t table_entries;
+    if (__builtin_mul_overflow(kv->max_pages, page_size, &pb->nkv) ||
+        __builtin_mul_overflow(batch, pb->nkv, &pb->total_k) ||
+        __builtin_mul_overflow(batch > 0 ? batch - 1 : 0, kv->bt_stride, &table_entries) ||
+        __builtin_add_overflow(table_entries, kv->max_pages, &table_entries) ||
+        table_entries > INT64_MAX / 8)
+        return fail(err, err_len,
+                    "cache.max_pages_per_seq: %lld pages of %lld tokens (table stride %lld) for %lld sequences "
+                    "overflow int64; expected a block table whose size fits",
+                    (long long)kv->max_pages, (long long)page_size, (long long)kv->bt_stride, (long long)batch);
     pb->dqk = q->shape[3];
     pb->dv = v->shape[3];
     pb->total_q = batch * pb->nq;
-    pb->total_k = batch * pb->nkv;
     /* Dqk = 0: every score is an empty dot product, 0 at any scale (1 here, not 1/sqrt(0)). */
     pb->scale = opt->scale != 0.0f ? opt->scale : pb->dqk ? (float)(1.0 / sqrt((double)pb->dqk)) : 1.0f;
     pb->causal = opt->causal;

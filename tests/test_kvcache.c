@@ -591,11 +591,14 @@ static void test_bad_arguments(void **state)
     caches[2].block_table = NULL; /* dense: the pool's pages must then be the batch */
     caches[3].cache_seqlens = NULL;
     caches[4].v.dtype = c.dtype == FFPA_F32 ? FFPA_F16 : FFPA_F32;
+    caches[5].max_pages_per_seq = (int64_t)1 << 60; /* pages x tokens overflow int64 (a fuzzer finding) */
+    caches[5].block_table_stride = 0;
     bad[n++] = (bad_call){"cache", NULL, &r.knew.dev, &r.vnew.dev, &r.o.dev, 0, NULL};
     bad[n++] = (bad_call){"cache.block_table_stride", &caches[0], &r.knew.dev, &r.vnew.dev, &r.o.dev, 0, NULL};
     bad[n++] = (bad_call){"cache.max_pages_per_seq", &caches[1], &r.knew.dev, &r.vnew.dev, &r.o.dev, 0, NULL};
     bad[n++] = (bad_call){"cache.k", &caches[2], &r.knew.dev, &r.vnew.dev, &r.o.dev, 0, NULL};
     bad[n++] = (bad_call){"cache.cache_seqlens", &caches[3], &r.knew.dev, &r.vnew.dev, &r.o.dev, 0, NULL};
+    bad[n++] = (bad_call){"cache.max_pages_per_seq", &caches[5], &r.knew.dev, &r.vnew.dev, &r.o.dev, 0, NULL};
     bad[n++] = (bad_call){"cache.v", &caches[4], &r.knew.dev, &r.vnew.dev, &r.o.dev, 0, NULL};
     bad[n++] = (bad_call){"v_new", &good, &r.knew.dev, NULL, &r.o.dev, 0, NULL};
     bad[n++] = (bad_call){"k_new", &good, NULL, &r.vnew.dev, &r.o.dev, 0, NULL};

@@ -33,5 +33,6 @@ ASAN_OPTIONS=allocator_may_return_null=1:detect_leaks=1 UBSAN_OPTIONS=halt_on_er
   "${forks[@]}" "$B/fuzz-corpus" >"$B/fuzz.log" 2>&1
 rc=$?
 grep -E "INITED|DONE|ERROR|SUMMARY|runtime error|Test unit written" "$B/fuzz.log" | tail -8
+grep -E "^#[0-9]+: cov:" "$B/fuzz.log" | tail -1 # fork mode: executions and coverage so far
 grep -E "stat::(number_of_executed_units|average_exec_per_sec|peak_rss_mb)" "$B/fuzz.log"
 exit $rc
