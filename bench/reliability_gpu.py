@@ -1,9 +1,11 @@
 """GPU reliability checks (not in CI; bench/reliability-check.sh runs them).
 
 oom:  the device nearly full; 1000 backward calls whose workspace cannot be
-      allocated must each raise FFPAError with status FFPA_ERR_OUT_OF_MEMORY
-      and a message, leave the device's free memory where it was, and leave
-      the context usable.
+      allocated: through the C API with libffpa's own workspace each must
+      return FFPA_ERR_OUT_OF_MEMORY with a message; through the binding
+      (PyTorch allocates the workspace) each raises PyTorch's
+      torch.cuda.OutOfMemoryError. Either way the device's free memory stays
+      where it was and the context works once memory is free.
 big:  forward and backward with tensors of more than 2^31 elements
       (B=1, Hq=32, N=131136, D=512, bf16), checked on sampled rows at both
       ends of the sequence against float64 (scores, O, dQ) and against
@@ -11,12 +13,13 @@ big:  forward and backward with tensors of more than 2^31 elements
 Prints one line per check and "FAIL" on any failure; exit status 1 then.
 """
 import argparse
+import ctypes
 import sys
 
 import torch
 
 import ffpa
-from ffpa import _clib
+from ffpa import _clib, _runtime
 from ffpa._runtime import FFPAError
 
 failures = 0
@@ -28,48 +31,86 @@ def report(ok, text):
     print(("ok   " if ok else "FAIL ") + text, flush=True)
 
 
+def _library_backward(q, k, v, out, lse, grad, dq, dk, dv):
+    """ffpa_backward straight through the C API with no workspace set, so that
+    libffpa allocates its own (the binding always lends a PyTorch buffer)."""
+    ctx = _runtime.context_for(q.device)
+    descs = [_runtime.describe(t, name) for t, name in
+             ((grad, "dout"), (q, "q"), (k, "k"), (v, "v"), (out, "out"))]
+    descs.append(_runtime.describe_lse(lse, False))
+    descs += [_runtime.describe(t, name) for t, name in ((dq, "dq"), (dk, "dk"), (dv, "dv"))]
+    opt = _runtime.make_options(False, q.shape[-1] ** -0.5, 0.0, 0, None, None, None)
+    with _runtime._call(ctx) as lib:
+        status = lib.ffpa_backward(ctx.handle, *[ctypes.byref(d) for d in descs], ctypes.byref(opt))
+        return status, lib.ffpa_last_error(ctx.handle).decode()
+
+
 def check_oom(calls):
+    """Device memory full but for a margin that holds no dQ workspace, twice:
+    libffpa's own workspace allocation (FFPA_ERR_OUT_OF_MEMORY expected) and
+    the binding's (PyTorch allocates the workspace: torch.cuda.OutOfMemoryError,
+    as for any PyTorch op). Either way nothing may leak, and the context must
+    work once memory is free."""
     dev = torch.device("cuda")
     shape = (1, 32, 8192, 512)
     q, k, v = (torch.randn(shape, device=dev, dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
-    out = ffpa.scaled_dot_product_attention(q, k, v)
+    out_graph = ffpa.scaled_dot_product_attention(q, k, v)  # the binding's backward, retained
+    out, lse = ffpa.attention_with_lse(q, k, v)
+    out, lse = out.detach(), lse.detach()
     grad = torch.randn_like(out)
-    # Room for torch's three gradients, not for the library's fp32 dQ workspace.
-    grads_bytes = 3 * q.numel() * q.element_size()
-    torch.cuda.synchronize()
-    free0 = torch.cuda.mem_get_info()[0]
-    hog = torch.empty(free0 - grads_bytes - (96 << 20), dtype=torch.uint8, device=dev)
-    statuses, message = {}, ""
+    dq, dk, dv = (torch.empty_like(t) for t in (q, k, v))
+    dets = [t.detach() for t in (q, k, v)]
+    margin = 96 << 20  # < the fp32 dQ workspace of 512 MiB
+    for path in ("library", "binding"):
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+        free0 = torch.cuda.mem_get_info()[0]
+        room = 3 * q.numel() * q.element_size() if path == "binding" else 0  # torch's own dq, dk, dv
+        hog = torch.empty(free0 - room - margin, dtype=torch.uint8, device=dev)
+        statuses, message = {}, ""
 
-    def attempt():
-        nonlocal message
+        def attempt():
+            nonlocal message
+            try:
+                if path == "library":
+                    status, text = _library_backward(*dets, out, lse, grad, dq, dk, dv)
+                else:
+                    torch.autograd.grad(out_graph, (q, k, v), grad, retain_graph=True)
+                    status, text = _clib.OK, ""
+            except FFPAError as e:
+                status, text = e.status, str(e)
+            except torch.cuda.OutOfMemoryError as e:
+                status, text = "torch.cuda.OutOfMemoryError", str(e).split("\n")[0][:80]
+            statuses[status] = statuses.get(status, 0) + 1
+            message = text or message
+
+        attempt()  # the first failure may leave PyTorch's cache warmer; measure from here
+        torch.cuda.synchronize()
+        free1 = torch.cuda.mem_get_info()[0]
+        for _ in range(calls - 1):
+            attempt()
+        torch.cuda.synchronize()
+        free2 = torch.cuda.mem_get_info()[0]
+        expected = _clib.ERR_OUT_OF_MEMORY if path == "library" else "torch.cuda.OutOfMemoryError"
+        report(statuses.get(expected, 0) == calls and message != "",
+               "oom %s: %d backward calls with the device full: statuses %s; message '%s'"
+               % (path, calls, statuses, message))
+        report(free1 == free2, "oom %s: device free memory %d MiB after the first failing call, %d MiB after %d"
+               % (path, free1 >> 20, free2 >> 20, calls))
+        del hog
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()  # the hog's block back to the device, not just to PyTorch's cache
         try:
-            torch.autograd.grad(out, (q, k, v), grad, retain_graph=True)
-            statuses["ok"] = statuses.get("ok", 0) + 1
-        except FFPAError as e:
-            statuses[e.status] = statuses.get(e.status, 0) + 1
-            message = str(e)
-        except torch.cuda.OutOfMemoryError:
-            statuses["torch"] = statuses.get("torch", 0) + 1
-
-    attempt()  # torch's caching allocator keeps the gradients' blocks from here on
-    torch.cuda.synchronize()
-    free1 = torch.cuda.mem_get_info()[0]
-    for _ in range(calls - 1):
-        attempt()
-    torch.cuda.synchronize()
-    free2 = torch.cuda.mem_get_info()[0]
-    report(statuses.get(_clib.ERR_OUT_OF_MEMORY, 0) == calls and message != "",
-           "oom: %d backward calls with the device full: statuses %s; message '%s'" % (calls, statuses, message))
-    report(free1 == free2, "oom: device free memory %d MiB after the first failing call, %d MiB after %d"
-           % (free1 >> 20, free2 >> 20, calls))
-    del hog
-    torch.cuda.synchronize()
-    try:
-        dq, _, _ = torch.autograd.grad(out, (q, k, v), grad)
-        report(bool(torch.isfinite(dq).all()), "oom: the context works again once memory is free")
-    except Exception as e:  # noqa: BLE001 - any failure here is the finding
-        report(False, "oom: the context after the failures: %r" % e)
+            if path == "library":
+                status, text = _library_backward(*dets, out, lse, grad, dq, dk, dv)
+                torch.cuda.synchronize()
+                ok = status == _clib.OK and bool(torch.isfinite(dq).all())
+            else:
+                g, _, _ = torch.autograd.grad(out_graph, (q, k, v), grad, retain_graph=True)
+                ok, text = bool(torch.isfinite(g).all()), ""
+            report(ok, "oom %s: the context works again once memory is free %s" % (path, text))
+        except Exception as e:  # noqa: BLE001 - any failure here is the finding
+            report(False, "oom %s: the context after the failures: %r" % (path, e))
 
 
 def check_big(n, device="cuda", h=32):

@@ -359,6 +359,26 @@ static void test_caller_workspace(void **state)
     attn_run_forward(&c);
 }
 
+/* A refused allocation leaves the context working: the next forward and
+ * backward match the oracle. (On cuda a refused cudaMalloc once left its
+ * error as the thread's last error, and the next launch check reported it
+ * as that launch's failure.) */
+static void test_failed_alloc_then_work(void **state)
+{
+    (void)state;
+    ffpa_context *ctx = th_ctx();
+    void *p = &p;
+    assert_int_equal(ffpa_malloc(ctx, &p, (size_t)1 << 62), FFPA_ERR_OUT_OF_MEMORY);
+    assert_null(p);
+    print_message("# 2^62 bytes on %s: %s\n", th_backend(), ffpa_last_error(ctx));
+    assert_true(strlen(ffpa_last_error(ctx)) > 0);
+    attn_case c = attn_case_default(th_fixture_dtype(), 33, 96);
+    c.hq = 4;
+    c.hkv = 2;
+    attn_run_forward(&c);
+    attn_run_backward(&c);
+}
+
 /* ffpa_last_kernel: "" before any forward, the kernel after one; on cuda,
  * FFPA_CUDA_KERNEL picks the family and a bogus value is refused, writing nothing. */
 static void test_last_kernel(void **state)
@@ -489,6 +509,7 @@ int main(void)
         cmocka_unit_test(test_memory_round_trip),
         cmocka_unit_test(test_contexts_independent),
         cmocka_unit_test(test_caller_workspace),
+        cmocka_unit_test(test_failed_alloc_then_work),
         cmocka_unit_test(test_last_kernel),
         cmocka_unit_test(test_last_kernel_backward),
     };

@@ -17,6 +17,7 @@
 
 #include <cmocka.h>
 
+#include "dtype.h"
 #include "harness.h"
 
 enum { THREADS = 8, REPEATS = 4, B = 1, HQ = 4, HKV = 2, NQ = 29, NKV = 37, D = 40 };
@@ -72,7 +73,7 @@ static void test_first_contexts_at_once(void **state)
 typedef struct job {
     int seed;
     ffpa_context *ctx;
-    float *host_in[4];   /* q, k, v, dout */
+    void *host_in[4];    /* q, k, v, dout, in dtype_of(i) */
     void *dev[9];        /* q, k, v, dout, o, lse, dq, dk, dv */
     size_t bytes[9];
     unsigned char *alone[5]; /* o, lse, dq, dk, dv from the lone call */
@@ -83,9 +84,15 @@ static const int64_t SHAPES[9][4] = {
     {B, HQ, NQ, D}, {B, HKV, NKV, D}, {B, HKV, NKV, D}, {B, HQ, NQ, D}, {B, HQ, NQ, D},
     {B, HQ, NQ, 1}, {B, HQ, NQ, D},   {B, HKV, NKV, D}, {B, HKV, NKV, D}};
 
+static ffpa_dtype dtype_of(int i)
+{
+    return i == 5 ? FFPA_F32 : th_fixture_dtype();
+}
+
 static ffpa_tensor tensor_of(job *j, int i)
 {
-    return ffpa_tensor_bhnd(j->dev[i], FFPA_F32, SHAPES[i][0], SHAPES[i][1], SHAPES[i][2], SHAPES[i][3]);
+    /* LSE is float32 always; the rest in the backend's fixture dtype (GPU backends refuse f32). */
+    return ffpa_tensor_bhnd(j->dev[i], dtype_of(i), SHAPES[i][0], SHAPES[i][1], SHAPES[i][2], SHAPES[i][3]);
 }
 
 static ffpa_status run_job(job *j)
@@ -114,13 +121,15 @@ static int job_setup(job *j, int seed)
         return -1;
     th_rng rng = th_rng_seeded(4242u + (unsigned)seed);
     for (int i = 0; i < 9; ++i) {
-        j->bytes[i] = sizeof(float) * (size_t)(SHAPES[i][0] * SHAPES[i][1] * SHAPES[i][2] * SHAPES[i][3]);
+        size_t elems = (size_t)(SHAPES[i][0] * SHAPES[i][1] * SHAPES[i][2] * SHAPES[i][3]);
+        j->bytes[i] = ffpa_dtype_size(dtype_of(i)) * elems;
         if (ffpa_malloc(j->ctx, &j->dev[i], j->bytes[i]) != FFPA_OK)
             return -1;
         if (i < 4) {
-            j->host_in[i] = malloc(j->bytes[i]);
-            for (size_t e = 0; e < j->bytes[i] / sizeof(float); ++e)
-                j->host_in[i][e] = (float)th_rng_uniform(&rng, -2.0, 2.0);
+            if (!(j->host_in[i] = malloc(j->bytes[i])))
+                return -1;
+            for (size_t e = 0; e < elems; ++e)
+                ffpa_store_f32(j->host_in[i], dtype_of(i), (int64_t)e, (float)th_rng_uniform(&rng, -2.0, 2.0));
             if (ffpa_memcpy(j->ctx, j->dev[i], j->host_in[i], j->bytes[i], FFPA_COPY_HOST_TO_DEVICE) != FFPA_OK)
                 return -1;
         }

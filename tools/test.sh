@@ -37,7 +37,7 @@ if [ ! -f build-asan/build.ninja ]; then
     -Dcuda=disabled -Dhip=disabled -Dalloc-failure-injection=true || exit 1
 fi
 ninja -C build-asan -j "$jobs" || exit 1
-ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
+ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
   meson test -C build-asan --print-errorlogs --num-processes "$jobs" --suite unit --suite validation \
     --suite oracle --suite alloc
 count_meson build-asan

@@ -27,6 +27,10 @@ static void set_err(char *err, size_t err_len, const char *msg)
 
 ffpa_status ffpa_cuda_error(cudaError_t e, const char *what, char *err, size_t err_len)
 {
+    /* Consume a reported non-sticky error (a failed malloc, say): the runtime
+     * keeps it as the thread's last error, and the next launch check would
+     * report it as that launch's failure. */
+    (void)cudaGetLastError();
     if (err && err_len)
         snprintf(err, err_len, "cuda: %s: %s", what, cudaGetErrorString(e));
     return e == cudaErrorMemoryAllocation ? FFPA_ERR_OUT_OF_MEMORY : FFPA_ERR_DEVICE;
@@ -199,6 +203,7 @@ static ffpa_status cuda_mem_alloc(void *state, void **ptr, size_t bytes, char *e
     cudaError_t e = cudaMalloc(ptr, bytes ? bytes : 1);
     if (e != cudaSuccess) {
         *ptr = NULL;
+        (void)cudaGetLastError(); /* as in ffpa_cuda_error: not the next launch's failure */
         if (err && err_len)
             snprintf(err, err_len, "cuda: cudaMalloc of %zu bytes: %s", bytes, cudaGetErrorString(e));
         return e == cudaErrorMemoryAllocation ? FFPA_ERR_OUT_OF_MEMORY : FFPA_ERR_DEVICE;

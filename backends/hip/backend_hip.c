@@ -28,6 +28,10 @@ static void set_err(char *err, size_t err_len, const char *msg)
 
 ffpa_status ffpa_hip_error(hipError_t e, const char *what, char *err, size_t err_len)
 {
+    /* Consume a reported non-sticky error (a failed malloc, say): the runtime
+     * keeps it as the thread's last error, and the next launch check would
+     * report it as that launch's failure. */
+    (void)hipGetLastError();
     if (err && err_len)
         snprintf(err, err_len, "hip: %s: %s", what, hipGetErrorString(e));
     return e == hipErrorOutOfMemory ? FFPA_ERR_OUT_OF_MEMORY : FFPA_ERR_DEVICE;
@@ -250,6 +254,7 @@ static ffpa_status hip_mem_alloc(void *state, void **ptr, size_t bytes, char *er
     hipError_t e = hipMalloc(ptr, bytes ? bytes : 1);
     if (e != hipSuccess) {
         *ptr = NULL;
+        (void)hipGetLastError(); /* as in ffpa_hip_error: not the next launch's failure */
         if (err && err_len)
             snprintf(err, err_len, "hip: hipMalloc of %zu bytes: %s", bytes, hipGetErrorString(e));
         return e == hipErrorOutOfMemory ? FFPA_ERR_OUT_OF_MEMORY : FFPA_ERR_DEVICE;
