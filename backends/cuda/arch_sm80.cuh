@@ -28,21 +28,12 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 
-#define FFPA_DEV __device__ __forceinline__
+#include "../gpu/arch_fragments.cuh"
 
 namespace ffpa {
 namespace arch {
 
 /* ---------------------------------------------------------------- types */
-
-struct FragA { uint32_t r[4]; }; /* 16x16 f16/bf16, 8 elements per lane */
-struct FragB { uint32_t r[2]; }; /* 16x8  f16/bf16, 4 elements per lane */
-struct FragC { float r[4]; };    /* 16x8  fp32,     4 elements per lane */
-
-/* Lanes per warp and the row/column a FragC element sits at (16x8 tile). */
-constexpr int kWarpSize = 32;
-FFPA_DEV int frag_c_row(int lane, int idx) { return (lane >> 2) + ((idx >> 1) << 3); }
-FFPA_DEV int frag_c_col(int lane, int idx) { return ((lane & 3) << 1) + (idx & 1); }
 
 /* Element type tags: the kernels template on these. */
 using f16 = __half;

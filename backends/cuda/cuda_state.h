@@ -1,33 +1,34 @@
 /*
- * Per-context state of the CUDA backend, shared by the forward (this folder)
- * and the backward (bwd/) code. Plain C: included from C and from .cu files.
+ * Per-context state of the CUDA backend: the shared GPU host layer's part
+ * (gpu_host.h) first, then what only CUDA code reads. The launchers get the
+ * shared part (ffpa_gpu_state) and reach the rest with ffpa_cuda_of(). Plain
+ * C: included from C and from .cu files.
  */
 #ifndef FFPA_CUDA_STATE_H
 #define FFPA_CUDA_STATE_H
 
 #include <cuda_runtime_api.h>
 
-#include "backend.h"
+#include "gpu_host.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
 struct ffpa_cuda_state {
-    int device;                  /* CUDA device ordinal the context is bound to */
-    cudaStream_t stream;         /* stream of every launch and copy (NULL: default) */
+    ffpa_gpu_state gpu;          /* first: device, stream, caps, last kernel */
     struct cudaDeviceProp prop;  /* properties read once at init */
-    ffpa_backend_caps caps;      /* what probe reported: name, limits for the planner */
-    const char *last_kernel;     /* kernel(s) of the last forward or backward (static string or bwd_kernel) */
-    char bwd_kernel[64];         /* the last backward's kernels and tiles (bwd_host.h tiles_label) */
 };
 
-/* Writes "<what>: <cuda error string>" into err; returns FFPA_ERR_DEVICE
- * (FFPA_ERR_OUT_OF_MEMORY for cudaErrorMemoryAllocation). */
-ffpa_status ffpa_cuda_error(cudaError_t e, const char *what, char *err, size_t err_len);
+static inline struct ffpa_cuda_state *ffpa_cuda_of(ffpa_gpu_state *gpu)
+{
+    return (struct ffpa_cuda_state *)gpu;
+}
 
-/* Fills limits from device properties (used by probe and init). */
-void ffpa_cuda_fill_caps(const struct cudaDeviceProp *prop, ffpa_backend_caps *caps);
+static inline cudaStream_t ffpa_cuda_stream(const ffpa_gpu_state *gpu)
+{
+    return (cudaStream_t)gpu->stream;
+}
 
 #ifdef __cplusplus
 }

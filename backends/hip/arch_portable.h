@@ -27,21 +27,12 @@
 
 #include "hip_port.h"
 
-#define FFPA_DEV __device__ __forceinline__
+#include "arch_fragments.cuh"
 
 namespace ffpa {
 namespace arch {
 
 /* ---------------------------------------------------------------- types */
-
-struct FragA { uint32_t r[4]; }; /* 16x16 f16/bf16, 8 elements per lane */
-struct FragB { uint32_t r[2]; }; /* 16x8  f16/bf16, 4 elements per lane */
-struct FragC { float r[4]; };    /* 16x8  fp32,     4 elements per lane */
-
-/* Lanes of a logical warp (the fragment contract), on every target. */
-constexpr int kWarpSize = 32;
-FFPA_DEV int frag_c_row(int lane, int idx) { return (lane >> 2) + ((idx >> 1) << 3); }
-FFPA_DEV int frag_c_col(int lane, int idx) { return ((lane & 3) << 1) + (idx & 1); }
 
 /* 16-bit storage types; the arithmetic is fp32 (conversions below). */
 struct f16 { uint16_t bits; };

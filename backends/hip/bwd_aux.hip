@@ -12,7 +12,7 @@
 #include "bwd_kernels_hip.h"
 
 namespace ffpa {
-namespace hip {
+namespace bwd {
 
 template <typename T> __global__ void __launch_bounds__(bwd::kAuxThreads) bwd_delta_kernel(const ffpa_bwd_params p)
 {
@@ -31,7 +31,7 @@ __global__ void __launch_bounds__(bwd::kAuxThreads)
     bwd::dbias_convert_body(acc, gb, gh, gn, gk, out, dtype, sb, sh, sn, sd);
 }
 
-hipError_t bwd_launch_delta(int dtype, const ffpa_bwd_params &p, hipStream_t stream)
+hipError_t launch_delta(int dtype, const ffpa_bwd_params &p, hipStream_t stream)
 {
     unsigned g[3];
     bwd::delta_grid(p, g);
@@ -45,7 +45,7 @@ hipError_t bwd_launch_delta(int dtype, const ffpa_bwd_params &p, hipStream_t str
     return hipGetLastError();
 }
 
-hipError_t bwd_launch_convert(int dtype, const ConvertJob &job, hipStream_t stream)
+hipError_t launch_convert(int dtype, const ConvertJob &job, hipStream_t stream)
 {
     const int64_t work = job.heads * job.rows_total * (job.dim / 8);
     if (work == 0)
@@ -58,7 +58,7 @@ hipError_t bwd_launch_convert(int dtype, const ConvertJob &job, hipStream_t stre
     return hipGetLastError();
 }
 
-hipError_t bwd_launch_dbias_convert(const float *acc, const int64_t (&grid)[4], void *out, int out_dtype,
+hipError_t launch_dbias_convert(const float *acc, const int64_t (&grid)[4], void *out, int out_dtype,
                                     const int64_t (&stride)[4], hipStream_t stream)
 {
     const int64_t work = grid[0] * grid[1] * grid[2] * grid[3];
@@ -69,18 +69,18 @@ hipError_t bwd_launch_dbias_convert(const float *acc, const int64_t (&grid)[4], 
     return hipGetLastError();
 }
 
-hipError_t bwd_launch_dkdv(int dtype, int kernel, const ffpa_bwd_params &p, size_t smem, hipStream_t stream)
+hipError_t launch_dkdv(int dtype, int kernel, const ffpa_bwd_params &p, size_t smem, hipStream_t stream)
 {
-    return dtype == FFPA_F16 ? bwd_launch_dkdv_f16(kernel, p, smem, stream)
-                             : bwd_launch_dkdv_bf16(kernel, p, smem, stream);
+    return dtype == FFPA_F16 ? launch_dkdv_f16(kernel, p, smem, stream)
+                             : launch_dkdv_bf16(kernel, p, smem, stream);
 }
 
-hipError_t bwd_launch_dq(int dtype, int kernel, const ffpa_bwd_params &p, int64_t blocks, size_t smem,
+hipError_t launch_dq(int dtype, int kernel, const ffpa_bwd_params &p, int64_t blocks, size_t smem,
                          hipStream_t stream)
 {
-    return dtype == FFPA_F16 ? bwd_launch_dq_f16(kernel, p, blocks, smem, stream)
-                             : bwd_launch_dq_bf16(kernel, p, blocks, smem, stream);
+    return dtype == FFPA_F16 ? launch_dq_f16(kernel, p, blocks, smem, stream)
+                             : launch_dq_bf16(kernel, p, blocks, smem, stream);
 }
 
-} /* namespace hip */
+} /* namespace bwd */
 } /* namespace ffpa */

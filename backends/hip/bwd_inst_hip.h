@@ -15,10 +15,7 @@
 #include "bwd_kernels_hip.h"
 
 namespace ffpa {
-namespace hip {
-
-using bwd::BigCfg;
-using bwd::SmallCfg;
+namespace bwd {
 
 template <typename T, int kBc>
 __global__ void __launch_bounds__(BigCfg::kThreads) bwd_dkdv_kernel(const ffpa_bwd_params p)
@@ -74,5 +71,5 @@ hipError_t FFPA_BWD_LAUNCH_DQ(int kernel, const ffpa_bwd_params &p, int64_t bloc
     return bwd_launch_with_smem<BigCfg>(bwd_dq_kernel<FFPA_BWD_T>, dim3((unsigned)blocks), smem, stream, p);
 }
 
-} /* namespace hip */
+} /* namespace bwd */
 } /* namespace ffpa */

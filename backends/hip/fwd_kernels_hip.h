@@ -29,11 +29,6 @@ template <class Cfg> __global__ void __launch_bounds__(Cfg::kThreads) ffpa_hip_f
     fwd_body<Cfg>(p);
 }
 
-template <typename T> __global__ void ffpa_hip_combine_kernel(const ffpa_gpu_fwd_params p)
-{
-    combine_body<T>(p);
-}
-
 struct FwdKernelDesc {
     int dv, wm, wn, bc, chunk, threads;
     size_t (*smem_bytes)(int q_resident, int qk_chunks, int stages);

@@ -43,7 +43,7 @@ if [ "$STEP" = build ]; then
       -c "backends/hip/$f.hip" -o "$P/nv/$f.o" >"$P/nv/$f.ptxas.log" 2>&1 &
     pids+=($!)
   done
-  for c in backends/hip/backend_hip.c common/plan.c common/env.c common/kv_sched.c; do
+  for c in backends/hip/runtime_hip.c backends/gpu/gpu_host.c backends/gpu/gpu_calls.c common/plan.c common/env.c common/kv_sched.c; do
     cc -std=c11 -O2 -fPIC -fvisibility=hidden -D_POSIX_C_SOURCE=200809L -D__HIP_PLATFORM_NVIDIA__ \
       -I"$CUDA_INC" $INC -c "$c" -o "$P/nv/$(basename "$c" .c).o"
   done

@@ -21,10 +21,10 @@ extern "C" {
  * buffer, each 256-byte aligned. 0 for problems it rejects. */
 size_t ffpa_cuda_backward_workspace(const ffpa_problem *pb);
 
-/* Launches the backward of pb on st->stream (asynchronous). fp16/bf16,
+/* Launches the backward of pb on gpu->stream (asynchronous). fp16/bf16,
  * Dqk/Dv multiples of 8 up to 1024, q/k/v/o/dout with unit last-dim stride
  * and 16-byte aligned rows; anything else: FFPA_ERR_UNSUPPORTED saying why. */
-ffpa_status ffpa_cuda_backward(struct ffpa_cuda_state *st, const ffpa_problem *pb, void *ws,
+ffpa_status ffpa_cuda_backward(ffpa_gpu_state *gpu, const ffpa_problem *pb, void *ws,
                                size_t ws_bytes, char *err, size_t err_len);
 
 #ifdef __cplusplus

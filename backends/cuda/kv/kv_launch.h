@@ -1,5 +1,5 @@
 /*
- * extern "C" interface between the host glue (backend_cuda.c) and the
+ * extern "C" interface between the CUDA runtime table (runtime_cuda.c) and the
  * KV-cache launcher (kv_launch.cu).
  */
 #ifndef FFPA_CUDA_KV_LAUNCH_H
@@ -14,10 +14,10 @@
 extern "C" {
 #endif
 
-size_t ffpa_cuda_kv_workspace(const struct ffpa_cuda_state *st, const ffpa_problem *pb);
-ffpa_status ffpa_cuda_forward_kvcache(struct ffpa_cuda_state *st, const ffpa_problem *pb, void *ws,
+size_t ffpa_cuda_kv_workspace(const ffpa_gpu_state *gpu, const ffpa_problem *pb);
+ffpa_status ffpa_cuda_forward_kvcache(ffpa_gpu_state *gpu, const ffpa_problem *pb, void *ws,
                                       size_t ws_bytes, char *err, size_t err_len);
-ffpa_status ffpa_cuda_kv_schedule(const struct ffpa_cuda_state *st, const ffpa_problem *pb,
+ffpa_status ffpa_cuda_kv_schedule(const ffpa_gpu_state *gpu, const ffpa_problem *pb,
                                   const int32_t *host_seqlens, ffpa_kv_schedule_info *out, char *err,
                                   size_t err_len);
 

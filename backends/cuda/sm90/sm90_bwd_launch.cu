@@ -92,31 +92,31 @@ extern "C" ffpa_status ffpa_cuda_sm90_backward(struct ffpa_cuda_state *st, const
     out.dv = pb->grad_v.data;
     out.dv_sb = pb->grad_v.sb, out.dv_sh = pb->grad_v.sh, out.dv_sn = pb->grad_v.sn, out.dv_sd = pb->grad_v.sd;
 
-    cudaStream_t stream = st->stream;
+    cudaStream_t stream = ffpa_cuda_stream(&st->gpu);
     cudaError_t e = cudaSuccess;
     if (varlen) {
         const size_t bytes = (size_t)(pb->batch + 1) * sizeof(int32_t);
         if ((e = cudaMemcpyAsync(base + lay.cu_q, pb->cu_q, bytes, cudaMemcpyHostToDevice, stream)) != cudaSuccess ||
             (e = cudaMemcpyAsync(base + lay.cu_k, pb->cu_k, bytes, cudaMemcpyHostToDevice, stream)) != cudaSuccess)
-            return ffpa_cuda_error(e, "cuda backward: uploading cu_seqlens", err, err_len);
+            return ffpa_gpu_launch_error(e, "cuda backward: uploading cu_seqlens", err, err_len);
     }
     const int dtype = (int)pb->dtype;
     const size_t dq_bytes = (size_t)(pb->hq * pb->total_q * pb->dqk) * sizeof(float);
     if (pb->nq > 0) {
         if ((e = ffpa::bwd::launch_delta(dtype, p, stream)) != cudaSuccess)
-            return ffpa_cuda_error(e, "cuda backward: delta kernel", err, err_len);
+            return ffpa_gpu_launch_error(e, "cuda backward: delta kernel", err, err_len);
         if ((e = cudaMemsetAsync(p.dq.data, 0, dq_bytes, stream)) != cudaSuccess)
-            return ffpa_cuda_error(e, "cuda backward: clearing the dQ buffer", err, err_len);
+            return ffpa_gpu_launch_error(e, "cuda backward: clearing the dQ buffer", err, err_len);
     }
     const int64_t ctas = (int64_t)p.kv_blocks * pb->hkv * pb->batch;
     const int extras = p.mask.bias != NULL || p.mask.has_dropout;
     if (pb->nkv > 0 && (e = kd->launch[extras](maps, p, out, ctas, stream)) != cudaSuccess)
-        return ffpa_cuda_error(e, "cuda backward: sm90 dK/dV/dQ kernel", err, err_len);
+        return ffpa_gpu_launch_error(e, "cuda backward: sm90 dK/dV/dQ kernel", err, err_len);
     if (pb->nq > 0) {
         const ffpa::bwd::ConvertJob cj = host::convert_job(static_cast<const float *>(p.dq.data), pb->grad_q, pb->hq,
                                                            pb->total_q, varlen ? 0 : pb->nq, pb->dqk);
         if ((e = ffpa::bwd::launch_convert(dtype, cj, stream)) != cudaSuccess)
-            return ffpa_cuda_error(e, "cuda backward: dQ conversion kernel", err, err_len);
+            return ffpa_gpu_launch_error(e, "cuda backward: dQ conversion kernel", err, err_len);
     }
     if (kernel)
         *kernel = kd->name;

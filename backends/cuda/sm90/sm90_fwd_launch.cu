@@ -78,9 +78,9 @@ extern "C" ffpa_status ffpa_cuda_sm90_forward(struct ffpa_cuda_state *st, const 
     p.part_o = NULL;
     p.part_lse = NULL;
     const int64_t clusters = (int64_t)p.q_blocks * pb->hq * pb->batch;
-    cudaError_t e = kd->launch(maps, p, clusters, st->stream);
+    cudaError_t e = kd->launch(maps, p, clusters, ffpa_cuda_stream(&st->gpu));
     if (e != cudaSuccess)
-        return ffpa_cuda_error(e, "launching the sm90 forward kernel", err, err_len);
+        return ffpa_gpu_launch_error(e, "launching the sm90 forward kernel", err, err_len);
     if (kernel)
         *kernel = kd->name;
     return FFPA_OK;

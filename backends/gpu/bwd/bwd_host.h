@@ -6,10 +6,8 @@
  * parameters, and the launch sequence
  *   delta -> dK/dV -> dQ (+ dbias) -> [fp32 buffers -> dq, dk, dv, dbias].
  *
- * The runtime is a template argument Rt (the launcher's shim):
- *   Rt::Error, Rt::Stream; static bool ok(Error); const char *error_string(Error);
- *   bool out_of_memory(Error); Error copy_to_device(void *, const void *, size_t, Stream);
- *   Error zero(void *, size_t, Stream); and the kernel launches
+ * The runtime is a template argument Rt: BwdRt (bwd_entry.h), gpu_rt.h's
+ * calls and the kernel launches
  *   delta(dtype, p, s), dkdv(dtype, kernel, p, smem, s), dq(dtype, kernel, p, blocks, smem, s),
  *   convert(dtype, job, s), dbias_convert(acc, grid, out, dtype, stride, s).
  * (kernel: a bwd::Kernel of bwd_params.h). Every call is asynchronous on the stream.
@@ -402,6 +400,7 @@ inline void fill_params(const ffpa_problem *pb, unsigned char *base, const Layou
 template <class Rt>
 ffpa_status device_error(typename Rt::Error e, const char *who, const char *what, char *err, size_t err_len)
 {
+    (void)Rt::last_error(); /* consumed: not the next launch's failure */
     snprintf(err, err_len, "%s backward: %s: %s", who, what, Rt::error_string(e));
     return Rt::out_of_memory(e) ? FFPA_ERR_OUT_OF_MEMORY : FFPA_ERR_DEVICE;
 }

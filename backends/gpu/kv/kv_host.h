@@ -7,12 +7,9 @@
  *   [append] -> schedule -> attention -> merge,
  * every step asynchronous on the stream, nothing read back.
  *
- * The runtime is a template argument Rt (the launcher's shim):
- *   Rt::Error, Rt::Stream; static bool ok(Error); const char *error_string(Error);
- *   Error schedule(const ffpa_gpu_kv_params &, Stream);
- *   Error append(ffpa_dtype, const ffpa_gpu_kv_params &, Stream);
- *   Error merge(ffpa_dtype, const ffpa_gpu_kv_params &, Stream);
- * and a table of instantiations (KvKernel) with their launch functions.
+ * The runtime is a template argument Rt (KvRt, kv_rt.cuh: gpu_rt.h's calls
+ * and the launches of the small kernels), and a table of instantiations
+ * (KvKernel) with their launch functions.
  */
 #ifndef FFPA_GPU_KV_HOST_H
 #define FFPA_GPU_KV_HOST_H
@@ -291,10 +288,8 @@ ffpa_status forward(const ffpa_problem *pb, const K *table, int n, const ffpa_de
         step = "merging the splits";
         e = Rt::merge(pb->dtype, p, stream);
     }
-    if (!Rt::ok(e)) {
-        snprintf(err, err_len, "%s: %s: %s", backend, step, Rt::error_string(e));
-        return FFPA_ERR_DEVICE;
-    }
+    if (!Rt::ok(e))
+        return Rt::error(e, step, err, err_len);
     *kernel_name = c.kernel->name;
     return FFPA_OK;
 }

@@ -6,7 +6,7 @@
  * fields). Every name below is HIP's own spelling mapped 1:1 onto CUDA, so
  * the backend's sources are the same text on both platforms.
  *
- * Host part: plain C (backend_hip.c includes it). Device part: only under a
+ * Host part: plain C (runtime_hip.c includes it). Device part: only under a
  * CUDA compiler.
  */
 #ifndef FFPA_HIP_ON_CUDA_H
