@@ -457,9 +457,9 @@ double th_check(const char *what, th_tensor *t, const double *ref, const double 
                     if (!ok) {
                         if (bad < 6)
                             snprintf(first[bad], sizeof first[bad],
-                                     "  [%lld,%lld,%lld,%lld] got %.9g want %.9g\n",
+                                     "  [%lld,%lld,%lld,%lld] got %.9g want %.9g%s%.3g\n",
                                      (long long)a, (long long)b, (long long)c, (long long)d,
-                                     got, want);
+                                     got, want, mag ? " magnitude " : "", mag ? mag[r] : 0.0);
                         ++bad;
                     }
                 }

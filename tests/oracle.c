@@ -98,6 +98,7 @@ int oracle_problem_init(oracle_problem *p, const ffpa_tensor *q, const ffpa_tens
     p->rows_q = q->shape[2];
     p->rows_k = k->shape[2];
     p->dqk = q->shape[3];
+    p->o_quantum = q->dtype == FFPA_F16 ? ldexp(1.0, -25) : 0.0;
     p->dv = v->shape[3];
     if ((p->hkv < 1 && p->hq != 0) || (p->hkv && p->hq % p->hkv != 0) || k->shape[3] != p->dqk ||
         v->shape[2] != p->rows_k)
@@ -314,9 +315,15 @@ static void backward_sums(const oracle_problem *p, const double *dout, double *d
                     for (int64_t d = 0; d < p->dv; ++d)
                         orow[d] += prob[j] * mult[j] * vj[d];
                 }
-                double delta = 0.0;
-                for (int64_t d = 0; d < p->dv; ++d)
+                double delta = 0.0, delta_mag = 0.0;
+                for (int64_t d = 0; d < p->dv; ++d) {
                     delta += gi[d] * orow[d];
+                    /* Backends form Delta from O rounded to the output dtype:
+                     * its error scales with sum |dO * O| (Delta itself may
+                     * cancel to ~0, e.g. one key: dS = P (dP - Delta) = 0),
+                     * plus, in f16, the absolute rounding of O near 0. */
+                    delta_mag += fabs(gi[d]) * (fabs(orow[d]) + p->o_quantum);
+                }
                 for (int64_t j = 0; j < lk; ++j) {
                     if (prob[j] == 0.0)
                         continue;
@@ -326,7 +333,7 @@ static void backward_sums(const oracle_problem *p, const double *dout, double *d
                     double dp = 0.0;
                     for (int64_t d = 0; d < p->dv; ++d)
                         dp += gi[d] * vj[d];
-                    double ds = magnitude ? prob[j] * (fabs(dp * mult[j]) + fabs(delta))
+                    double ds = magnitude ? prob[j] * (fabs(dp * mult[j]) + delta_mag)
                                           : prob[j] * (dp * mult[j] - delta);
                     double pd = prob[j] * mult[j];
                     if (dv)

@@ -36,6 +36,8 @@ typedef struct oracle_problem {
     double dropout_scale;
     uint64_t dropout_seed, dropout_offset;
     int32_t *cu_q, *cu_k;     /* own copies of the offsets, or NULL */
+    double o_quantum;         /* rounding of an output element near 0 in the problem's dtype (f16: 2^-25,
+                                 half its subnormal step; else 0): backends form Delta from the rounded O */
 } oracle_problem;
 
 /* Reads host tensors q, k, v and opt (opt->bias, when set, must also be a host
