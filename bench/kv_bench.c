@@ -21,8 +21,7 @@
 
 #include "dtype.h"
 #include "ffpa.h"
-#include "bench_util.h"
-#include "kv_bench.h"
+#include "bench.h"
 #include "cli.h"
 
 typedef struct kv_shape {

@@ -410,7 +410,7 @@ static ffpa_tuning_table *table_from_json(const cJSON *root, const char *path, c
     {
         char why[128];
         if (i >= n || !parse_entry(it, (int)version, &entries[i], why, sizeof why)) {
-            warnf(warn, warn_len, "%s: entry %d %s; expected the fields of tuning/README.md", path, i,
+            warnf(warn, warn_len, "%s: entry %d %s; expected the fields of docs/notes/tuning.md", path, i,
                   i >= n ? "is extra" : why);
             free(entries);
             free(t);

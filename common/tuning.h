@@ -1,7 +1,7 @@
 /*
  * Per-device tuning tables: tuned overrides of the planner's heuristics,
  * measured by tuning/ffpa-tune on one device and stored as JSON
- * (tuning/<device>.json, format described in tuning/README.md).
+ * (tuning/<device>.json, format described in docs/notes/tuning.md).
  *
  * The core loads a table per context (ffpa_tuning_load_for_device) and hands
  * it to the backend in ffpa_problem.tuning; the planner (ffpa_plan_make)

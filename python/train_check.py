@@ -10,7 +10,7 @@ is next-token cross entropy after the first block: learning the grammar takes
 it from ln(vocab) to ln(branches), copying the block (attention looking
 `period` tokens back) towards 0.
 
-    FFPA_LIBRARY=build/libffpa.so python3 python/train_check.py --out python/train_check
+    FFPA_LIBRARY=build/libffpa.so python3 python/train_check.py --out bench/results/<device>/train_check
 
 Needs a CUDA device and libffpa's cuda backend. bf16 autocast, fp32 weights.
 """
@@ -191,8 +191,7 @@ def main():
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default="cuda", help="cuda, or cpu for a smoke test")
     p.add_argument("--impls", default="sdpa,ffpa", help="comma-separated subset of sdpa,ffpa")
-    p.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                                 "train_check"))
+    p.add_argument("--out", default="train_check", help="folder for the CSV, JSON and plot")
     args = p.parse_args()
     device = torch.device(args.device)
     os.makedirs(args.out, exist_ok=True)

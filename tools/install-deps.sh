@@ -5,7 +5,7 @@
 set -euo pipefail
 packages=(gcc pkg-config meson ninja-build libcjson-dev)
 if [ "${1:-}" = "--test" ]; then
-  # clang-19 + lld-19 compile the HIP plugin for gfx90a/gfx942/gfx1100 (see backends/hip/NOTES.md);
+  # clang-19 + lld-19 compile the HIP plugin for gfx90a/gfx942/gfx1100 (see docs/notes/hip.md);
   # clang-tools-19 has clang-offload-bundler, which clang++ runs for every HIP object (only a Recommends)
   # libclang-rt-19-dev: libFuzzer and the sanitizer runtimes for clang (tools/fuzz.sh);
   # python3-venv, python3-mesonpy, patchelf: `pip install ./python` builds libffpa into the wheel

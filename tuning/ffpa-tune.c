@@ -166,7 +166,7 @@ static tune_shape sized(int64_t nq, int64_t nkv, int64_t d, int causal, int gqa)
 {
     tune_shape s = {1, 32, 32, nq, nkv, d, causal};
     if (nq == 8192) {
-        s.hq = 16; /* the benchmark grid's shape (bench/grid.sh): B = 1, Hq = 16 */
+        s.hq = 16; /* the benchmark grid's shape (bench/gpu.sh grid): B = 1, Hq = 16 */
     } else if (nq > 16) {
         double per_head = 4.0 * (double)nq * (double)nkv * (double)d * (causal ? 0.5 : 1.0);
         double heads = 4e11 / per_head;

@@ -1,4 +1,4 @@
-/* ffpa-tune: the JSON of tuning tables (format: tuning/README.md). */
+/* ffpa-tune: the JSON of tuning tables (format: docs/notes/tuning.md). */
 #include <stdio.h>
 #include <stdlib.h>
 

@@ -88,7 +88,7 @@ __device__ __forceinline__ uint32_t piece_off(int x, int pc)
  * the common case is one straight-line block: a run-time "skip the zero
  * padding" test between k-steps splits the unrolled loop into basic blocks,
  * and the SASS scheduler then cannot hoist the ldmatrix of step k+1 above
- * the MMAs of step k (measured v2 -> v3 in bench/NOTES.md).
+ * the MMAs of step k (measured v2 -> v3 in docs/notes/forward.md).
  */
 template <class Cfg, bool kFull>
 __device__ __forceinline__ void qk_slab(arch::FragC (&s)[Cfg::kNT], const typename Cfg::T *qs,

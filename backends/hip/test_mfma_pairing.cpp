@@ -4,7 +4,7 @@
  * to FragC. Checks the lane maps of arch_cdna.h against a model of the
  * documented wave64 operand layout, with exact small-integer data.
  * What it cannot check: that the hardware follows that layout (no AMD GPU
- * here); see NOTES.md.
+ * here); see docs/notes/hip.md.
  */
 #include <cstdio>
 #include <cstdlib>

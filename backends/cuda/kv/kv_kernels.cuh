@@ -23,7 +23,7 @@ using KvDesc = kv::KvKernel<cudaStream_t, cudaError_t>;
  * swizzle groups), so a KV head is streamed once by enough threads to keep
  * the loads in flight; 64 / 32 rows (MLA, speculative, chunked prefill)
  * as the prefill kernels. minBlocks/SM is also the occupancy the ring depth
- * is sized for: measured on the H100 (bench/kv-check.sh's sweep: d128 at
+ * is sized for: measured on the H100 (the decode sweep of docs/notes/decode.md: d128 at
  * 1/2/3/4 blocks: 45/67/84/91% of copy; d256 52/79/89/67%).
  *                                    T  Dv  WM WN  Bc cols minBlocks/SM */
 template <typename T> using Kv16x128 = FwdConfig<T, 128, 1, 2, 64, 128, 4>;

@@ -6,7 +6,7 @@ set -eu
 so="$1"
 cuobjdump=${CUOBJDUMP:-$(dirname "$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)")/cuobjdump}
 if [ ! -x "$cuobjdump" ]; then
-  echo "SKIP: no cuobjdump beside nvcc (the GPU machine has it: bench/sm90-check.sh runs this test)"
+  echo "SKIP: no cuobjdump beside nvcc (the GPU machine has it: bench/gpu.sh test runs this test)"
   exit 77
 fi
 sass=$("$cuobjdump" -sass -arch sm_90a "$so")

@@ -13,7 +13,7 @@
  *      and LSE.
  * Why not sum the whole S in every CTA (the butterfly all-reduce of v1-v8):
  * DSMEM moves about 8-11 bytes per cycle per SM on the H100
- * (bench/dsmem_probe.cu), and the exchange is on the consumer's critical
+ * (backends/cuda/sm90/dsmem_probe.cu), and the exchange is on the consumer's critical
  * path. The all-reduce sends 16 KiB per consumer and tile per butterfly step
  * (C=2: 16 KiB, C=4: 32 KiB); this sends (C-1)/C x (16 KiB + 8 KiB) plus the
  * maxima (12.25 / 18.75 KiB), and each CTA computes the exponentials of 1/C

@@ -173,7 +173,7 @@ template <class Cfg> FFPA_DEV void mla_zero_tail(uint8_t *slot, int keys_valid, 
  * all of tile i to land. The softmax does not overlap tensor work: that
  * would need QK^T(i+1) issued before it, i.e. tile i+1 loaded while tile
  * i-1 is still being read, a third key tile that does not fit beside Q
- * (72 KiB each); see NOTES.md for the measured cost.
+ * (72 KiB each); see docs/notes/decode.md for the measured cost.
  */
 template <class Cfg> struct MlaSoftmaxWarpgroup {
     using T = typename Cfg::T;

@@ -2,7 +2,7 @@
 """Instruction mix of each forward kernel in a `cuobjdump -sass` listing:
 HMMA, LDSM, other instructions per HMMA, barriers, branches, local memory.
 
-  python3 bench/sass_mix.py FILE.sass
+  python3 bench/py/sass_mix.py FILE.sass
 """
 import re
 import sys

@@ -1,4 +1,4 @@
-"""GPU reliability checks (not in CI; bench/reliability-check.sh runs them).
+"""GPU reliability checks (not in CI; the reliability step of bench/gpu.sh runs them).
 
 oom:  the device nearly full; 1000 backward calls whose workspace cannot be
       allocated: through the C API with libffpa's own workspace each must

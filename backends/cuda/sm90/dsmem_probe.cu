@@ -13,7 +13,7 @@
  * one cluster alone and with the whole GPU busy.
  *
  *   nvcc -std=c++17 -O3 -gencode arch=compute_90a,code=sm_90a -Ibackends/cuda -Ibackends/cuda/sm90 \
- *        bench/dsmem_probe.cu -o dsmem_probe && ./dsmem_probe
+ *        backends/cuda/sm90/dsmem_probe.cu -o dsmem_probe && ./dsmem_probe
  */
 #include <cstdio>
 #include <cuda_runtime.h>

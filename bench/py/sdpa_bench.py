@@ -2,7 +2,7 @@
 """Times PyTorch SDPA on the shapes ffpa-bench ran, in the same session on the
 GPU machine, and prints them side by side.
 
-  python3 bench/sdpa_bench.py --merge ffpa.csv [--csv sdpa.csv] [--backward] [SHAPE ...]
+  python3 bench/py/sdpa_bench.py --merge ffpa.csv [--csv sdpa.csv] [--backward] [SHAPE ...]
 
 SHAPE is ffpa-bench's B,Hq,Hkv,Nq,Nkv,Dqk,Dv[,flags] (flags c = causal; other
 flags are ignored: SDPA runs the plain problem). Without SHAPEs the shapes of

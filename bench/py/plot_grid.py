@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""Merges the CSVs of bench/grid.sh into the README-style grid and a plot.
+"""Merges the CSVs of the grid step of bench/gpu.sh into the README-style grid and a plot.
 
-  python3 bench/plot_grid.py --tuned ffpa_tuned.csv --untuned ffpa_untuned.csv \
+  python3 bench/py/plot_grid.py --tuned ffpa_tuned.csv --untuned ffpa_untuned.csv \
       --sdpa sdpa.csv --out DIR
 
 Inputs: ffpa-bench CSVs (shape,backend,device,dtype,path,ms,tflops,check) with
-and without the tuning table, and bench/sdpa_bench.py's merged CSV
+and without the tuning table, and bench/py/sdpa_bench.py's merged CSV
 (shape,...,sdpa_tflops). Writes DIR/grid.csv (one row per shape, every
 figure), DIR/grid.md (head dims across; rows SDPA, ffpa per kernel path,
 speedup, and the table-vs-heuristics ratio) and DIR/grid.png (TFLOP/s against

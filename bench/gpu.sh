@@ -1,0 +1,300 @@
+#!/bin/bash
+# The one script for the GPU machine: named steps, any combination in one call.
+#
+#   bash bench/gpu.sh [STEP...]          (default: build test check sanitize bench sdpa)
+#
+#   build        core, tests, ffpa-bench, CUDA plugin (ARCHS, default 90a) in BUILD (default build-gpu)
+#   test         the C suites on the cuda backend, default kernels and generic ones (TEST_KERNELS)
+#   check        ffpa-bench --check vs the cpu backend, every element, poisoned outputs: forward
+#                (auto and FFPA_CUDA_KERNEL=sm90), backward (bf16, f16), decode and MLA
+#   sanitize     compute-sanitizer memcheck, racecheck, synccheck on small forward, backward, decode shapes
+#   bench        forward (KERNELS, default "auto generic"), backward and decode rows; CSVs in OUT
+#   sdpa         PyTorch SDPA on the bench step's forward, backward and dense-decode rows and the GEMM
+#                ceiling (bf16 8192^3 matmul); the decode rows carry their own same-run copy ceiling
+#   mla          the Hopper MLA decode kernel: page sizes, fp16, beside the generic kernels
+#   profile      Nsight Compute on the forward kernels (PROFILE_SHAPES)
+#   tune         ffpa-tune (forward and backward, TUNE_BUDGET s) into BUILD/ffpa/tuning; checks with it
+#   grid         the benchmark grid (with and without the tuning table, SDPA) in OUT/results/<device>
+#   reliability  device OOM x1000 and > 2^31 elements (py/reliability_gpu.py), the zero-size, thread,
+#                validation suites, STRESS_FWD/STRESS_BWD random cases with device memory sampled, and
+#                memcheck on a sample
+#   python       the package's tests on this GPU and the training check (python/train_check.py)
+#   hipnv        the HIP backend's sources on this GPU (__HIP_PLATFORM_NVIDIA__, backends/hip/nvidia-check.sh)
+#   diag         the sm90 forward's diagnostic builds (DIAG=1: no DSMEM exchange, timing only; 2: timeline)
+#
+# Logs and CSVs go to OUT (default /tmp/ffpa-gpu); each step prints "== ..." lines, a summary ends.
+# The machine has no apt: cmocka and cJSON travel in .deps/ (tools/device-deps.sh).
+set -u
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/ffpa-gpu}
+B=${BUILD:-build-gpu}
+STEPS=${*:-build test check sanitize bench sdpa}
+mkdir -p "$OUT"
+[ -d .deps ] && . tools/device-env.sh
+export PYTHONUNBUFFERED=1
+BENCH="$B/bench/ffpa-bench"
+summary=()
+note() { summary+=("$1"); echo "== $1"; }
+fails() { echo "$(grep -c FAIL "$1") FAIL of $2"; }
+san_summary() { grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$1" | tail -1; }
+device=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,memory.used --format=csv,noheader |
+  tee "$OUT/gpu.txt"
+
+# ------------------------------------------------------------------ shapes
+# B,Hq,Hkv,Nq,Nkv,Dqk,Dv[,flags]: c causal, b bias, d dropout, v varlen, l lse.
+FWD_CHECK=(1,2,2,77,77,64,64,l 2,4,2,130,200,128,128,cl 1,2,1,70,33,256,256,cl 1,4,4,100,100,72,72,l
+  1,2,2,90,150,320,320,cl 1,2,2,65,65,512,512,l 1,2,2,300,300,512,512,cl 1,2,2,50,80,200,200,bl
+  2,4,2,70,90,128,128,dl 2,2,2,70,90,512,512,bdl 3,4,2,100,120,128,128,vcl 3,2,2,80,100,512,512,vbl
+  1,8,8,3,777,512,512,cl 2,2,2,16,300,320,320,cdl 1,3,1,200,129,384,384,cl 1,2,2,129,257,448,448,l
+  1,2,2,40,40,264,264,l 1,2,2,100,100,512,384,l 1,2,1,1000,1000,512,512,c 1,2,1,70,150,1024,1024,cl
+  1,2,2,90,90,768,768,bl 1,2,2,100,100,576,512,cl 2,2,2,60,100,1024,1024,vdl 1,2,2,33,70,536,536,l
+  1,2,2,64,64,8,8 1,8,2,1,1000,128,128,l 1,4,1,1,500,1024,1024,l)
+BWD_CHECK=(1,2,2,77,77,64,64 2,4,2,130,200,128,128,c 1,2,1,70,33,256,256,c 1,2,2,90,150,320,320,c
+  1,2,2,300,300,512,512,c 3,4,2,100,120,128,128,vc 3,2,2,80,100,512,512,v 1,8,8,3,777,512,512,c
+  1,3,1,200,129,384,384,c 1,2,2,129,257,448,448 1,2,2,100,100,512,384 1,2,1,1000,1000,512,512,c
+  1,2,1,70,150,1024,1024,c 1,2,2,90,90,768,768 1,2,2,100,100,576,512,c 2,2,2,60,100,1024,1024,v
+  1,2,2,33,70,536,536 2,2,2,70,90,512,512,bd 1,4,1,256,512,1024,1024,c 1,2,2,64,64,1024,640
+  1,2,1,100,130,320,320,cbd 2,4,2,100,120,128,128,vbd 1,2,2,90,90,768,768,d 1,2,2,65,65,512,512,b)
+# Decode: B,Hq,Hkv,Nq,Nkv,Dqk,Dv,page[,flags]: c causal, a append, m MLA, x mixed lengths, d dense.
+KV_CHECK=(1,8,2,1,1,64,64,16 3,8,2,1,17,128,128,16,x 2,32,8,1,5000,128,128,64 2,4,4,4,300,256,256,16,ca
+  2,8,1,16,200,512,512,16,ca 2,4,2,1,3000,1024,1024,256 3,128,1,1,700,576,512,64,ma
+  2,64,1,2,300,576,512,16,mac 2,16,1,1,100000,576,512,64,m 1,32,8,300,500,128,128,64,ca
+  2,8,8,1,999,128,128,16,d 2,32,8,1,4097,512,512,64 2,8,2,3,1000,1024,1024,48,cax 4,8,2,1,777,256,256,32,x
+  5,128,1,1,65,576,512,64,m 3,32,1,2,1001,576,512,16,mc 4,64,1,4,300,576,512,256,mcx
+  2,16,1,1,17,576,512,16,ma 1,128,1,4,129,576,512,32,mca 7,16,1,1,3000,576,512,64,mx 2,8,1,1,500,576,512,64,md)
+FWD_SAN=(1,2,1,70,90,128,128,bdl 1,1,1,33,70,256,256,cl 1,1,1,40,70,320,320,l 1,1,1,33,70,512,512,cbl
+  2,2,2,20,40,128,128,vl 1,1,1,40,140,1024,1024,cl 1,4,1,1,300,512,512,l)
+BWD_SAN=(1,2,1,70,130,320,320,c 1,1,1,40,140,1024,1024,c 1,1,1,90,200,768,768,c 2,2,2,20,40,128,128,v
+  1,1,1,40,70,512,512,bd)
+KV_SAN=(1,8,2,1,300,128,128,16,x 1,32,1,2,200,576,512,64,mac 1,4,4,3,130,1024,1024,16,ca 2,8,8,1,100,64,64,16,d
+  1,64,1,1,300,576,512,48,m 2,128,1,2,257,576,512,16,mc 3,16,1,1,130,576,512,256,mx)
+FWD_PERF=(${FWD_PERF:-1,32,32,8192,8192,128,128 1,32,32,8192,8192,256,256 1,32,32,8192,8192,320,320
+  1,32,32,8192,8192,512,512 1,32,32,8192,8192,512,512,c 1,32,8,8192,8192,512,512 1,32,32,8192,8192,768,768
+  1,32,32,8192,8192,1024,1024 1,32,8,1,8192,512,512})
+BWD_PERF=(${BWD_PERF:-1,32,32,8192,8192,128,128 1,32,32,8192,8192,320,320 1,32,32,8192,8192,512,512
+  1,32,32,8192,8192,512,512,c 1,32,8,8192,8192,512,512 1,32,32,8192,8192,1024,1024})
+KV_PERF=(${KV_PERF:-8,32,8,1,32768,128,128,64 8,32,8,1,32768,256,256,64 8,32,8,1,32768,512,512,64
+  8,32,8,1,32768,1024,1024,64 8,32,8,4,32768,128,128,64,c 8,8,8,1,32768,128,128,64 8,32,8,1,32768,128,128,16
+  8,32,8,1,32768,128,128,256 64,32,8,1,32768,128,128,64,x 128,16,1,1,8192,576,512,64,m
+  64,128,1,1,8192,576,512,64,m 32,128,1,2,4096,576,512,64,mc 1,32,8,2048,8192,128,128,64,ca})
+KV_DENSE=(8,32,8,1,32768,128,128 8,32,8,1,32768,512,512 8,128,1,1,8192,576,512)
+
+want() { [[ " $STEPS " == *" $1 "* ]]; }
+
+# ------------------------------------------------------------------ build
+if want build || [ ! -x "$BENCH" ]; then
+  if [ ! -f "$B/build.ninja" ]; then
+    meson setup "$B" -Dcuda=enabled -Dcuda-archs="${ARCHS:-90a}" -Dhip=disabled >"$OUT/setup.log" 2>&1 ||
+      { tail -20 "$OUT/setup.log"; exit 1; }
+  fi
+  t0=$(date +%s)
+  ninja -C "$B" >"$OUT/build.log" 2>&1 || { grep -E "error" -A3 "$OUT/build.log" | head -40; exit 1; }
+  note "build: $(( $(date +%s) - t0 )) s (archs ${ARCHS:-90a}, $(nproc) cores)"
+fi
+export FFPA_BACKEND_PATH="$PWD/$B/backends/cuda"
+
+if want test; then
+  for k in ${TEST_KERNELS:-auto generic}; do
+    FFPA_CUDA_KERNEL=$k FFPA_TEST_BACKEND=cuda CMOCKA_MESSAGE_OUTPUT=TAP timeout 500 meson test -C "$B" \
+      --suite oracle --suite validation --suite unit --print-errorlogs --num-processes 8 >"$OUT/test-$k.log" 2>&1
+    note "test suite (cuda, FFPA_CUDA_KERNEL=$k): rc=$? passed/failed/skipped: $(python3 tools/count_tests.py "$B/meson-logs/testlog.json")"
+    grep -E "^not ok" "$B/meson-logs/testlog.txt" | head -5
+  done
+fi
+
+if want check; then
+  timeout 200 "$BENCH" --backend cuda --check --no-time "${FWD_CHECK[@]}" >"$OUT/check-fwd.log" 2>&1
+  note "check forward (auto) vs cpu: rc=$? $(fails "$OUT/check-fwd.log" ${#FWD_CHECK[@]})"
+  FFPA_CUDA_KERNEL=sm90 timeout 200 "$BENCH" --backend cuda --check --no-time "${FWD_CHECK[@]:0:24}" \
+    >"$OUT/check-fwd-sm90.log" 2>&1
+  note "check forward (sm90) vs cpu: rc=$? $(fails "$OUT/check-fwd-sm90.log" 24)"
+  timeout 300 "$BENCH" --backend cuda --backward --check --no-time "${BWD_CHECK[@]}" >"$OUT/check-bwd.log" 2>&1
+  note "check backward (bf16) vs cpu: rc=$? $(fails "$OUT/check-bwd.log" ${#BWD_CHECK[@]})"
+  timeout 120 "$BENCH" --backend cuda --dtype f16 --backward --check --no-time 1,2,2,90,150,320,320,c \
+    1,2,1,70,150,1024,1024,c 2,4,2,130,200,128,128,vc 1,2,2,70,90,512,512,bd >"$OUT/check-bwd-f16.log" 2>&1
+  note "check backward (f16) vs cpu: rc=$? $(fails "$OUT/check-bwd-f16.log" 4)"
+  timeout 200 "$BENCH" --backend cuda --decode --check --reps 10 "${KV_CHECK[@]}" >"$OUT/check-kv.log" 2>&1
+  note "check decode vs cpu: rc=$? $(fails "$OUT/check-kv.log" ${#KV_CHECK[@]})"
+  grep -h FAIL "$OUT"/check-*.log | head -10
+fi
+
+if want sanitize; then
+  for tool in memcheck racecheck synccheck; do
+    for part in fwd bwd kv; do
+      case $part in
+        fwd) args=(--check "${FWD_SAN[@]}") ;;
+        bwd) args=(--backward --check "${BWD_SAN[@]}") ;;
+        kv) args=(--decode --reps 10 "${KV_SAN[@]}") ;;
+      esac
+      timeout 300 compute-sanitizer --tool $tool --error-exitcode 9 "$BENCH" --backend cuda --no-time "${args[@]}" \
+        >"$OUT/san-$tool-$part.log" 2>&1
+      note "compute-sanitizer $tool $part: rc=$? $(san_summary "$OUT/san-$tool-$part.log")"
+    done
+  done
+fi
+
+if want bench; then
+  for k in ${KERNELS:-auto generic}; do
+    FFPA_CUDA_KERNEL=$k timeout 300 "$BENCH" --backend cuda --reps 10 --csv "$OUT/fwd-$k.csv" "${FWD_PERF[@]}" \
+      >"$OUT/bench-fwd-$k.log" 2>&1
+    note "bench forward $k: rc=$?"
+    grep -v "^#" "$OUT/bench-fwd-$k.log" | head -20
+  done
+  timeout 400 "$BENCH" --backend cuda --backward --reps 10 --csv "$OUT/bwd.csv" "${BWD_PERF[@]}" \
+    >"$OUT/bench-bwd.log" 2>&1
+  note "bench backward: rc=$?"
+  grep -v "^#" "$OUT/bench-bwd.log" | head -20
+  timeout 300 "$BENCH" --backend cuda --decode --reps 20 --csv "$OUT/kv.csv" "${KV_PERF[@]}" \
+    >"$OUT/bench-kv.log" 2>&1
+  note "bench decode: rc=$?"
+  grep -v "^#" "$OUT/bench-kv.log" | head -20
+  timeout 120 "$BENCH" --backend cuda --reps 20 --csv "$OUT/kv-dense.csv" "${KV_DENSE[@]}" >/dev/null 2>&1
+fi
+
+if want sdpa && python3 -c "import torch" 2>/dev/null; then
+  python3 bench/py/sdpa_bench.py --gemm 8,128,1,1,8192,576,512 2>&1 | grep -E "gemm|device" | tee "$OUT/ceilings.log"
+  for f in fwd-auto bwd kv-dense; do
+    [ -f "$OUT/$f.csv" ] || continue
+    extra=$([ $f = bwd ] && echo --backward)
+    timeout 500 python3 bench/py/sdpa_bench.py $extra --merge "$OUT/$f.csv" --csv "$OUT/sdpa-$f.csv" \
+      >"$OUT/sdpa-$f.log" 2>&1
+    note "sdpa beside $f: rc=$?"
+    tail -12 "$OUT/sdpa-$f.log"
+  done
+fi
+
+if want mla; then
+  MLA=(64,128,1,1,8192,576,512,64,m 32,128,1,2,4096,576,512,64,mc 128,16,1,1,8192,576,512,64,m
+       64,128,1,1,32768,576,512,64,mx 64,128,1,1,8192,576,512,16,m 64,128,1,1,8192,576,512,256,m
+       128,16,1,1,8192,576,512,16,m 64,64,1,1,8192,576,512,64,m 64,32,1,4,8192,576,512,64,mc 8,128,1,1,8192,576,512,64,md)
+  "$BENCH" --backend cuda --decode --reps 20 --csv "$OUT/mla.csv" "${MLA[@]}" 2>&1 | tee "$OUT/mla.log"
+  "$BENCH" --backend cuda --decode --reps 20 --dtype f16 "${MLA[@]:0:1}" "${MLA[@]:2:1}" 2>&1 | tail -2 |
+    sed 's/^/f16 /' | tee -a "$OUT/mla.log"
+  FFPA_CUDA_KERNEL=generic "$BENCH" --backend cuda --decode --reps 10 "${MLA[@]:0:4}" 2>&1 | tail -4 |
+    sed 's/^/generic /' | tee -a "$OUT/mla.log"
+  for n in 1 3 4; do
+    FFPA_KV_BLOCKS_PER_SM=$n "$BENCH" --backend cuda --decode --reps 20 8,32,8,1,32768,128,128,64 \
+      8,32,8,1,32768,256,256,64 2>&1 | tail -2 | sed "s/^/blocks\/SM=$n /"
+  done | tee "$OUT/kv-sweep.log"
+fi
+
+if want profile && command -v ncu >/dev/null; then
+  M=sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active
+  for k in sm90 generic; do
+    for s in ${PROFILE_SHAPES:-1,32,32,4096,4096,256,256 1,32,32,4096,4096,512,512}; do
+      tag=$k-$(echo "$s" | cut -d, -f6)
+      FFPA_CUDA_KERNEL=$k timeout 240 ncu -k regex:"fwd_kernel" -c 1 --section SpeedOfLight --section WarpStateStats \
+        --section MemoryWorkloadAnalysis --section Occupancy --metrics "$M" \
+        "$BENCH" --backend cuda --iters 1 --reps 1 --warmup 0 "$s" >"$OUT/ncu-$tag.txt" 2>&1
+      note "ncu $k $s: rc=$?"
+      grep -E "cycles_active|Duration|Compute \(SM\) Throughput|Memory Throughput|Achieved Occupancy|Registers Per|Warp Cycles Per Issued|Stall" \
+        "$OUT/ncu-$tag.txt" | head -16
+    done
+  done
+fi
+
+if want tune; then
+  mkdir -p "$B/ffpa/tuning"
+  t0=$(date +%s)
+  (cd "$B/ffpa/tuning" && ../../tuning/ffpa-tune --pass both --budget-s "${TUNE_BUDGET:-240}") >"$OUT/tune.log" 2>&1
+  note "ffpa-tune: rc=$? $(( $(date +%s) - t0 )) s; table(s): $(ls "$B/ffpa/tuning")"
+  cp "$B"/ffpa/tuning/*.json "$OUT/" 2>/dev/null
+  timeout 200 "$BENCH" --backend cuda --check --no-time "${FWD_CHECK[@]:0:12}" >"$OUT/check-tuned.log" 2>&1
+  note "check forward with the new table: rc=$? $(fails "$OUT/check-tuned.log" 12)"
+fi
+
+if want grid; then
+  R="$OUT/results/$(echo "$device" | tr ' ' '_')"
+  mkdir -p "$R"
+  G=()
+  for d in 64 128 256 320 512 768 1024; do
+    G+=("1,16,16,8192,8192,$d,$d" "1,16,16,8192,8192,$d,$d,c" "1,16,4,8192,8192,$d,$d" "1,32,8,1,8192,$d,$d")
+  done
+  for d in 128 512 1024; do G+=("1,16,16,2048,2048,$d,$d" "1,4,4,32768,32768,$d,$d" "1,32,32,4,4096,$d,$d"); done
+  # Tuned and untuned back to back, in alternating order, shape by shape: clock
+  # drift over a pass (a few percent) cannot pass for the table's effect.
+  unset FFPA_CUDA_FWD_STAGES
+  for i in "${!G[@]}"; do
+    order=$( (( i % 2 )) && echo "untuned tuned" || echo "tuned untuned")
+    for which in $order; do
+      t=$([ $which = tuned ] && echo 1 || echo 0)
+      FFPA_TUNING=$t "$BENCH" --backend cuda --reps "${REPS:-10}" --csv "$OUT/grid-$which-$i.csv" "${G[$i]}" >/dev/null 2>&1
+    done
+  done
+  for which in tuned untuned; do
+    head -1 "$OUT/grid-$which-0.csv" >"$R/ffpa_$which.csv"
+    for i in "${!G[@]}"; do tail -n +2 "$OUT/grid-$which-$i.csv"; done >>"$R/ffpa_$which.csv"
+  done
+  rm -f "$OUT"/grid-*-*.csv
+  python3 bench/py/sdpa_bench.py --merge "$R/ffpa_tuned.csv" --csv "$R/sdpa.csv" >/dev/null 2>&1
+  python3 bench/py/plot_grid.py --tuned "$R/ffpa_tuned.csv" --untuned "$R/ffpa_untuned.csv" --sdpa "$R/sdpa.csv" \
+    --out "$R" >"$R/grid.log" 2>&1
+  note "grid: $(ls "$R" | tr '\n' ' ')"
+fi
+
+if want reliability; then
+  FFPA_LIBRARY="$PWD/$B/libffpa.so" PYTHONPATH="$PWD/python" timeout 300 python3 bench/py/reliability_gpu.py \
+    >"$OUT/reliability.log" 2>&1
+  note "reliability_gpu.py (oom, > 2^31 elements): rc=$? $(grep -c '^ok' "$OUT/reliability.log") ok, $(grep -c '^FAIL' "$OUT/reliability.log") FAIL"
+  grep -E "^(ok|FAIL|big)" "$OUT/reliability.log"
+  for t in empty threads validation backend; do
+    FFPA_TEST_BACKEND=cuda CMOCKA_MESSAGE_OUTPUT=TAP timeout 300 "$B/tests/test_$t" >"$OUT/rel-$t.log" 2>&1
+    note "test_$t on cuda: rc=$? ok=$(grep -c '^ok' "$OUT/rel-$t.log") not_ok=$(grep -c '^not ok' "$OUT/rel-$t.log")"
+  done
+  seed=$(( $(date +%s) % 1000000 + 1000 ))
+  for t in forward backward; do
+    n=$([ $t = forward ] && echo "${STRESS_FWD:-2000}" || echo "${STRESS_BWD:-600}")
+    FFPA_TEST_BACKEND=cuda FFPA_TEST_RANDOM_CASES=$n FFPA_TEST_RANDOM_SEED=$seed CMOCKA_MESSAGE_OUTPUT=TAP \
+      timeout 400 "$B/tests/test_$t" >"$OUT/stress-$t.log" 2>&1 &
+    pid=$!
+    # Device memory every second (the test is the GPU's only process; the
+    # container hides its pid from --query-compute-apps): no growth case after case.
+    while kill -0 $pid 2>/dev/null; do
+      nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits
+      sleep 1
+    done >"$OUT/stress-$t-mem.txt"
+    wait $pid
+    note "stress $t: $n random cases from seed $seed: rc=$? cases=$(grep -c '^# case' "$OUT/stress-$t.log") not_ok=$(grep -c '^not ok' "$OUT/stress-$t.log"); device MiB $(awk 'NR == 1 {f = $1} {l = $1; if ($1 > m) m = $1} END {printf "first %s last %s max %s", f, l, m}' "$OUT/stress-$t-mem.txt")"
+    grep -B2 -E "^ERROR" "$OUT/stress-$t.log" | head -6
+  done
+  for t in empty forward backward; do
+    FFPA_TEST_BACKEND=cuda FFPA_TEST_RANDOM_CASES=${SAN_CASES:-40} FFPA_TEST_RANDOM_SEED=$seed CMOCKA_MESSAGE_OUTPUT=TAP \
+      timeout 250 compute-sanitizer --tool memcheck --error-exitcode 9 "$B/tests/test_$t" >"$OUT/rel-san-$t.log" 2>&1
+    note "memcheck test_$t (random sample): rc=$? $(san_summary "$OUT/rel-san-$t.log")"
+  done
+fi
+
+if want python; then
+  FFPA_LIBRARY="$PWD/$B/libffpa.so" PYTHONPATH="$PWD/python" timeout 500 python3 -m pytest -q -p no:cacheprovider \
+    -rfE python/tests >"$OUT/pytest.log" 2>&1
+  note "python tests on the GPU: rc=$? $(tail -1 "$OUT/pytest.log")"
+  FFPA_LIBRARY="$PWD/$B/libffpa.so" PYTHONPATH="$PWD/python" timeout 500 python3 python/train_check.py --out "$OUT" \
+    >"$OUT/train_check.log" 2>&1
+  note "training check: rc=$? $(tail -1 "$OUT/train_check.log")"
+fi
+
+if want hipnv; then
+  t0=$(date +%s)
+  bash backends/hip/nvidia-check.sh build build-hipnv >"$OUT/hipnv-build.log" 2>&1
+  note "HIP on NVIDIA build: rc=$? $(( $(date +%s) - t0 )) s"
+  OUT="$OUT/hipnv" HIPNV_STEPS="${HIPNV_STEPS:-forward backward validation kvcache}" \
+    bash backends/hip/nvidia-check.sh test build-hipnv 2>&1 | grep "^==" | while read -r l; do note "hipnv $l"; done
+fi
+
+if want diag; then
+  flag=$([ "${DIAG:-1}" = 2 ] && echo -DFFPA_SM90_DIAG_TIMELINE || echo -DFFPA_SM90_DIAG_SKIP_EXCHANGE)
+  D="$B-diag${DIAG:-1}"
+  [ -f "$D/build.ninja" ] || meson setup "$D" -Dcuda=enabled -Dcuda-archs=90a -Dhip=disabled -Dcuda_args=$flag \
+    >"$OUT/setup-diag.log" 2>&1
+  ninja -C "$D" backends/cuda/libffpa-cuda.so bench/ffpa-bench >"$OUT/build-diag.log" 2>&1
+  reps=$([ "${DIAG:-1}" = 2 ] && echo "--reps 1 --iters 1 --warmup 0" || echo "--reps 10")
+  FFPA_BACKEND_PATH="$PWD/$D/backends/cuda" FFPA_CUDA_KERNEL=sm90 timeout 120 "$D/bench/ffpa-bench" --backend cuda \
+    $reps 1,32,32,8192,8192,256,256 1,32,32,8192,8192,512,512 1,32,32,8192,8192,1024,1024 >"$OUT/bench-diag.log" 2>&1
+  note "diag ${DIAG:-1} ($flag): rc=$?"
+  grep -v "^#" "$OUT/bench-diag.log"
+fi
+
+echo
+echo "================ summary ($device; steps: $STEPS)"
+printf '%s\n' "${summary[@]}"
