@@ -18,7 +18,7 @@
 
 namespace {
 
-using ffpa::cuda::FwdKernelDesc;
+using ffpa::FwdKernelDesc;
 namespace host = ffpa::fwd::host;
 
 /* Decode (a few query rows, no bias, dropout or varlen) runs the KV-cache

@@ -28,6 +28,8 @@ typedef hipMemcpyKind gpuMemcpyKind;
 #define gpuMemcpyAsync hipMemcpyAsync
 #define gpuMemsetAsync hipMemsetAsync
 #define gpuStreamSynchronize hipStreamSynchronize
+#define gpuFuncSetAttribute hipFuncSetAttribute
+#define gpuFuncAttributeMaxDynamicSharedMemorySize hipFuncAttributeMaxDynamicSharedMemorySize
 #else
 #include <cuda_runtime_api.h>
 #define FFPA_GPU_VENDOR "cuda"
@@ -47,6 +49,8 @@ typedef enum cudaMemcpyKind gpuMemcpyKind;
 #define gpuMemcpyAsync cudaMemcpyAsync
 #define gpuMemsetAsync cudaMemsetAsync
 #define gpuStreamSynchronize cudaStreamSynchronize
+#define gpuFuncSetAttribute cudaFuncSetAttribute
+#define gpuFuncAttributeMaxDynamicSharedMemorySize cudaFuncAttributeMaxDynamicSharedMemorySize
 #endif
 
 #endif

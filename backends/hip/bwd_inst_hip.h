@@ -13,6 +13,7 @@
 #include "bwd/bwd_dkdv.cuh"
 #include "bwd/bwd_dq.cuh"
 #include "bwd_kernels_hip.h"
+#include "gpu_launch.cuh"
 
 namespace ffpa {
 namespace bwd {
@@ -40,35 +41,22 @@ __global__ void __launch_bounds__(SmallCfg::kThreads) bwd_dq_small_kernel(const 
     bwd::dq_body<T, SmallCfg>(p);
 }
 
-template <class B, typename K>
-static hipError_t bwd_launch_with_smem(K kernel, dim3 grid, size_t smem, hipStream_t stream, const ffpa_bwd_params &p)
-{
-#if defined(__HIP_PLATFORM_NVIDIA__)
-    /* Above 48 KiB of dynamic shared memory CUDA wants an opt-in. */
-    hipError_t e = hipFuncSetAttribute(kernel, hipFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-    if (e != hipSuccess)
-        return e;
-#endif
-    kernel<<<grid, dim3(B::kThreads), smem, stream>>>(p);
-    return hipGetLastError();
-}
-
 hipError_t FFPA_BWD_LAUNCH_DKDV(int kernel, const ffpa_bwd_params &p, size_t smem, hipStream_t stream)
 {
     dim3 grid((unsigned)p.kv_blocks, (unsigned)p.hkv, (unsigned)p.batch);
     if (kernel == bwd::kDkdvSmall)
-        return bwd_launch_with_smem<SmallCfg>(bwd_dkdv_small_kernel<FFPA_BWD_T>, grid, smem, stream, p);
+        return launch_with_smem(bwd_dkdv_small_kernel<FFPA_BWD_T>, grid, SmallCfg::kThreads, smem, stream, p);
     if (kernel == bwd::kDkdv64)
-        return bwd_launch_with_smem<BigCfg>(bwd_dkdv_kernel<FFPA_BWD_T, 64>, grid, smem, stream, p);
-    return bwd_launch_with_smem<BigCfg>(bwd_dkdv_kernel<FFPA_BWD_T, 32>, grid, smem, stream, p);
+        return launch_with_smem(bwd_dkdv_kernel<FFPA_BWD_T, 64>, grid, BigCfg::kThreads, smem, stream, p);
+    return launch_with_smem(bwd_dkdv_kernel<FFPA_BWD_T, 32>, grid, BigCfg::kThreads, smem, stream, p);
 }
 
 hipError_t FFPA_BWD_LAUNCH_DQ(int kernel, const ffpa_bwd_params &p, int64_t blocks, size_t smem, hipStream_t stream)
 {
     if (kernel == bwd::kDqSmall)
-        return bwd_launch_with_smem<SmallCfg>(bwd_dq_small_kernel<FFPA_BWD_T>, dim3((unsigned)blocks), smem, stream,
-                                              p);
-    return bwd_launch_with_smem<BigCfg>(bwd_dq_kernel<FFPA_BWD_T>, dim3((unsigned)blocks), smem, stream, p);
+        return launch_with_smem(bwd_dq_small_kernel<FFPA_BWD_T>, dim3((unsigned)blocks), SmallCfg::kThreads, smem,
+                                stream, p);
+    return launch_with_smem(bwd_dq_kernel<FFPA_BWD_T>, dim3((unsigned)blocks), BigCfg::kThreads, smem, stream, p);
 }
 
 } /* namespace bwd */

@@ -1,7 +1,8 @@
 /*
  * HIP instantiation layer of the forward: __global__ entry points over the
  * vendor-neutral body (backends/gpu/fwd_kernel.cuh) compiled with the HIP
- * architecture layer (arch_hip.h), and a descriptor per instantiation.
+ * architecture layer (arch_hip.h), and a descriptor per instantiation
+ * (backends/gpu/kernel_desc.cuh).
  *
  * The shapes must be those of the planner's table (common/plan.c,
  * gpu_fwd_shapes): {Dv, warps along rows, warps along D, Bc, chunk}.
@@ -12,6 +13,7 @@
 
 #include "arch_hip.h"
 #include "fwd_kernel.cuh"
+#include "kernel_desc.cuh"
 
 namespace ffpa {
 namespace hip {
@@ -29,35 +31,9 @@ template <class Cfg> __global__ void __launch_bounds__(Cfg::kThreads) ffpa_hip_f
     fwd_body<Cfg>(p);
 }
 
-struct FwdKernelDesc {
-    int dv, wm, wn, bc, chunk, threads;
-    size_t (*smem_bytes)(int q_resident, int qk_chunks, int stages);
-    hipError_t (*launch)(const ffpa_gpu_fwd_params &p, size_t smem, int64_t blocks, hipStream_t stream);
-};
-
-template <class Cfg> size_t fwd_smem_bytes(int q_resident, int qk_chunks, int stages)
-{
-    return fwd_smem_layout<Cfg>(q_resident, qk_chunks, stages).total;
-}
-
-template <class Cfg>
-hipError_t fwd_launch(const ffpa_gpu_fwd_params &p, size_t smem, int64_t blocks, hipStream_t stream)
-{
-#if defined(__HIP_PLATFORM_NVIDIA__)
-    /* Above 48 KiB of dynamic shared memory CUDA wants an opt-in. */
-    hipError_t e = hipFuncSetAttribute(ffpa_hip_fwd_kernel<Cfg>, hipFuncAttributeMaxDynamicSharedMemorySize,
-                                       (int)smem);
-    if (e != hipSuccess)
-        return e;
-#endif
-    ffpa_hip_fwd_kernel<Cfg><<<dim3((unsigned)blocks), dim3(Cfg::kThreads), smem, stream>>>(p);
-    return hipGetLastError();
-}
-
 template <class Cfg> constexpr FwdKernelDesc fwd_desc()
 {
-    return FwdKernelDesc{Cfg::kDv, Cfg::kWM,      Cfg::kWN, Cfg::kBc, Cfg::kCols, Cfg::kThreads,
-                         &fwd_smem_bytes<Cfg>, &fwd_launch<Cfg>};
+    return fwd_kernel_desc<Cfg, ffpa_hip_fwd_kernel<Cfg>>();
 }
 
 /* Tables of three instantiations each, defined in fwd_inst_<dtype>_<small|large>.hip

@@ -12,7 +12,7 @@
 
 namespace {
 
-using ffpa::hip::FwdKernelDesc;
+using ffpa::FwdKernelDesc;
 namespace host = ffpa::fwd::host;
 
 const FwdKernelDesc *kernel_for(const ffpa_problem *pb, const ffpa_plan &plan)

@@ -12,11 +12,10 @@
 #include "arch_hip.h"
 #include "kv/kv_host.h"
 #include "kv/kv_kernel.cuh"
+#include "kernel_desc.cuh"
 
 namespace ffpa {
 namespace hip {
-
-using KvDesc = kv::KvKernel<hipStream_t, hipError_t>;
 
 /*                                            T  Dv  WM WN  Bc cols */
 template <typename T> using Kv16x128 = FwdConfig<T, 128, 1, 2, 64, 128, 1>;
@@ -29,29 +28,9 @@ template <class Cfg> __global__ void __launch_bounds__(Cfg::kThreads) ffpa_hip_k
     kv_attn_body<Cfg>(p);
 }
 
-template <class Cfg> size_t kv_smem_bytes(int qk_chunks, int stages)
-{
-    return fwd_smem_layout<Cfg>(1, qk_chunks, stages).total;
-}
-
-template <class Cfg>
-hipError_t kv_launch(const ffpa_gpu_kv_params &p, size_t smem, int64_t blocks, hipStream_t stream)
-{
-#if defined(__HIP_PLATFORM_NVIDIA__)
-    /* Above 48 KiB of dynamic shared memory CUDA wants an opt-in. */
-    hipError_t e = hipFuncSetAttribute(ffpa_hip_kv_attn_kernel<Cfg>, hipFuncAttributeMaxDynamicSharedMemorySize,
-                                       (int)smem);
-    if (e != hipSuccess)
-        return e;
-#endif
-    ffpa_hip_kv_attn_kernel<Cfg><<<dim3((unsigned)blocks), dim3(Cfg::kThreads), smem, stream>>>(p);
-    return hipGetLastError();
-}
-
 template <class Cfg> constexpr KvDesc kv_desc(ffpa_dtype dtype, const char *name)
 {
-    return KvDesc{dtype, Cfg::kDv, Cfg::kBr, Cfg::kBc, Cfg::kCols, Cfg::kThreads, Cfg::kMinBlocks, name,
-                  &kv_smem_bytes<Cfg>, &kv_launch<Cfg>, nullptr};
+    return kv_kernel_desc<Cfg, ffpa_hip_kv_attn_kernel<Cfg>>(dtype, name);
 }
 
 /* Defined in kv_inst_<dtype>.hip (functions: see fwd_kernels_hip.h). */

@@ -10,7 +10,7 @@
 
 namespace {
 
-const ffpa::hip::KvDesc *table_of(ffpa_dtype dt)
+const ffpa::KvDesc *table_of(ffpa_dtype dt)
 {
     return dt == FFPA_F16 ? ffpa::hip::kv_f16() : ffpa::hip::kv_bf16();
 }

@@ -20,6 +20,7 @@
 #include "bwd/bwd_dkdv.cuh"
 #include "bwd/bwd_dq.cuh"
 #include "bwd_kernels.h"
+#include "gpu_launch.cuh"
 
 namespace ffpa {
 namespace bwd {
@@ -48,32 +49,23 @@ __global__ void __launch_bounds__(SmallCfg::kThreads, 1) dq_small_kernel(const _
     dq_body<T, SmallCfg>(p);
 }
 
-template <class B, typename K>
-static cudaError_t launch_with_smem(K kernel, dim3 grid, size_t smem, cudaStream_t stream, const ffpa_bwd_params &p)
-{
-    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-    if (e != cudaSuccess)
-        return e;
-    kernel<<<grid, B::kThreads, smem, stream>>>(p);
-    return cudaGetLastError();
-}
-
 cudaError_t FFPA_BWD_LAUNCH_DKDV(int kernel, const ffpa_bwd_params &p, size_t smem, cudaStream_t stream)
 {
     dim3 grid((unsigned)p.kv_blocks, (unsigned)p.hkv, (unsigned)p.batch);
     if (kernel == kDkdvSmall)
-        return launch_with_smem<SmallCfg>(dkdv_small_kernel<FFPA_BWD_T>, grid, smem, stream, p);
+        return launch_with_smem(dkdv_small_kernel<FFPA_BWD_T>, grid, SmallCfg::kThreads, smem, stream, p);
     if (kernel == kDkdv64)
-        return launch_with_smem<BigCfg>(dkdv_kernel<FFPA_BWD_T, 64>, grid, smem, stream, p);
-    return launch_with_smem<BigCfg>(dkdv_kernel<FFPA_BWD_T, 32>, grid, smem, stream, p);
+        return launch_with_smem(dkdv_kernel<FFPA_BWD_T, 64>, grid, BigCfg::kThreads, smem, stream, p);
+    return launch_with_smem(dkdv_kernel<FFPA_BWD_T, 32>, grid, BigCfg::kThreads, smem, stream, p);
 }
 
 cudaError_t FFPA_BWD_LAUNCH_DQ(int kernel, const ffpa_bwd_params &p, int64_t blocks, size_t smem,
                                cudaStream_t stream)
 {
     if (kernel == kDqSmall)
-        return launch_with_smem<SmallCfg>(dq_small_kernel<FFPA_BWD_T>, dim3((unsigned)blocks), smem, stream, p);
-    return launch_with_smem<BigCfg>(dq_kernel<FFPA_BWD_T>, dim3((unsigned)blocks), smem, stream, p);
+        return launch_with_smem(dq_small_kernel<FFPA_BWD_T>, dim3((unsigned)blocks), SmallCfg::kThreads, smem,
+                                stream, p);
+    return launch_with_smem(dq_kernel<FFPA_BWD_T>, dim3((unsigned)blocks), BigCfg::kThreads, smem, stream, p);
 }
 
 cudaError_t FFPA_BWD_ATTR(int which, cudaFuncAttributes *attr)

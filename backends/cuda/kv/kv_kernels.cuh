@@ -11,12 +11,11 @@
 #include "../fwd_kernels.cuh"
 #include "../../gpu/kv/kv_host.h"
 #include "../../gpu/kv/kv_kernel.cuh"
+#include "../../gpu/kernel_desc.cuh"
 #include "../sm90/sm90_mla_launch.h"
 
 namespace ffpa {
 namespace cuda {
-
-using KvDesc = kv::KvKernel<cudaStream_t, cudaError_t>;
 
 /* Tiles: 16 packed rows (decode: Hq/Hkv x Nq <= 16) with 2-4 warps splitting
  * every D chunk (64 columns each: a warp's columns must be whole 128-byte
@@ -42,21 +41,9 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks) ffpa_kv_attn_k
 #endif
 }
 
-template <class Cfg> size_t kv_smem_bytes(int qk_chunks, int stages)
-{
-    return fwd_smem_layout<Cfg>(1, qk_chunks, stages).total;
-}
-
-template <class Cfg>
-cudaError_t kv_launch(const ffpa_gpu_kv_params &p, size_t smem, int64_t blocks, cudaStream_t stream)
-{
-    return launch_with_smem(ffpa_kv_attn_kernel<Cfg>, p, blocks, Cfg::kThreads, smem, stream);
-}
-
 template <class Cfg> constexpr KvDesc kv_desc(ffpa_dtype dtype, const char *name)
 {
-    return KvDesc{dtype, Cfg::kDv, Cfg::kBr, Cfg::kBc, Cfg::kCols, Cfg::kThreads, Cfg::kMinBlocks, name,
-                  &kv_smem_bytes<Cfg>, &kv_launch<Cfg>, nullptr};
+    return kv_kernel_desc<Cfg, ffpa_kv_attn_kernel<Cfg>>(dtype, name);
 }
 
 /* The Hopper MLA decode kernel (sm90/sm90_mla_*): 64 packed rows, 64-key

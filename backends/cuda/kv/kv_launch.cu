@@ -8,7 +8,7 @@
 
 namespace {
 
-const ffpa::cuda::KvDesc *table_of(ffpa_dtype dt)
+const ffpa::KvDesc *table_of(ffpa_dtype dt)
 {
     return dt == FFPA_F16 ? ffpa::cuda::kv_f16 : ffpa::cuda::kv_bf16;
 }
