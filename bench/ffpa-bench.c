@@ -7,7 +7,8 @@
  *
  * SHAPE: B,Hq,Hkv,Nq,Nkv,Dqk,Dv[,flags]   flags: c causal, b bias (fp32,
  * broadcast over batch), d dropout 0.1, v varlen (random lengths <= N),
- * l LSE output. Example: 1,32,32,8192,8192,512,512,c
+ * l LSE output, r deterministic backward (with --check: five more runs must
+ * give the same bytes). Example: 1,32,32,8192,8192,512,512,c
  *
  * Options: --backend NAME (default: FFPA_BACKEND / auto), --dtype bf16|f16,
  * --iters N (iterations per timed repetition, default auto), --reps N
@@ -42,48 +43,9 @@
 #include "cli.h"
 #include "bench.h"
 
-/* ---- helpers shared with kv_bench.c (bench.h) */
-
-double bench_now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-int bench_cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
-static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
-float bench_rand_unit(void)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (float)((rng_state >> 40) * (1.0 / 8388608.0)) - 1.0f;
-}
-
-uint64_t bench_rng_reseed(uint64_t state)
-{
-    uint64_t old = rng_state;
-    rng_state = state;
-    return old;
-}
-
-void bench_fill_random(uint16_t *h, size_t n, ffpa_dtype dt)
-{
-    for (size_t i = 0; i < n; ++i) {
-        float x = bench_rand_unit();
-        h[i] = dt == FFPA_BF16 ? ffpa_f32_to_bf16(x) : ffpa_f32_to_f16(x);
-    }
-}
-
 typedef struct shape {
     int64_t b, hq, hkv, nq, nkv, dqk, dv;
-    int causal, bias, dropout, varlen, lse;
+    int causal, bias, dropout, varlen, lse, deterministic;
     char text[128];
 } shape;
 
@@ -112,6 +74,7 @@ static int parse_shape(const char *s, shape *out)
     out->dropout = strchr(flags, 'd') != NULL;
     out->varlen = strchr(flags, 'v') != NULL;
     out->lse = strchr(flags, 'l') != NULL;
+    out->deterministic = strchr(flags, 'r') != NULL;
     return out->b > 0 && out->hq > 0 && out->hkv > 0 && out->nq > 0 && out->nkv > 0 && out->dqk > 0 &&
            out->dv > 0;
 }
@@ -247,6 +210,7 @@ static int setup_run(ffpa_context *ctx, const shape *s, ffpa_dtype dt, const hos
     r->tl = ffpa_tensor_bhnd(r->lse, FFPA_F32, bq, s->hq, nq, 1);
     r->opt = ffpa_options_default();
     r->opt.causal = s->causal;
+    r->opt.deterministic = s->deterministic;
     if (s->bias) {
         r->bias_bytes = (size_t)(s->hq * s->nq * s->nkv) * sizeof(float);
         r->bias = dev_upload(ctx, hi->bias, r->bias_bytes);
@@ -466,6 +430,42 @@ static int compare_grad(ffpa_context *ctx, ffpa_context *cpu, const void *dg, co
     return ok;
 }
 
+/* Deterministic mode: five more backward runs (gradients poisoned before
+ * each) give the bytes of the first. Appends the verdict to msg. */
+static int check_repeatable(ffpa_context *ctx, run_bufs *r, char *msg, size_t msg_len)
+{
+    void *dev[3] = {r->dq, r->dk, r->dv};
+    size_t bytes[3] = {r->q_bytes, r->k_bytes, r->v_bytes};
+    size_t most = 0;
+    for (int i = 0; i < 3; ++i)
+        most = bytes[i] > most ? bytes[i] : most;
+    unsigned char *first[3] = {NULL, NULL, NULL}, *again = malloc(most);
+    int ok = again != NULL, differs = -1; /* differs: the first gradient that changed */
+    for (int i = 0; ok && i < 3; ++i)
+        ok = (first[i] = malloc(bytes[i])) != NULL &&
+             ffpa_memcpy(ctx, first[i], dev[i], bytes[i], FFPA_COPY_DEVICE_TO_HOST) == FFPA_OK;
+    for (int rep = 0; ok && differs < 0 && rep < 5; ++rep) {
+        ok = poison_grads(ctx, r) && run_backward(ctx, r) == FFPA_OK && ffpa_synchronize(ctx) == FFPA_OK;
+        for (int i = 0; ok && differs < 0 && i < 3; ++i) {
+            ok = ffpa_memcpy(ctx, again, dev[i], bytes[i], FFPA_COPY_DEVICE_TO_HOST) == FFPA_OK;
+            if (ok && memcmp(again, first[i], bytes[i]) != 0)
+                differs = i;
+        }
+    }
+    const size_t n = strlen(msg);
+    static const char *names[3] = {"dQ", "dK", "dV"};
+    if (!ok)
+        snprintf(msg + n, msg_len - n, "; a repeat run failed");
+    else if (differs >= 0)
+        snprintf(msg + n, msg_len - n, "; %s NOT repeatable", names[differs]);
+    else
+        snprintf(msg + n, msg_len - n, "; 5 repeats identical");
+    for (int i = 0; i < 3; ++i)
+        free(first[i]);
+    free(again);
+    return ok && differs < 0;
+}
+
 /*
  * Compare dQ, dK, dV of the backend with the cpu backend's, each run on its
  * own forward's O and LSE (run_backward_prep must have run on ctx). Returns 1
@@ -514,6 +514,8 @@ static int check_backward_against_cpu(ffpa_context *ctx, const shape *s, ffpa_dt
                  e[0].max_abs, rel[0], e[1].max_abs, rel[1], e[2].max_abs, rel[2], tol,
                  e[0].nonfinite + e[1].nonfinite + e[2].nonfinite);
     }
+    if (ok && s->deterministic)
+        ok = check_repeatable(ctx, r, msg, msg_len);
     free_run(cpu, &rc);
     ffpa_destroy(cpu);
     return ok;
@@ -635,7 +637,8 @@ static void usage(FILE *f)
             "usage: ffpa-bench [--backend NAME] [--dtype bf16|f16] [--iters N] [--reps N] [--warmup N]\n"
             "                  [--csv FILE] [--check] [--no-time] [--backward] (SHAPE... | -f FILE)\n"
             "                  [--decode]\n"
-            "SHAPE: B,Hq,Hkv,Nq,Nkv,Dqk,Dv[,flags]  flags: c causal, b bias, d dropout, v varlen, l lse\n"
+            "SHAPE: B,Hq,Hkv,Nq,Nkv,Dqk,Dv[,flags]  flags: c causal, b bias, d dropout, v varlen, l lse,\n"
+            "        r deterministic backward\n"
             "--decode SHAPE: B,Hq,Hkv,Nq,Nkv,Dqk,Dv,page[,flags] on a paged KV cache (ffpa_forward_kvcache)\n"
             "        flags: c causal, a append, m MLA (V in K), x mixed lengths 1..Nkv, d dense cache\n"
             "exit status: 0 success, 1 a run or check failed, 2 bad usage\n");

@@ -8,7 +8,8 @@
 #   check        ffpa-bench --check vs the cpu backend, every element, poisoned outputs: forward
 #                (auto and FFPA_CUDA_KERNEL=sm90), backward (bf16, f16), decode and MLA
 #   sanitize     compute-sanitizer memcheck, racecheck, synccheck on small forward, backward, decode shapes
-#   bench        forward (KERNELS, default "auto generic"), backward and decode rows; CSVs in OUT
+#   bench        forward (KERNELS, default "auto generic"), backward (also deterministic) and decode rows;
+#                CSVs in OUT
 #   sdpa         PyTorch SDPA on the bench step's forward, backward and dense-decode rows and the GEMM
 #                ceiling (bf16 8192^3 matmul); the decode rows carry their own same-run copy ceiling
 #   mla          the Hopper MLA decode kernel: page sizes, fp16, beside the generic kernels
@@ -55,7 +56,9 @@ BWD_CHECK=(1,2,2,77,77,64,64 2,4,2,130,200,128,128,c 1,2,1,70,33,256,256,c 1,2,2
   1,3,1,200,129,384,384,c 1,2,2,129,257,448,448 1,2,2,100,100,512,384 1,2,1,1000,1000,512,512,c
   1,2,1,70,150,1024,1024,c 1,2,2,90,90,768,768 1,2,2,100,100,576,512,c 2,2,2,60,100,1024,1024,v
   1,2,2,33,70,536,536 2,2,2,70,90,512,512,bd 1,4,1,256,512,1024,1024,c 1,2,2,64,64,1024,640
-  1,2,1,100,130,320,320,cbd 2,4,2,100,120,128,128,vbd 1,2,2,90,90,768,768,d 1,2,2,65,65,512,512,b)
+  1,2,1,100,130,320,320,cbd 2,4,2,100,120,128,128,vbd 1,2,2,90,90,768,768,d 1,2,2,65,65,512,512,b
+  1,4,2,700,700,128,128,r 1,2,1,300,500,512,512,cr 1,2,2,500,300,320,320,cr 1,2,2,300,300,1024,1024,cr
+  3,4,2,300,400,256,256,vcr 2,4,1,257,129,576,512,cbdr)
 # Decode: B,Hq,Hkv,Nq,Nkv,Dqk,Dv,page[,flags]: c causal, a append, m MLA, x mixed lengths, d dense.
 KV_CHECK=(1,8,2,1,1,64,64,16 3,8,2,1,17,128,128,16,x 2,32,8,1,5000,128,128,64 2,4,4,4,300,256,256,16,ca
   2,8,1,16,200,512,512,16,ca 2,4,2,1,3000,1024,1024,256 3,128,1,1,700,576,512,64,ma
@@ -66,7 +69,7 @@ KV_CHECK=(1,8,2,1,1,64,64,16 3,8,2,1,17,128,128,16,x 2,32,8,1,5000,128,128,64 2,
 FWD_SAN=(1,2,1,70,90,128,128,bdl 1,1,1,33,70,256,256,cl 1,1,1,40,70,320,320,l 1,1,1,33,70,512,512,cbl
   2,2,2,20,40,128,128,vl 1,1,1,40,140,1024,1024,cl 1,4,1,1,300,512,512,l)
 BWD_SAN=(1,2,1,70,130,320,320,c 1,1,1,40,140,1024,1024,c 1,1,1,90,200,768,768,c 2,2,2,20,40,128,128,v
-  1,1,1,40,70,512,512,bd)
+  1,1,1,40,70,512,512,bd 1,2,1,200,260,512,512,cr 1,1,1,130,200,1024,1024,r)
 KV_SAN=(1,8,2,1,300,128,128,16,x 1,32,1,2,200,576,512,64,mac 1,4,4,3,130,1024,1024,16,ca 2,8,8,1,100,64,64,16,d
   1,64,1,1,300,576,512,48,m 2,128,1,2,257,576,512,16,mc 3,16,1,1,130,576,512,256,mx)
 FWD_PERF=(${FWD_PERF:-1,32,32,8192,8192,128,128 1,32,32,8192,8192,256,256 1,32,32,8192,8192,320,320
@@ -74,6 +77,9 @@ FWD_PERF=(${FWD_PERF:-1,32,32,8192,8192,128,128 1,32,32,8192,8192,256,256 1,32,3
   1,32,32,8192,8192,1024,1024 1,32,8,1,8192,512,512})
 BWD_PERF=(${BWD_PERF:-1,32,32,8192,8192,128,128 1,32,32,8192,8192,320,320 1,32,32,8192,8192,512,512
   1,32,32,8192,8192,512,512,c 1,32,8,8192,8192,512,512 1,32,32,8192,8192,1024,1024})
+# Deterministic backward (flag r) beside the same shapes without it.
+DET_PERF=(${DET_PERF:-1,32,32,8192,8192,128,128,r 1,32,32,8192,8192,512,512,r 1,32,32,8192,8192,512,512,cr
+  1,32,8,8192,8192,512,512,r 1,32,32,8192,8192,1024,1024,r})
 KV_PERF=(${KV_PERF:-8,32,8,1,32768,128,128,64 8,32,8,1,32768,256,256,64 8,32,8,1,32768,512,512,64
   8,32,8,1,32768,1024,1024,64 8,32,8,4,32768,128,128,64,c 8,8,8,1,32768,128,128,64 8,32,8,1,32768,128,128,16
   8,32,8,1,32768,128,128,256 64,32,8,1,32768,128,128,64,x 128,16,1,1,8192,576,512,64,m
@@ -145,6 +151,10 @@ if want bench; then
     >"$OUT/bench-bwd.log" 2>&1
   note "bench backward: rc=$?"
   grep -v "^#" "$OUT/bench-bwd.log" | head -20
+  timeout 300 "$BENCH" --backend cuda --backward --reps 10 --csv "$OUT/bwd-det.csv" "${DET_PERF[@]}" \
+    >"$OUT/bench-bwd-det.log" 2>&1
+  note "bench backward, deterministic: rc=$?"
+  grep " bwd " "$OUT/bench-bwd-det.log"
   timeout 300 "$BENCH" --backend cuda --decode --reps 20 --csv "$OUT/kv.csv" "${KV_PERF[@]}" \
     >"$OUT/bench-kv.log" 2>&1
   note "bench decode: rc=$?"

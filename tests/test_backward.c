@@ -313,6 +313,51 @@ static void test_deterministic(void **state)
     attn_run_backward(&c);
 }
 
+/* Deterministic mode where many key blocks add into each dQ tile (on cuda
+ * sm_90 the Hopper kernel, whose dQ reductions then go in a fixed order):
+ * dense, causal with Nq < Nkv and Nq > Nkv, a cluster of two CTAs per key
+ * block (D = 1024), GQA and varlen; each run twice, byte for byte. */
+static void test_deterministic_many_key_blocks(void **state)
+{
+    (void)state;
+    attn_case c = attn_case_default(FFPA_BF16, 400, 128);
+    c.hq = 4;
+    c.hkv = 2;
+    c.deterministic = 1;
+    attn_run_backward(&c);
+
+    c = attn_case_default(FFPA_BF16, 130, 512);
+    c.nkv = 260;
+    c.hkv = 1;
+    c.causal = 1;
+    c.deterministic = 1;
+    attn_run_backward(&c);
+
+    c = attn_case_default(FFPA_F16, 333, 320);
+    c.nkv = 200;
+    c.causal = 1;
+    c.deterministic = 1;
+    attn_run_backward(&c);
+
+    c = attn_case_default(FFPA_BF16, 150, 1024);
+    c.causal = 1;
+    c.deterministic = 1;
+    attn_run_backward(&c);
+
+    c = attn_case_default(FFPA_BF16, 0, 256);
+    c.nseq = 3;
+    const int32_t lq[] = {130, 1, 257}, lk[] = {200, 65, 100};
+    for (int s = 0; s < 3; ++s) {
+        c.lens_q[s] = lq[s];
+        c.lens_k[s] = lk[s];
+    }
+    c.hq = 4;
+    c.hkv = 2;
+    c.causal = 1;
+    c.deterministic = 1;
+    attn_run_backward(&c);
+}
+
 /* The FFPA paper's precision case (its Table 10: max |dV| error <= 2e-2 with
  * the fp32 gradient buffer): D = 512, N = 2048, causal, bf16. The fp32
  * buffer must stay within that absolute bound; the output-dtype
@@ -500,6 +545,7 @@ int main(void)
         cmocka_unit_test(test_dropout),
         cmocka_unit_test(test_grad_accum),
         cmocka_unit_test(test_deterministic),
+        cmocka_unit_test(test_deterministic_many_key_blocks),
         cmocka_unit_test(test_precision_fp32_buffer),
         cmocka_unit_test(test_large_scores),
         cmocka_unit_test(test_varlen),

@@ -4,7 +4,8 @@
  *               columns, fp32 registers) into the output view, rounded once;
  *   reduce_dq:  its dQ = dS K columns of one query tile into the fp32 dQ
  *               buffer with 8-byte vector reductions (every key block of
- *               the head adds into the same rows).
+ *               the head adds into the same rows; in deterministic mode in
+ *               a fixed order, through turn counters).
  * Accumulators are wgmma m64n128 fragments: value 4j + 2h + e of a thread is
  * row 16 * warp + lane / 4 + 8h, column 8j + 2 * (lane % 4) + e.
  */
@@ -56,6 +57,46 @@ FFPA_DEV void reduce_dq(const float (&acc)[64], float *dq, int64_t sn, int rows_
 {
     for_each_pair(acc, rows_valid, col0, dim, ctid,
                   [&](int r, int c, float a, float b) { red_add_v2(dq + (int64_t)r * sn + c, a, b); });
+}
+
+/* Deterministic dQ: the key blocks of a (batch, kv head) add into each dQ
+ * tile in descending order, the last one that sees the tile first. Their
+ * CTAs are launched in that order (bwd_work), so a CTA only ever waits for
+ * CTAs launched before it, which are resident or done: no deadlock. With
+ * causal masking a block's first tile is the one its predecessor in the
+ * order reached one tile earlier, so the waits pipeline instead of
+ * serialising. `last_kb`: the highest key block that adds into the tile. */
+FFPA_DEV int dq_turn_of(int kb, int last_kb) { return last_kb - kb; }
+
+FFPA_DEV int ld_acquire_gpu(const int *p)
+{
+    int v;
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
+FFPA_DEV void st_release_gpu(int *p, int v)
+{
+    asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
+}
+
+/* One thread of the 128 waits for the turn; the named barrier `bar` holds
+ * the others until it comes. */
+FFPA_DEV void dq_turn_wait(const int *turn, int mine, int bar, int ctid)
+{
+    if (ctid == 0)
+        while (ld_acquire_gpu(turn) != mine)
+            __nanosleep(32);
+    named_barrier_sync(bar, 128);
+}
+
+/* Every thread's reductions are performed before the turn passes on. */
+FFPA_DEV void dq_turn_pass(int *turn, int mine, int bar, int ctid)
+{
+    __threadfence();
+    named_barrier_sync(bar, 128);
+    if (ctid == 0)
+        st_release_gpu(turn, mine + 1);
 }
 
 } /* namespace sm90 */

@@ -10,7 +10,8 @@
  *               waits for dP^T, writes P^T, dS^T ------>             waits for them
  *   both:       dV_c += P^T dO_c, dK_c += dS^T Q_c, dQ_c = dS K_c (own 128 columns c)
  * dK and dV are register accumulators across all query tiles of the pass
- * and are stored once; dQ is reduced into the fp32 buffer per tile. With a
+ * and are stored once; dQ is reduced into the fp32 buffer per tile (in a
+ * fixed key-block order in deterministic mode). With a
  * cluster of two (D > 512) the pair completes S^T and dP^T through
  * sm90_bwd_exchange.cuh between the two phases.
  */
@@ -156,7 +157,17 @@ FFPA_DEV void bwd_consumer(const ffpa_bwd_params &p, const BwdOutViews &out, uin
                 const int rows_valid = min(Cfg::kBr, w.seqlen_q - q0);
                 float *dqg = static_cast<float *>(p.dq.data) + (int64_t)h * p.dq.sh +
                              (p.cu_q ? (w.q_start + q0) * p.dq.sn : (int64_t)w.b * p.dq.sb + (int64_t)q0 * p.dq.sn);
-                reduce_dq(dq, dqg, p.dq.sn, rows_valid, w.col0 + cols_slab * 128, p.dqk, ctid);
+                if (p.dq_turn) {
+                    const int t = q0 / 64, kb = w.kb0 / 64;
+                    int *turn = p.dq_turn + (((int64_t)w.b * p.hq + h) * p.dq_turn_tiles + t) * 8 +
+                                (w.col0 / 128 + cols_slab);
+                    const int mine = dq_turn_of(kb, w.last_kb(t, p.causal));
+                    dq_turn_wait(turn, mine, kBarDqTurn + consumer, ctid);
+                    reduce_dq(dq, dqg, p.dq.sn, rows_valid, w.col0 + cols_slab * 128, p.dqk, ctid);
+                    dq_turn_pass(turn, mine, kBarDqTurn + consumer, ctid);
+                } else {
+                    reduce_dq(dq, dqg, p.dq.sn, rows_valid, w.col0 + cols_slab * 128, p.dqk, ctid);
+                }
             }
             if (consumer == 1 && done + 1 < total)
                 named_barrier_arrive(kBarPdsEmpty, 256);

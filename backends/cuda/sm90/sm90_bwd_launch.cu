@@ -49,8 +49,6 @@ extern "C" ffpa_status ffpa_cuda_sm90_backward(struct ffpa_cuda_state *st, const
         return unsupported(err, err_len, "the sm90 backward needs an sm_90 device (H100/H200)");
     if (pb->has_dbias)
         return unsupported(err, err_len, "the sm90 backward computes no dbias (the generic one does)");
-    if (pb->deterministic)
-        return unsupported(err, err_len, "the sm90 backward reduces dQ with atomics: not deterministic");
     if (pb->grad_accum != FFPA_GRAD_ACCUM_F32)
         return unsupported(err, err_len, "the sm90 backward accumulates dQ in the fp32 buffer only");
     ffpa_status s = host::check(pb, "cuda", err, err_len);
@@ -85,6 +83,10 @@ extern "C" ffpa_status ffpa_cuda_sm90_backward(struct ffpa_cuda_state *st, const
     ffpa_bwd_params p;
     int64_t g[4], dq_blocks;
     host::fill_params(pb, base, lay, t, p, g, dq_blocks);
+    if (pb->deterministic) {
+        p.dq_turn = reinterpret_cast<int *>(base + lay.dq_turn);
+        p.dq_turn_tiles = (int)host::dq_turn_tiles(pb);
+    }
 
     BwdOutViews out;
     out.dk = pb->grad_k.data;
@@ -107,6 +109,9 @@ extern "C" ffpa_status ffpa_cuda_sm90_backward(struct ffpa_cuda_state *st, const
             return ffpa_gpu_launch_error(e, "cuda backward: delta kernel", err, err_len);
         if ((e = cudaMemsetAsync(p.dq.data, 0, dq_bytes, stream)) != cudaSuccess)
             return ffpa_gpu_launch_error(e, "cuda backward: clearing the dQ buffer", err, err_len);
+        const size_t turn_bytes = (size_t)(pb->batch * pb->hq * p.dq_turn_tiles * 8) * sizeof(int);
+        if (p.dq_turn && (e = cudaMemsetAsync(p.dq_turn, 0, turn_bytes, stream)) != cudaSuccess)
+            return ffpa_gpu_launch_error(e, "cuda backward: clearing the dQ turn counters", err, err_len);
     }
     const int64_t ctas = (int64_t)p.kv_blocks * pb->hkv * pb->batch;
     const int extras = p.mask.bias != NULL || p.mask.has_dropout;

@@ -88,6 +88,7 @@ enum BwdNamedBarrier {
     kBarPdsFull = 2, /* consumer 0's P^T and dS^T are; the dP^T buffer is free */
     kBarPdsEmpty = 3, /* consumer 1's wgmma no longer reads P^T / dS^T */
     kBarRows = 4,    /* consumer 0 only: the tile's LSE and Delta are in shared memory */
+    kBarDqTurn = 5,  /* + consumer: its 4 warps, around a deterministic dQ reduction */
 };
 
 /* One CTA's work: key block kb0..kb0+63 of (batch b, kv head kvh), against
@@ -104,13 +105,22 @@ struct BwdWork {
     FFPA_DEV int items() const { return group * tiles_per_head(); }
     FFPA_DEV int head(int item) const { return kvh * group + item / tiles_per_head(); }
     FFPA_DEV int q0(int item) const { return (t_first + item % tiles_per_head()) * 64; }
+    /* The highest key block that adds into query tile t (causal: key k is
+     * seen by rows q >= k - diag). Only asked for tiles this block adds into. */
+    FFPA_DEV int last_kb(int t, int causal) const
+    {
+        const int last = (seqlen_k + 63) / 64 - 1;
+        return causal ? min(last, ((t + 1) * 64 + diag - 1) / 64) : last;
+    }
 };
 
 template <class Cfg> FFPA_DEV bool bwd_work(const ffpa_bwd_params &p, uint32_t rank, BwdWork &w)
 {
     const int kv_blocks = p.kv_blocks;
     const unsigned work = blockIdx.x / Cfg::kCluster; /* the same for both CTAs of a cluster */
-    const int j = (int)(work % (unsigned)kv_blocks);
+    /* Deterministic dQ: the last key blocks launch first (sm90_bwd_epilogue.cuh). */
+    const int j0 = (int)(work % (unsigned)kv_blocks);
+    const int j = p.dq_turn ? kv_blocks - 1 - j0 : j0;
     const int rest = (int)(work / (unsigned)kv_blocks);
     w.col0 = (int)rank * Cfg::kCols;
     w.kvh = rest % p.hkv;

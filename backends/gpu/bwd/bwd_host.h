@@ -52,8 +52,11 @@ inline void dbias_grid(const ffpa_problem *pb, int64_t (&g)[4])
 /* Workspace: varlen offsets, Delta, the fp32 gradient buffers
  * (FFPA_GRAD_ACCUM_F32) and the fp32 dbias buffer, 256-byte aligned. */
 struct Layout {
-    size_t cu_q, cu_k, delta, dq, dk, dv, dbias, total;
+    size_t cu_q, cu_k, delta, dq, dk, dv, dbias, dq_turn, total;
 };
+
+/* Query tiles of 64 rows per (batch, head) the dQ turn counters cover. */
+inline int64_t dq_turn_tiles(const ffpa_problem *pb) { return (pb->nq + 63) / 64; }
 
 /* From shapes and options alone: a size query has no output views to check
  * (ffpa_backward_workspace_size), and a call the backend later refuses
@@ -83,6 +86,8 @@ inline Layout layout_of(const ffpa_problem *pb)
         dbias_grid(pb, g);
         l.dbias = take((size_t)(g[0] * g[1] * g[2] * g[3]) * sizeof(float));
     }
+    if (pb->deterministic) /* the Hopper kernel's dQ turn counters (bwd_params.h) */
+        l.dq_turn = take((size_t)(pb->batch * pb->hq * dq_turn_tiles(pb) * 8) * sizeof(int32_t));
     l.total = off;
     return l;
 }

@@ -65,6 +65,13 @@ typedef struct ffpa_bwd_params {
      * inside one block in a fixed order (deterministic dbias), the others
      * across blocks. Order of dims: h (fastest), b, q block (slowest). */
     int member_h, member_b, member_qb;
+
+    /* Deterministic dQ of the fused Hopper backward (NULL elsewhere): a turn
+     * counter per (b, h, query tile, 128-column slab) [batch][hq][dq_turn_tiles][8],
+     * zeroed per call, so the key blocks add into a dQ tile in one fixed
+     * order (cuda/sm90/sm90_bwd_epilogue.cuh). */
+    int *dq_turn;
+    int dq_turn_tiles; /* ceil(nq / 64) */
 } ffpa_bwd_params;
 
 #ifdef __cplusplus
