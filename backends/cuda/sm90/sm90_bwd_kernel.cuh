@@ -159,7 +159,8 @@ FFPA_DEV void bwd_consumer(const ffpa_bwd_params &p, const BwdOutViews &out, uin
                              (p.cu_q ? (w.q_start + q0) * p.dq.sn : (int64_t)w.b * p.dq.sb + (int64_t)q0 * p.dq.sn);
                 if (p.dq_turn) {
                     const int t = q0 / 64, kb = w.kb0 / 64;
-                    int *turn = p.dq_turn + (((int64_t)w.b * p.hq + h) * p.dq_turn_tiles + t) * 8 +
+                    int *turn = p.dq_turn +
+                                (((int64_t)w.b * p.hq + h) * p.dq_turn_tiles + t) * FFPA_BWD_DQ_TURN_SLABS +
                                 (w.col0 / 128 + cols_slab);
                     const int mine = dq_turn_of(kb, w.last_kb(t, p.causal));
                     dq_turn_wait(turn, mine, kBarDqTurn + consumer, ctid);

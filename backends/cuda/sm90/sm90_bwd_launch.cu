@@ -109,8 +109,7 @@ extern "C" ffpa_status ffpa_cuda_sm90_backward(struct ffpa_cuda_state *st, const
             return ffpa_gpu_launch_error(e, "cuda backward: delta kernel", err, err_len);
         if ((e = cudaMemsetAsync(p.dq.data, 0, dq_bytes, stream)) != cudaSuccess)
             return ffpa_gpu_launch_error(e, "cuda backward: clearing the dQ buffer", err, err_len);
-        const size_t turn_bytes = (size_t)(pb->batch * pb->hq * p.dq_turn_tiles * 8) * sizeof(int);
-        if (p.dq_turn && (e = cudaMemsetAsync(p.dq_turn, 0, turn_bytes, stream)) != cudaSuccess)
+        if (p.dq_turn && (e = cudaMemsetAsync(p.dq_turn, 0, host::dq_turn_bytes(pb), stream)) != cudaSuccess)
             return ffpa_gpu_launch_error(e, "cuda backward: clearing the dQ turn counters", err, err_len);
     }
     const int64_t ctas = (int64_t)p.kv_blocks * pb->hkv * pb->batch;

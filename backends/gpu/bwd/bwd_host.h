@@ -55,8 +55,13 @@ struct Layout {
     size_t cu_q, cu_k, delta, dq, dk, dv, dbias, dq_turn, total;
 };
 
-/* Query tiles of 64 rows per (batch, head) the dQ turn counters cover. */
+/* Query tiles of 64 rows per (batch, head) the dQ turn counters cover, and
+ * the counters' bytes (deterministic mode; bwd_params.h). */
 inline int64_t dq_turn_tiles(const ffpa_problem *pb) { return (pb->nq + 63) / 64; }
+inline size_t dq_turn_bytes(const ffpa_problem *pb)
+{
+    return (size_t)(pb->batch * pb->hq * dq_turn_tiles(pb) * FFPA_BWD_DQ_TURN_SLABS) * sizeof(int32_t);
+}
 
 /* From shapes and options alone: a size query has no output views to check
  * (ffpa_backward_workspace_size), and a call the backend later refuses
@@ -87,7 +92,7 @@ inline Layout layout_of(const ffpa_problem *pb)
         l.dbias = take((size_t)(g[0] * g[1] * g[2] * g[3]) * sizeof(float));
     }
     if (pb->deterministic) /* the Hopper kernel's dQ turn counters (bwd_params.h) */
-        l.dq_turn = take((size_t)(pb->batch * pb->hq * dq_turn_tiles(pb) * 8) * sizeof(int32_t));
+        l.dq_turn = take(dq_turn_bytes(pb));
     l.total = off;
     return l;
 }

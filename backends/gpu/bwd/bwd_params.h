@@ -25,6 +25,9 @@ typedef struct ffpa_bwd_acc {
     int is_f32; /* 1: float buffer; 0: the output dtype of q */
 } ffpa_bwd_acc;
 
+/* 128-column slabs of a head dimension up to 1024: dQ turn counters per tile. */
+#define FFPA_BWD_DQ_TURN_SLABS 8
+
 typedef struct ffpa_bwd_params {
     /* Masking, bias and dropout fields (scale_log2, bias*, dropout*, hq) in
      * the forward's layout, so backends/gpu/masking.cuh applies the very same
@@ -67,7 +70,8 @@ typedef struct ffpa_bwd_params {
     int member_h, member_b, member_qb;
 
     /* Deterministic dQ of the fused Hopper backward (NULL elsewhere): a turn
-     * counter per (b, h, query tile, 128-column slab) [batch][hq][dq_turn_tiles][8],
+     * counter per (b, h, query tile, 128-column slab)
+     * [batch][hq][dq_turn_tiles][FFPA_BWD_DQ_TURN_SLABS],
      * zeroed per call, so the key blocks add into a dQ tile in one fixed
      * order (cuda/sm90/sm90_bwd_epilogue.cuh). */
     int *dq_turn;
