@@ -43,7 +43,8 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,memory.used 
   tee "$OUT/gpu.txt"
 
 # ------------------------------------------------------------------ shapes
-# B,Hq,Hkv,Nq,Nkv,Dqk,Dv[,flags]: c causal, b bias, d dropout, v varlen, l lse.
+# B,Hq,Hkv,Nq,Nkv,Dqk,Dv[,flags]: c causal, b bias, d dropout, v varlen, l lse, r deterministic,
+# g dbias (bias broadcast over the batch), o gradients accumulated in the output dtype.
 FWD_CHECK=(1,2,2,77,77,64,64,l 2,4,2,130,200,128,128,cl 1,2,1,70,33,256,256,cl 1,4,4,100,100,72,72,l
   1,2,2,90,150,320,320,cl 1,2,2,65,65,512,512,l 1,2,2,300,300,512,512,cl 1,2,2,50,80,200,200,bl
   2,4,2,70,90,128,128,dl 2,2,2,70,90,512,512,bdl 3,4,2,100,120,128,128,vcl 3,2,2,80,100,512,512,vbl
@@ -58,7 +59,10 @@ BWD_CHECK=(1,2,2,77,77,64,64 2,4,2,130,200,128,128,c 1,2,1,70,33,256,256,c 1,2,2
   1,2,2,33,70,536,536 2,2,2,70,90,512,512,bd 1,4,1,256,512,1024,1024,c 1,2,2,64,64,1024,640
   1,2,1,100,130,320,320,cbd 2,4,2,100,120,128,128,vbd 1,2,2,90,90,768,768,d 1,2,2,65,65,512,512,b
   1,4,2,700,700,128,128,r 1,2,1,300,500,512,512,cr 1,2,2,500,300,320,320,cr 1,2,2,300,300,1024,1024,cr
-  3,4,2,300,400,256,256,vcr 2,4,1,257,129,576,512,cbdr)
+  3,4,2,300,400,256,256,vcr 2,4,1,257,129,576,512,cbdr
+  1,2,2,90,150,320,320,cg 2,2,1,130,200,512,512,gd 1,2,1,100,130,1024,1024,cg 1,4,2,300,300,128,128,go
+  1,2,2,200,260,512,512,o 1,2,1,300,500,512,512,cor 1,2,2,300,300,1024,1024,or 2,2,2,70,90,768,768,vgo
+  1,2,2,200,300,512,512,gr 2,4,2,200,200,256,256,cgr 1,2,2,129,257,448,448,cgo)
 # Decode: B,Hq,Hkv,Nq,Nkv,Dqk,Dv,page[,flags]: c causal, a append, m MLA, x mixed lengths, d dense.
 KV_CHECK=(1,8,2,1,1,64,64,16 3,8,2,1,17,128,128,16,x 2,32,8,1,5000,128,128,64 2,4,4,4,300,256,256,16,ca
   2,8,1,16,200,512,512,16,ca 2,4,2,1,3000,1024,1024,256 3,128,1,1,700,576,512,64,ma
@@ -69,7 +73,8 @@ KV_CHECK=(1,8,2,1,1,64,64,16 3,8,2,1,17,128,128,16,x 2,32,8,1,5000,128,128,64 2,
 FWD_SAN=(1,2,1,70,90,128,128,bdl 1,1,1,33,70,256,256,cl 1,1,1,40,70,320,320,l 1,1,1,33,70,512,512,cbl
   2,2,2,20,40,128,128,vl 1,1,1,40,140,1024,1024,cl 1,4,1,1,300,512,512,l)
 BWD_SAN=(1,2,1,70,130,320,320,c 1,1,1,40,140,1024,1024,c 1,1,1,90,200,768,768,c 2,2,2,20,40,128,128,v
-  1,1,1,40,70,512,512,bd 1,2,1,200,260,512,512,cr 1,1,1,130,200,1024,1024,r)
+  1,1,1,40,70,512,512,bd 1,2,1,200,260,512,512,cr 1,1,1,130,200,1024,1024,r 1,2,1,70,130,512,512,cg
+  1,1,1,40,140,1024,1024,go 2,2,2,60,70,256,256,gr)
 KV_SAN=(1,8,2,1,300,128,128,16,x 1,32,1,2,200,576,512,64,mac 1,4,4,3,130,1024,1024,16,ca 2,8,8,1,100,64,64,16,d
   1,64,1,1,300,576,512,48,m 2,128,1,2,257,576,512,16,mc 3,16,1,1,130,576,512,256,mx)
 FWD_PERF=(${FWD_PERF:-1,32,32,8192,8192,128,128 1,32,32,8192,8192,256,256 1,32,32,8192,8192,320,320
@@ -77,6 +82,9 @@ FWD_PERF=(${FWD_PERF:-1,32,32,8192,8192,128,128 1,32,32,8192,8192,256,256 1,32,3
   1,32,32,8192,8192,1024,1024 1,32,8,1,8192,512,512})
 BWD_PERF=(${BWD_PERF:-1,32,32,8192,8192,128,128 1,32,32,8192,8192,320,320 1,32,32,8192,8192,512,512
   1,32,32,8192,8192,512,512,c 1,32,8,8192,8192,512,512 1,32,32,8192,8192,1024,1024})
+# The backward's options at D=512: bias, dropout, dbias, output-dtype accumulation, deterministic dbias.
+OPT_PERF=(${OPT_PERF:-1,32,32,8192,8192,512,512,b 1,32,32,8192,8192,512,512,d 1,32,32,8192,8192,512,512,g
+  1,32,32,8192,8192,512,512,o 1,32,32,8192,8192,512,512,gr 1,32,32,8192,8192,512,512,cg})
 # Deterministic backward (flag r) beside the same shapes without it.
 DET_PERF=(${DET_PERF:-1,32,32,8192,8192,128,128,r 1,32,32,8192,8192,512,512,r 1,32,32,8192,8192,512,512,cr
   1,32,8,8192,8192,512,512,r 1,32,32,8192,8192,1024,1024,r})
@@ -118,8 +126,9 @@ if want check; then
   timeout 300 "$BENCH" --backend cuda --backward --check --no-time "${BWD_CHECK[@]}" >"$OUT/check-bwd.log" 2>&1
   note "check backward (bf16) vs cpu: rc=$? $(fails "$OUT/check-bwd.log" ${#BWD_CHECK[@]})"
   timeout 120 "$BENCH" --backend cuda --dtype f16 --backward --check --no-time 1,2,2,90,150,320,320,c \
-    1,2,1,70,150,1024,1024,c 2,4,2,130,200,128,128,vc 1,2,2,70,90,512,512,bd >"$OUT/check-bwd-f16.log" 2>&1
-  note "check backward (f16) vs cpu: rc=$? $(fails "$OUT/check-bwd-f16.log" 4)"
+    1,2,1,70,150,1024,1024,c 2,4,2,130,200,128,128,vc 1,2,2,70,90,512,512,bd 1,2,2,70,90,512,512,go \
+    1,2,1,90,130,1024,1024,cgr >"$OUT/check-bwd-f16.log" 2>&1
+  note "check backward (f16) vs cpu: rc=$? $(fails "$OUT/check-bwd-f16.log" 6)"
   timeout 200 "$BENCH" --backend cuda --decode --check --reps 10 "${KV_CHECK[@]}" >"$OUT/check-kv.log" 2>&1
   note "check decode vs cpu: rc=$? $(fails "$OUT/check-kv.log" ${#KV_CHECK[@]})"
   grep -h FAIL "$OUT"/check-*.log | head -10
@@ -155,6 +164,10 @@ if want bench; then
     >"$OUT/bench-bwd-det.log" 2>&1
   note "bench backward, deterministic: rc=$?"
   grep " bwd " "$OUT/bench-bwd-det.log"
+  timeout 300 "$BENCH" --backend cuda --backward --reps 10 --csv "$OUT/bwd-opt.csv" "${OPT_PERF[@]}" \
+    >"$OUT/bench-bwd-opt.log" 2>&1
+  note "bench backward, options: rc=$?"
+  grep " bwd " "$OUT/bench-bwd-opt.log"
   timeout 300 "$BENCH" --backend cuda --decode --reps 20 --csv "$OUT/kv.csv" "${KV_PERF[@]}" \
     >"$OUT/bench-kv.log" 2>&1
   note "bench decode: rc=$?"
