@@ -382,6 +382,18 @@ static ffpa_status check_caps(ffpa_context *ctx, const ffpa_problem *pb)
         return set_error(ctx->err, FFPA_ERR_UNSUPPORTED,
                          "q: head dim %lld/%lld exceeds the %s backend's limit %d", (long long)pb->dqk,
                          (long long)pb->dv, ctx->backend->name, caps->max_head_dim);
+    const struct {
+        int used;
+        unsigned bit;
+        const char *name;
+    } variants[] = {{pb->window, FFPA_VARIANT_WINDOW, "opt.window"},
+                    {pb->softcap > 0.0f, FFPA_VARIANT_SOFTCAP, "opt.softcap"},
+                    {pb->alibi != NULL, FFPA_VARIANT_ALIBI, "opt.alibi_slopes"}};
+    for (size_t i = 0; i < sizeof variants / sizeof variants[0]; ++i)
+        if (variants[i].used && !(caps->variants & variants[i].bit))
+            return set_error(ctx->err, FFPA_ERR_UNSUPPORTED,
+                             "%s: is set; the %s backend does not implement it yet (the cpu backend does)",
+                             variants[i].name, ctx->backend->name);
     return FFPA_OK;
 }
 

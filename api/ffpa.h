@@ -179,6 +179,28 @@ typedef struct ffpa_options {
      * dtype; gradients are summed over its size-1 and stride-0 dimensions.
      * NULL: not computed. */
     const ffpa_tensor *dbias;
+
+    /* Attention variants (FlashAttention's window_size, softcap, alibi_slopes).
+     * Every one is off at 0 / NULL, so a zeroed struct and older callers get
+     * plain attention. */
+
+    /** 1: sliding window. Query row i sees key columns j with
+     * i + (Nkv - Nq) - window_left <= j <= i + (Nkv - Nq) + window_right
+     * (aligned bottom-right, as causal); -1 leaves that side unbounded.
+     * Composes with causal, which bounds the right side at 0. Rows that see
+     * no key give O = 0 and LSE = -inf. 0: no window (the bounds are unused). */
+    int window;
+    int64_t window_left;  /**< keys before the diagonal a row sees, or -1 */
+    int64_t window_right; /**< keys after the diagonal a row sees, or -1 */
+    /** Logit softcap c > 0: the scaled scores s = scale * QK^T become
+     * c * tanh(s / c) before bias, ALiBi and masks are added. 0: none. */
+    float softcap;
+    /** ALiBi: float32 slopes of logical shape [B|1, Hq, 1, 1] in backend
+     * memory (size 1 or stride 0 broadcasts the batch). Adds
+     * -slope * |i + (Nkv - Nq) - j| to the score of query row i and key
+     * column j (with the bias, after softcap); computed, never stored.
+     * NULL: none. */
+    const ffpa_tensor *alibi_slopes;
 } ffpa_options;
 
 /** Default options (scale 1/sqrt(Dqk), no mask, no dropout, dense batch,

@@ -23,17 +23,24 @@ extern "C" {
 /* Bump on any change to ffpa_backend_i, ffpa_problem, ffpa_backend_caps, or
  * ffpa_plan / ffpa_plan_input (a tuning table's apply, in the core, fills
  * the plugin's plan: common/tuning.h). 5: forward_kvcache, kv_schedule.
- * 6: version. */
-#define FFPA_BACKEND_ABI_VERSION 6
+ * 6: version. 7: window, softcap, ALiBi (ffpa_problem, caps.variants). */
+#define FFPA_BACKEND_ABI_VERSION 7
 
 /* Symbol every plugin exports: const ffpa_backend_i *ffpa_backend_entry(void). */
 #define FFPA_BACKEND_ENTRY_SYMBOL "ffpa_backend_entry"
+
+/* Attention variants a backend may implement (ffpa_backend_caps.variants). */
+#define FFPA_VARIANT_WINDOW 1u
+#define FFPA_VARIANT_SOFTCAP 2u
+#define FFPA_VARIANT_ALIBI 4u
 
 typedef struct ffpa_backend_caps {
     char device_name[160];       /* e.g. "NVIDIA H100 80GB HBM3 (sm_90, 132 SMs)" */
     unsigned dtype_mask;         /* bit (1u << ffpa_dtype) per supported dtype */
     int max_head_dim;            /* largest Dqk / Dv accepted */
     int has_backward;            /* backward implemented */
+    unsigned variants;           /* FFPA_VARIANT_* bits the backend implements (every op); the core
+                                    refuses the others by name */
     ffpa_device_limits limits;   /* fed to the Split-D planner */
 } ffpa_backend_caps;
 

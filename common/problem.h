@@ -73,6 +73,16 @@ typedef struct ffpa_problem {
     ffpa_dtype bias_dtype;
     ffpa_view bias;          /* [b, h, i, j]; sd is the key-column stride */
 
+    /* Variants (ffpa_options; off at 0). Window: row i sees columns j with
+     * i + shift - window_left <= j <= i + shift + window_right, shift =
+     * seqlen_k - seqlen_q, a bound < 0 unbounded; causal applies on top
+     * (ffpa_first/last_visible_col below). */
+    int window;
+    int64_t window_left, window_right;
+    float softcap;           /* > 0: s -> softcap * tanh(s / softcap) */
+    const float *alibi;      /* fp32 slopes, element (b, h) at b * alibi_sb + h * alibi_sh; NULL: none */
+    int64_t alibi_sb, alibi_sh;
+
     /* Backward only. */
     ffpa_view dout;                 /* dO, shaped like o */
     ffpa_view grad_q, grad_k, grad_v; /* dQ, dK, dV outputs, shaped like q, k, v */
@@ -111,6 +121,23 @@ static inline int64_t ffpa_row_offset(const ffpa_view *v, const int32_t *cu, int
 static inline int64_t ffpa_causal_last_col(int64_t i, int64_t seqlen_q, int64_t seqlen_k)
 {
     return i + (seqlen_k - seqlen_q);
+}
+
+/* Key columns [first, last] query row i may see under causal masking and
+ * the window (shift = seqlen_k - seqlen_q); unbounded sides give INT64_MIN /
+ * INT64_MAX halves, so callers clip to [0, seqlen_k). Empty when last < first. */
+static inline int64_t ffpa_first_visible_col(const ffpa_problem *p, int64_t i, int64_t shift)
+{
+    return p->window && p->window_left >= 0 ? i + shift - p->window_left : INT64_MIN / 2;
+}
+static inline int64_t ffpa_last_visible_col(const ffpa_problem *p, int64_t i, int64_t shift)
+{
+    int64_t last = INT64_MAX / 2;
+    if (p->causal)
+        last = i + shift;
+    if (p->window && p->window_right >= 0 && i + shift + p->window_right < last)
+        last = i + shift + p->window_right;
+    return last;
 }
 
 #ifdef __cplusplus

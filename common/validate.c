@@ -247,6 +247,45 @@ static ffpa_status check_bias_shape(const char *name, const ffpa_tensor *t, cons
     return FFPA_OK;
 }
 
+/* Window, softcap and ALiBi slopes (pb's batch and heads already set). */
+static ffpa_status check_variants(const ffpa_options *opt, ffpa_problem *pb, char *err, size_t err_len)
+{
+    if (opt->window != 0 && opt->window != 1)
+        return fail(err, err_len, "opt.window: %d; expected 0 (none) or 1 (window_left, window_right)", opt->window);
+    if (opt->window) {
+        const struct {
+            const char *name;
+            int64_t v;
+        } sides[] = {{"opt.window_left", opt->window_left}, {"opt.window_right", opt->window_right}};
+        for (int i = 0; i < 2; ++i)
+            if (sides[i].v < -1)
+                return fail(err, err_len, "%s: %lld; expected -1 (unbounded) or >= 0 keys", sides[i].name,
+                            (long long)sides[i].v);
+        pb->window = 1;
+        pb->window_left = opt->window_left;
+        pb->window_right = opt->window_right;
+    }
+    if (!(opt->softcap >= 0.0f && isfinite(opt->softcap)))
+        return fail(err, err_len, "opt.softcap: %g; expected 0 (none) or a finite cap > 0", (double)opt->softcap);
+    pb->softcap = opt->softcap;
+    const ffpa_tensor *slopes = opt->alibi_slopes;
+    if (slopes) {
+        TRY(check_tensor("opt.alibi_slopes", slopes, err, err_len));
+        if (slopes->dtype != FFPA_F32)
+            return fail(err, err_len, "opt.alibi_slopes: dtype %s; expected f32", ffpa_dtype_name(slopes->dtype));
+        const int64_t want[4] = {pb->batch, pb->hq, 1, 1};
+        for (int i = 0; i < 4; ++i)
+            if (slopes->shape[i] != want[i] && !(i == 0 && slopes->shape[0] == 1))
+                return fail(err, err_len, "opt.alibi_slopes: shape[%d] = %lld; expected %s%lld ([B|1, Hq, 1, 1])",
+                            i, (long long)slopes->shape[i], i == 0 ? "1 or " : "", (long long)want[i]);
+        const ffpa_view view = ffpa_broadcast_view(slopes);
+        pb->alibi = (const float *)view.data;
+        pb->alibi_sb = view.sb;
+        pb->alibi_sh = view.sh;
+    }
+    return FFPA_OK;
+}
+
 ffpa_status ffpa_validate_inputs(const ffpa_tensor *q, const ffpa_tensor *k, const ffpa_tensor *v,
                                  const ffpa_options *opt, ffpa_problem *pb, char *err,
                                  size_t err_len)
@@ -342,6 +381,7 @@ ffpa_status ffpa_validate_inputs(const ffpa_tensor *q, const ffpa_tensor *k, con
         pb->bias_dtype = opt->bias->dtype;
         pb->bias = ffpa_broadcast_view(opt->bias);
     }
+    TRY(check_variants(opt, pb, err, err_len));
     if (opt->grad_accum != FFPA_GRAD_ACCUM_F32 && opt->grad_accum != FFPA_GRAD_ACCUM_OUTPUT)
         return fail(err, err_len, "opt.grad_accum: %d; expected FFPA_GRAD_ACCUM_F32 or _OUTPUT",
                     (int)opt->grad_accum);
@@ -413,8 +453,12 @@ ffpa_status ffpa_validate_forward(const ffpa_tensor *q, const ffpa_tensor *k, co
         pb->lse = view_of(lse);
     }
     const named_tensor outs[] = {{"o", o}, {"lse", lse}};
-    const named_tensor ins[] = {{"q", q}, {"k", k}, {"v", v}, {"bias", opt ? opt->bias : NULL}};
-    TRY(check_separate(outs, 2, ins, 4, err, err_len));
+    const named_tensor ins[] = {{"q", q},
+                                {"k", k},
+                                {"v", v},
+                                {"bias", opt ? opt->bias : NULL},
+                                {"opt.alibi_slopes", opt ? opt->alibi_slopes : NULL}};
+    TRY(check_separate(outs, 2, ins, 5, err, err_len));
     if (pb->cu_q)
         pb->o.sb = pb->lse.sb = 0;
     return FFPA_OK;
@@ -473,8 +517,9 @@ ffpa_status ffpa_validate_backward(const ffpa_tensor *dout, const ffpa_tensor *q
     const named_tensor outs[] = {{"dq", dq}, {"dk", dk}, {"dv", dv}, {"opt.dbias", dbias}};
     const named_tensor ins[] = {{"dout", dout}, {"q", q},     {"k", k},
                                 {"v", v},       {"out", out}, {"lse", lse},
-                                {"bias", pb->has_bias ? opt->bias : NULL}};
-    TRY(check_separate(outs, 4, ins, 7, err, err_len));
+                                {"bias", pb->has_bias ? opt->bias : NULL},
+                                {"opt.alibi_slopes", pb->alibi ? opt->alibi_slopes : NULL}};
+    TRY(check_separate(outs, 4, ins, 8, err, err_len));
     return FFPA_OK;
 }
 
@@ -552,6 +597,9 @@ ffpa_status ffpa_validate_kv_inputs(const ffpa_tensor *q, const ffpa_kv_cache *c
         return fail(err, err_len, "%s: is set; expected it unset for a KV-cache call (no bias, "
                                   "dropout or varlen there: lengths come from cache_seqlens)",
                     opt->bias ? "opt.bias" : opt->dropout_p != 0.0f ? "opt.dropout_p" : "opt.cu_seqlens");
+    if (opt->window || opt->softcap != 0.0f || opt->alibi_slopes)
+        return fail(err, err_len, "%s: is set; a KV-cache call does not take window, softcap or ALiBi yet",
+                    opt->window ? "opt.window" : opt->softcap != 0.0f ? "opt.softcap" : "opt.alibi_slopes");
     if (!isfinite(opt->scale))
         return fail(err, err_len, "opt.scale: %g is not finite; expected a finite number (0: 1/sqrt(D))",
                     (double)opt->scale);

@@ -106,6 +106,98 @@ attn_case attn_case_random(uint64_t seed, int for_backward)
         }
         c.deterministic = pick(&rng, 3) == 0;
     }
+    /* Variants, drawn after everything else so older seeds keep their cases. */
+    if (pick(&rng, 4) == 0) {
+        c.window = 1;
+        c.window_left = (int64_t)pick(&rng, 40) - 1;
+        c.window_right = (int64_t)pick(&rng, 40) - 1;
+    }
+    if (pick(&rng, 5) == 0)
+        c.softcap = pick(&rng, 2) ? 1.0f : 30.0f;
+    if (pick(&rng, 5) == 0) {
+        c.alibi = 1;
+        c.alibi_batch = (int)pick(&rng, 2);
+    }
+    return c;
+}
+
+/* Sliding windows narrower than a tile and wider than N, one-sided, with
+ * causal, bottom-right aligned for cross-attention, rows that see nothing. */
+static const struct {
+    int64_t nq, nkv, left, right;
+    int causal;
+} windows[ATTN_WINDOW_CASES] = {{130, 130, 5, 3, 0},  {130, 130, 500, 500, 0}, {130, 130, -1, 4, 0}, {130, 130, 17, -1, 1},
+               {100, 100, 0, 0, 0},  {33, 200, 10, 0, 0},     {65, 7, 2, 1, 0},     {1, 300, 40, -1, 0},
+               {200, 64, 20, 20, 1}, {129, 129, 64, 64, 1}};
+
+attn_case attn_case_window(ffpa_dtype dtype, int i, int64_t d)
+{
+    attn_case c = attn_case_default(dtype, windows[i].nq, d);
+    c.nkv = windows[i].nkv;
+    c.window = 1;
+    c.window_left = windows[i].left;
+    c.window_right = windows[i].right;
+    c.causal = windows[i].causal;
+    c.seed = 500 + (uint64_t)i;
+    return c;
+}
+
+/* Softcap strong (1: most scores saturate) and mild (30), with bias,
+ * dropout and causal. */
+attn_case attn_case_softcap(ffpa_dtype dtype, int i, int64_t d)
+{
+    attn_case c = attn_case_default(dtype, 70 + 13 * i, d);
+    c.nkv = 90 - 7 * i;
+    c.softcap = i % 2 ? 30.0f : 1.0f;
+    c.causal = i == 1;
+    c.bias = i >= 2;
+    c.dropout_p = i == 3 ? 0.2f : 0.0f;
+    c.dropout_seed = 99;
+    c.seed = 600 + (uint64_t)i;
+    return c;
+}
+
+/* ALiBi slopes per head and per sequence, causal and cross, GQA, varlen. */
+attn_case attn_case_alibi(ffpa_dtype dtype, int i, int64_t d)
+{
+    attn_case c = attn_case_default(dtype, 80, d);
+    c.alibi = 1;
+    c.alibi_batch = i % 2;
+    c.batch = 2;
+    c.causal = i == 1 || i == 3;
+    if (i == 2) {
+        c.nq = 20;
+        c.nkv = 150;
+        c.hq = 4;
+        c.hkv = 1;
+    }
+    if (i == 3) {
+        c.nseq = 3;
+        const int32_t lq[] = {30, 0, 70}, lk[] = {50, 20, 70};
+        for (int s = 0; s < 3; ++s) {
+            c.lens_q[s] = lq[s];
+            c.lens_k[s] = lk[s];
+        }
+    }
+    c.seed = 700 + (uint64_t)i;
+    return c;
+}
+
+/* All of them at once, with bias, dropout, GQA and varlen. */
+attn_case attn_case_variants_combined(ffpa_dtype dtype, int64_t d)
+{
+    attn_case c = attn_case_alibi(dtype, 3, d);
+    c.hq = 4;
+    c.hkv = 2;
+    c.window = 1;
+    c.window_left = 9;
+    c.window_right = 30;
+    c.softcap = 3.0f;
+    c.bias = 1;
+    c.bias_size1[0] = 1;
+    c.dropout_p = 0.1f;
+    c.dropout_seed = 5;
+    c.seed = 800;
     return c;
 }
 
@@ -136,15 +228,19 @@ void attn_case_describe(const attn_case *c, char *buf, size_t len)
                       (long long)c->nq, (long long)c->nkv);
     }
     if ((size_t)n < len)
-        snprintf(buf + n, len - (size_t)n, " dbias %d accum %d deterministic %d", c->dbias,
-                 (int)c->grad_accum, c->deterministic);
+        n += snprintf(buf + n, len - (size_t)n, " dbias %d accum %d deterministic %d", c->dbias,
+                      (int)c->grad_accum, c->deterministic);
+    if ((size_t)n < len && (c->window || c->softcap > 0.0f || c->alibi))
+        snprintf(buf + n, len - (size_t)n, " window %d (%lld, %lld) softcap %g alibi %d%s", c->window,
+                 (long long)c->window_left, (long long)c->window_right, (double)c->softcap, c->alibi,
+                 c->alibi_batch ? " per sequence" : "");
 }
 
 /* Everything a run builds. */
 typedef struct attn_run {
     int64_t shape0, rows_q, rows_k, nseq, max_q, max_k;
     int32_t cu_q[ATTN_MAX_SEQS + 1], cu_k[ATTN_MAX_SEQS + 1];
-    th_tensor q, k, v, o, lse, bias;
+    th_tensor q, k, v, o, lse, bias, alibi;
     ffpa_options opt;      /* backend tensors */
     ffpa_options opt_host; /* same options over host tensors, for the oracle */
     oracle_problem oracle;
@@ -240,6 +336,16 @@ static void build(const attn_case *c, attn_run *r)
         r->opt.bias = &r->bias.dev;
         r->opt_host.bias = &r->bias.host;
     }
+    r->opt.window = r->opt_host.window = c->window;
+    r->opt.window_left = r->opt_host.window_left = c->window_left;
+    r->opt.window_right = r->opt_host.window_right = c->window_right;
+    r->opt.softcap = r->opt_host.softcap = c->softcap;
+    if (c->alibi) {
+        th_tensor_make(&r->alibi, FFPA_F32, TH_BHND, c->alibi_batch ? r->nseq : 1, c->hq, 1, 1);
+        th_tensor_random(&r->alibi, &r->rng, 0.0, 0.5, 0);
+        r->opt.alibi_slopes = &r->alibi.dev;
+        r->opt_host.alibi_slopes = &r->alibi.host;
+    }
     assert_int_equal(oracle_problem_init(&r->oracle, &r->q.host, &r->k.host, &r->v.host,
                                          &r->opt_host),
                      0);
@@ -255,6 +361,8 @@ static void release(attn_run *r)
     th_tensor_free(&r->lse);
     if (r->bias.host_base)
         th_tensor_free(&r->bias);
+    if (r->alibi.host_base)
+        th_tensor_free(&r->alibi);
 }
 
 static double *alloc_doubles(int64_t n)

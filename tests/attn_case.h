@@ -40,6 +40,14 @@ typedef struct attn_case {
     int bias_inf_cols;   /* the first 60% of the key columns -inf in every row (whole
                             KV blocks / splits masked), and row 0 entirely */
 
+    /* Variants: sliding window (bounds -1 = unbounded), logit softcap,
+     * ALiBi slopes ([B|1, Hq, 1, 1], random in [0, 0.5]). */
+    int window;
+    int64_t window_left, window_right;
+    float softcap;
+    int alibi;
+    int alibi_batch;     /* slopes per sequence ([B, Hq]) instead of [1, Hq] */
+
     double qk_range;     /* q, k uniform in [-qk_range, qk_range] */
     double v_range;      /* v, dout uniform in [-v_range, v_range] */
     int integer_qk;      /* q, k rounded to integers (scores exact in fp32) */
@@ -66,6 +74,17 @@ attn_case attn_case_default(ffpa_dtype dtype, int64_t n, int64_t d);
 /* A random combination of dtype, layouts, shapes and options (small shapes;
  * D up to 512 forward, 320 backward). */
 attn_case attn_case_random(uint64_t seed, int for_backward);
+/* The variants' cases, shared by the forward and backward suites (head dim
+ * d, seeds fixed): window i < ATTN_WINDOW_CASES (narrower than a tile, wider
+ * than N, one-sided, causal, cross, rows that see nothing), softcap i < 4
+ * (strong and mild, with bias, dropout, causal), ALiBi i < 4 (per head and
+ * per sequence, causal, cross with GQA, varlen), and all at once. */
+#define ATTN_WINDOW_CASES 10
+attn_case attn_case_window(ffpa_dtype dtype, int i, int64_t d);
+attn_case attn_case_softcap(ffpa_dtype dtype, int i, int64_t d);
+attn_case attn_case_alibi(ffpa_dtype dtype, int i, int64_t d);
+attn_case attn_case_variants_combined(ffpa_dtype dtype, int64_t d);
+
 /* One line describing a case, for failure messages. */
 void attn_case_describe(const attn_case *c, char *buf, size_t len);
 

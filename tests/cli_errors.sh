@@ -25,6 +25,9 @@ expect 2 "-d 'abc'" "$run" --backend cpu -d abc
 expect 2 "--iters 'abc'" "$run" --backend cpu --iters abc
 expect 2 "--dtype 'xyz'" "$run" --backend cpu --dtype xyz
 expect 2 "--dropout '1.5'" "$run" --backend cpu --dropout 1.5
+expect 2 "--window '3'" "$run" --backend cpu --window 3
+expect 2 "--window (left) '-2'" "$run" --backend cpu --window -2,5
+expect 2 "--softcap '0'" "$run" --backend cpu --softcap 0
 expect 2 "unexpected argument" "$run" --backend cpu stray
 expect 2 "unknown option" "$run" --bogus
 expect 2 "multiplies past 2^63" "$run" --backend cpu --nq 4611686018427387904

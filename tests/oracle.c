@@ -111,6 +111,20 @@ int oracle_problem_init(oracle_problem *p, const ffpa_tensor *q, const ffpa_tens
     p->dropout_scale = 1.0 / (1.0 - (double)opt->dropout_p);
     p->dropout_seed = opt->dropout_seed;
     p->dropout_offset = opt->dropout_offset;
+    p->window = opt->window;
+    p->window_left = opt->window_left;
+    p->window_right = opt->window_right;
+    p->softcap = opt->softcap;
+    if (opt->alibi_slopes) {
+        const ffpa_tensor *a = opt->alibi_slopes;
+        p->alibi_b = oracle_bias_dim_broadcast(a, 0) ? 1 : a->shape[0];
+        p->alibi = malloc(sizeof(double) * (size_t)(p->alibi_b * p->hq + 1));
+        if (!p->alibi || a->shape[1] != p->hq)
+            return -1;
+        for (int64_t b = 0; b < p->alibi_b; ++b)
+            for (int64_t h = 0; h < p->hq; ++h)
+                p->alibi[b * p->hq + h] = ffpa_load_f32(a->data, a->dtype, b * a->stride[0] + h * a->stride[1]);
+    }
     if (varlen) {
         if (!opt->cu_seqlens_k || p->shape0 != 1)
             return -1;
@@ -159,6 +173,7 @@ void oracle_problem_free(oracle_problem *p)
     free(p->k);
     free(p->v);
     free(p->bias);
+    free(p->alibi);
     free(p->cu_q);
     free(p->cu_k);
     memset(p, 0, sizeof *p);
@@ -189,20 +204,38 @@ int64_t oracle_bias_elems(const oracle_problem *p)
     return p->bias ? elems4(p->bias_shape) : 0;
 }
 
+/* Does query row i see key column j (causal, window; diag = i + lk - lq)? */
+static int visible(const oracle_problem *p, int64_t diag, int64_t j)
+{
+    if (p->causal && j > diag)
+        return 0;
+    if (p->window && p->window_left >= 0 && j < diag - p->window_left)
+        return 0;
+    if (p->window && p->window_right >= 0 && j > diag + p->window_right)
+        return 0;
+    return 1;
+}
+
 /*
  * Softmax row of (sequence s, head h, row i): prob[j] = P (before dropout),
- * mult[j] = dropout multiplier (0 or 1/(1-p); 1 without dropout). Returns the
- * LSE (-inf when the row sees no key).
+ * mult[j] = dropout multiplier (0 or 1/(1-p); 1 without dropout), cap[j] (when
+ * not NULL) = d(score)/d(scale * dot): softcap's 1 - tanh^2, else 1. Returns
+ * the LSE (-inf when the row sees no key). The score: scale * dot, capped,
+ * plus bias and ALiBi, -inf outside the causal diagonal and the window.
  */
 static double softmax_row(const oracle_problem *p, int64_t s, int64_t h, int64_t i, int64_t lq,
-                          int64_t lk, double *prob, double *mult)
+                          int64_t lk, double *prob, double *mult, double *cap)
 {
     int64_t group = p->hkv ? p->hq / p->hkv : 1;
     const double *qi = p->q + q_row(p, s, h, i) * p->dqk;
+    const int64_t diag = i + (lk - lq);
+    const double slope = p->alibi ? p->alibi[(p->alibi_b == 1 ? 0 : s) * p->hq + h] : 0.0;
     double row_max = -INFINITY;
     for (int64_t j = 0; j < lk; ++j) {
         double score;
-        if (p->causal && j > i + (lk - lq)) {
+        if (cap)
+            cap[j] = 1.0;
+        if (!visible(p, diag, j)) {
             score = -INFINITY;
         } else {
             const double *kj = p->k + k_row(p, s, h / group, j) * p->dqk;
@@ -210,8 +243,16 @@ static double softmax_row(const oracle_problem *p, int64_t s, int64_t h, int64_t
             for (int64_t d = 0; d < p->dqk; ++d)
                 dot += qi[d] * kj[d];
             score = p->scale * dot;
+            if (p->softcap > 0.0) {
+                const double t = tanh(score / p->softcap);
+                score = p->softcap * t;
+                if (cap)
+                    cap[j] = 1.0 - t * t;
+            }
             if (p->bias)
                 score += p->bias[bias_index(p, s, h, i, j)];
+            if (p->alibi)
+                score -= slope * fabs((double)(diag - j));
         }
         prob[j] = score;
         if (score > row_max)
@@ -261,7 +302,7 @@ void oracle_forward(const oracle_problem *p, double *o, double *lse)
         for (int64_t h = 0; h < p->hq; ++h)
             for (int64_t i = 0; i < lq; ++i) {
                 int64_t row = q_row(p, s, h, i);
-                double row_lse = softmax_row(p, s, h, i, lq, lk, prob, mult);
+                double row_lse = softmax_row(p, s, h, i, lq, lk, prob, mult, NULL);
                 if (lse)
                     lse[row] = row_lse;
                 if (!o)
@@ -291,6 +332,7 @@ static void backward_sums(const oracle_problem *p, const double *dout, double *d
     double *prob = malloc(sizeof(double) * (size_t)width);
     double *mult = malloc(sizeof(double) * (size_t)width);
     double *orow = malloc(sizeof(double) * (size_t)p->dv);
+    double *cap = malloc(sizeof(double) * (size_t)width);
     double scale = magnitude ? fabs(p->scale) : p->scale;
     if (dq)
         memset(dq, 0, sizeof(double) * (size_t)oracle_q_elems(p));
@@ -305,7 +347,7 @@ static void backward_sums(const oracle_problem *p, const double *dout, double *d
         for (int64_t h = 0; h < p->hq; ++h)
             for (int64_t i = 0; i < lq; ++i) {
                 int64_t row = q_row(p, s, h, i);
-                softmax_row(p, s, h, i, lq, lk, prob, mult);
+                softmax_row(p, s, h, i, lq, lk, prob, mult, cap);
                 const double *gi = dout + row * p->dv;
                 const double *qi = p->q + row * p->dqk;
                 /* O row and Delta = rowsum(dO * O). */
@@ -336,15 +378,16 @@ static void backward_sums(const oracle_problem *p, const double *dout, double *d
                     double ds = magnitude ? prob[j] * (fabs(dp * mult[j]) + delta_mag)
                                           : prob[j] * (dp * mult[j] - delta);
                     double pd = prob[j] * mult[j];
+                    double dsq = ds * cap[j]; /* d(scale * dot): through softcap */
                     if (dv)
                         for (int64_t d = 0; d < p->dv; ++d)
                             dv[kr * p->dv + d] += pd * (magnitude ? fabs(gi[d]) : gi[d]);
                     if (dq)
                         for (int64_t d = 0; d < p->dqk; ++d)
-                            dq[row * p->dqk + d] += scale * ds * (magnitude ? fabs(kj[d]) : kj[d]);
+                            dq[row * p->dqk + d] += scale * dsq * (magnitude ? fabs(kj[d]) : kj[d]);
                     if (dk)
                         for (int64_t d = 0; d < p->dqk; ++d)
-                            dk[kr * p->dqk + d] += scale * ds * (magnitude ? fabs(qi[d]) : qi[d]);
+                            dk[kr * p->dqk + d] += scale * dsq * (magnitude ? fabs(qi[d]) : qi[d]);
                     if (dbias && p->bias)
                         dbias[bias_index(p, s, h, i, j)] += ds;
                 }
@@ -353,6 +396,7 @@ static void backward_sums(const oracle_problem *p, const double *dout, double *d
     free(prob);
     free(mult);
     free(orow);
+    free(cap);
 }
 
 void oracle_backward(const oracle_problem *p, const double *dout, double *dq, double *dk,

@@ -35,13 +35,19 @@ typedef struct oracle_problem {
     uint32_t dropout_threshold;
     double dropout_scale;
     uint64_t dropout_seed, dropout_offset;
+    int window;               /* opt.window, with its bounds (-1: unbounded) */
+    int64_t window_left, window_right;
+    double softcap;           /* > 0: scores s -> softcap * tanh(s / softcap) */
+    double *alibi;            /* slopes [alibi_b][hq] (alibi_b = 1 or nseq), or NULL */
+    int64_t alibi_b;
     int32_t *cu_q, *cu_k;     /* own copies of the offsets, or NULL */
     double o_quantum;         /* rounding of an output element near 0 in the problem's dtype (f16: 2^-25,
                                  half its subnormal step; else 0): backends form Delta from the rounded O */
 } oracle_problem;
 
-/* Reads host tensors q, k, v and opt (opt->bias, when set, must also be a host
- * tensor; cu_seqlens are host arrays as in the API). Returns 0 on success. */
+/* Reads host tensors q, k, v and opt (opt->bias and opt->alibi_slopes, when
+ * set, must also be host tensors; cu_seqlens are host arrays as in the API).
+ * Returns 0 on success. */
 int oracle_problem_init(oracle_problem *p, const ffpa_tensor *q, const ffpa_tensor *k,
                         const ffpa_tensor *v, const ffpa_options *opt);
 void oracle_problem_free(oracle_problem *p);

@@ -508,6 +508,74 @@ static void test_bias_inf_cols(void **state)
 }
 
 /* Random combinations of every option, dtype, layout and shape. */
+/* ------------------------------------------------------------ variants */
+
+static void test_window(void **state)
+{
+    (void)state;
+    for (int d = 0; d < 3; ++d)
+        for (int i = 0; i < ATTN_WINDOW_CASES; ++i) {
+            attn_case c = attn_case_window(all_dtypes[d], i, 40);
+            attn_run_backward(&c);
+        }
+    attn_case c = attn_case_window(FFPA_BF16, 3, 264);
+    attn_run_backward(&c);
+}
+
+static void test_softcap(void **state)
+{
+    (void)state;
+    for (int d = 0; d < 3; ++d)
+        for (int i = 0; i < 4; ++i) {
+            attn_case c = attn_case_softcap(all_dtypes[d], i, i == 2 ? 136 : 40);
+            c.dbias = c.bias;
+            attn_run_backward(&c);
+        }
+}
+
+static void test_alibi(void **state)
+{
+    (void)state;
+    for (int d = 0; d < 3; ++d)
+        for (int i = 0; i < 4; ++i) {
+            attn_case c = attn_case_alibi(all_dtypes[d], i, 40);
+            attn_run_backward(&c);
+        }
+}
+
+static void test_variants_combined(void **state)
+{
+    (void)state;
+    for (int d = 0; d < 3; ++d) {
+        attn_case c = attn_case_variants_combined(all_dtypes[d], d == 2 ? 136 : 40);
+        c.dbias = 1;
+        c.deterministic = d == 1;
+        attn_run_backward(&c);
+    }
+}
+
+/* Finite differences through the window, softcap (a strong cap: its
+ * derivative matters) and ALiBi. */
+static void test_fd_variants(void **state)
+{
+    (void)state;
+    attn_case c = fd_case(5, 8);
+    c.window = 1;
+    c.window_left = 1;
+    c.window_right = 0;
+    attn_run_backward(&c);
+    c = fd_case(4, 9);
+    c.softcap = 0.5f;
+    c.bias = 1;
+    c.dbias = 1;
+    attn_run_backward(&c);
+    c = fd_case(4, 10);
+    c.alibi = 1;
+    c.causal = 1;
+    c.nkv = 6;
+    attn_run_backward(&c);
+}
+
 static void test_random_combinations(void **state)
 {
     (void)state;
@@ -553,6 +621,11 @@ int main(void)
         cmocka_unit_test(test_everything_combined),
         cmocka_unit_test(test_tile_boundaries),
         cmocka_unit_test(test_bias_inf_cols),
+        cmocka_unit_test(test_window),
+        cmocka_unit_test(test_softcap),
+        cmocka_unit_test(test_alibi),
+        cmocka_unit_test(test_variants_combined),
+        cmocka_unit_test(test_fd_variants),
         cmocka_unit_test(test_random_combinations),
     };
     return th_exit_code(cmocka_run_group_tests_name("backward", tests, NULL, NULL),

@@ -494,6 +494,51 @@ static void test_bias_inf_cols(void **state)
 }
 
 /* Random combinations of every option, dtype, layout and shape. */
+/* ------------------------------------------------------------ variants */
+
+static void test_window(void **state)
+{
+    (void)state;
+    for (int d = 0; d < 3; ++d)
+        for (int i = 0; i < ATTN_WINDOW_CASES; ++i) {
+            attn_case c = attn_case_window(all_dtypes[d], i, 64);
+            attn_run_forward(&c);
+        }
+    for (int i = 0; i < 4; ++i) { /* Split-D head dims */
+        attn_case c = attn_case_window(FFPA_BF16, i, i % 2 ? 320 : 264);
+        attn_run_forward(&c);
+    }
+}
+
+static void test_softcap(void **state)
+{
+    (void)state;
+    for (int d = 0; d < 3; ++d)
+        for (int i = 0; i < 4; ++i) {
+            attn_case c = attn_case_softcap(all_dtypes[d], i, i == 2 ? 320 : 64);
+            attn_run_forward(&c);
+        }
+}
+
+static void test_alibi(void **state)
+{
+    (void)state;
+    for (int d = 0; d < 3; ++d)
+        for (int i = 0; i < 4; ++i) {
+            attn_case c = attn_case_alibi(all_dtypes[d], i, i == 1 ? 320 : 72);
+            attn_run_forward(&c);
+        }
+}
+
+static void test_variants_combined(void **state)
+{
+    (void)state;
+    for (int d = 0; d < 3; ++d) {
+        attn_case c = attn_case_variants_combined(all_dtypes[d], d == 2 ? 264 : 64);
+        attn_run_forward(&c);
+    }
+}
+
 static void test_random_combinations(void **state)
 {
     (void)state;
@@ -560,6 +605,10 @@ int main(void)
         cmocka_unit_test(test_decode_split_kv),
         cmocka_unit_test(test_tile_boundaries),
         cmocka_unit_test(test_bias_inf_cols),
+        cmocka_unit_test(test_window),
+        cmocka_unit_test(test_softcap),
+        cmocka_unit_test(test_alibi),
+        cmocka_unit_test(test_variants_combined),
         cmocka_unit_test(test_random_combinations),
     };
     return th_exit_code(cmocka_run_group_tests_name("forward", tests, NULL, NULL),

@@ -644,6 +644,94 @@ static void test_bias_not_broadcastable(void **state)
     expect_forward_rejected(&fx, NAMES("bias", "opt.bias"));
 }
 
+/* Window bounds, softcap and ALiBi slopes: each bad value refused by name,
+ * forward and backward, nothing written. */
+static void test_variants_rejected(void **state)
+{
+    (void)state;
+    fixture fx;
+    const int64_t bad_bounds[][2] = {{-2, 0}, {0, -5}, {INT64_MIN, 3}};
+    for (int i = 0; i < 3; ++i) {
+        make(&fx);
+        fx.opt.window = 1;
+        fx.opt.window_left = bad_bounds[i][0];
+        fx.opt.window_right = bad_bounds[i][1];
+        expect_forward_rejected(&fx, NAMES(i == 1 ? "opt.window_right" : "opt.window_left"));
+    }
+    make(&fx);
+    fx.opt.window = 2;
+    expect_backward_rejected(&fx, NAMES("opt.window"));
+    const float bad_caps[] = {-1.0f, NAN, INFINITY};
+    for (int i = 0; i < 3; ++i) {
+        make(&fx);
+        fx.opt.softcap = bad_caps[i];
+        expect_forward_rejected(&fx, NAMES("opt.softcap"));
+    }
+    make(&fx);
+    fx.opt.softcap = -0.5f;
+    expect_backward_rejected(&fx, NAMES("opt.softcap"));
+
+    /* Slopes over the bias buffer ([B, Hq, 1, 1] f32 is valid). */
+    struct {
+        int64_t shape[4];
+        ffpa_dtype dtype;
+    } bad_slopes[] = {{{B, HKV, 1, 1}, FFPA_F32}, {{3, HQ, 1, 1}, FFPA_F32}, {{B, HQ, 2, 1}, FFPA_F32},
+                      {{B, HQ, 1, 1}, FFPA_F16},  {{1, HQ, 1, N}, FFPA_F32}};
+    for (int i = 0; i < 5; ++i) {
+        make(&fx);
+        ffpa_tensor slopes = ffpa_tensor_bhnd(fx.bias.data, bad_slopes[i].dtype, bad_slopes[i].shape[0],
+                                              bad_slopes[i].shape[1], bad_slopes[i].shape[2],
+                                              bad_slopes[i].shape[3]);
+        fx.opt.alibi_slopes = &slopes;
+        if (i % 2)
+            expect_forward_rejected(&fx, NAMES("opt.alibi_slopes"));
+        else
+            expect_backward_rejected(&fx, NAMES("opt.alibi_slopes"));
+    }
+    make(&fx);
+    ffpa_tensor slopes = ffpa_tensor_bhnd(fx.bias.data, FFPA_F32, B, HQ, 1, 1);
+    slopes.data = NULL;
+    fx.opt.alibi_slopes = &slopes;
+    expect_forward_rejected(&fx, NAMES("opt.alibi_slopes"));
+    /* Slopes in the output's memory. */
+    make(&fx);
+    slopes = ffpa_tensor_bhnd(fx.o.data, FFPA_F32, 1, HQ, 1, 1);
+    slopes.data = fx.o.data;
+    fx.opt.alibi_slopes = &slopes;
+    expect_forward_rejected(&fx, NAMES("o", "opt.alibi_slopes"));
+}
+
+/* Valid variants: the cpu backend runs them; a backend without them refuses
+ * with FFPA_ERR_UNSUPPORTED naming the option, and writes nothing. */
+static void test_variants_accepted_or_refused_by_name(void **state)
+{
+    (void)state;
+    for (int v = 0; v < 3; ++v) {
+        fixture fx;
+        make(&fx);
+        ffpa_tensor slopes = ffpa_tensor_bhnd(fx.bias.data, FFPA_F32, 1, HQ, 1, 1);
+        const char *name = v == 0 ? "opt.window" : v == 1 ? "opt.softcap" : "opt.alibi_slopes";
+        if (v == 0) {
+            fx.opt.window = 1;
+            fx.opt.window_left = 2;
+            fx.opt.window_right = -1;
+        } else if (v == 1) {
+            fx.opt.softcap = 5.0f;
+        } else {
+            fx.opt.alibi_slopes = &slopes;
+        }
+        ffpa_status st = forward(&fx);
+        if (strcmp(th_backend(), "cpu") == 0) {
+            th_expect_ok(th_ctx(), st, name);
+            release(&fx);
+        } else if (st != FFPA_OK) {
+            expect_rejected(&fx, st, FFPA_ERR_UNSUPPORTED, NAMES(name));
+        } else {
+            release(&fx);
+        }
+    }
+}
+
 static void test_cu_seqlens_non_monotonic(void **state)
 {
     (void)state;
@@ -924,6 +1012,8 @@ int main(void)
         cmocka_unit_test(test_dropout_out_of_range),
         cmocka_unit_test(test_scale_not_finite),
         cmocka_unit_test(test_bias_not_broadcastable),
+        cmocka_unit_test(test_variants_rejected),
+        cmocka_unit_test(test_variants_accepted_or_refused_by_name),
         cmocka_unit_test(test_cu_seqlens_non_monotonic),
         cmocka_unit_test(test_cu_seqlens_bad_ends),
         cmocka_unit_test(test_cu_seqlens_only_one),

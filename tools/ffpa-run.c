@@ -25,6 +25,9 @@ typedef struct run_config {
     int causal, bias, bnhd, backward, iters;
     float dropout;
     int check; /* -1 auto, 0 off, 1 on */
+    int window, alibi;
+    int64_t window_left, window_right;
+    float softcap;
 } run_config;
 
 /* Host and backend copies of one tensor. */
@@ -137,6 +140,9 @@ static void usage(FILE *f)
             "  -b B --hq H --hkv H --nq N --nkv N -d D --dv D   shape (default 1 4 4 256 256 512)\n"
             "  --dtype f16|bf16|f32   (default bf16)\n"
             "  --causal --bias --dropout P --bnhd   options\n"
+            "  --window L,R     sliding window: L keys before the diagonal, R after (-1: unbounded)\n"
+            "  --softcap C      logit softcap C * tanh(s / C)\n"
+            "  --alibi          ALiBi slopes per query head (0.5 / 2^h)\n"
             "  --no-backward    forward only\n"
             "  --iters N        timed repetitions (median reported; default 3)\n"
             "  --check / --no-check   compare with the float64 oracle (default: when small)\n"
@@ -160,7 +166,7 @@ static int list_backends(void)
 static void parse(int argc, char **argv, run_config *c)
 {
     enum { O_BACKEND = 256, O_HQ, O_HKV, O_NQ, O_NKV, O_DV, O_DTYPE, O_CAUSAL, O_BIAS, O_DROPOUT,
-           O_BNHD, O_NOBWD, O_ITERS, O_CHECK, O_NOCHECK, O_LIST };
+           O_BNHD, O_NOBWD, O_ITERS, O_CHECK, O_NOCHECK, O_LIST, O_WINDOW, O_SOFTCAP, O_ALIBI };
     static const struct option opts[] = {
         {"backend", required_argument, 0, O_BACKEND}, {"hq", required_argument, 0, O_HQ},
         {"hkv", required_argument, 0, O_HKV},         {"nq", required_argument, 0, O_NQ},
@@ -170,7 +176,9 @@ static void parse(int argc, char **argv, run_config *c)
         {"bnhd", no_argument, 0, O_BNHD},             {"no-backward", no_argument, 0, O_NOBWD},
         {"iters", required_argument, 0, O_ITERS},     {"check", no_argument, 0, O_CHECK},
         {"no-check", no_argument, 0, O_NOCHECK},      {"list", no_argument, 0, O_LIST},
-        {"help", no_argument, 0, 'h'},                {0, 0, 0, 0}};
+        {"window", required_argument, 0, O_WINDOW},   {"softcap", required_argument, 0, O_SOFTCAP},
+        {"alibi", no_argument, 0, O_ALIBI},           {"help", no_argument, 0, 'h'},
+        {0, 0, 0, 0}};
     static const char *const dtypes[] = {"f16", "bf16", "f32"};
     const int64_t big = INT64_MAX; /* sequence lengths: the library refuses what does not fit, naming the tensor */
     int ch, hkv_set = 0, nkv_set = 0, dv_set = 0;
@@ -195,6 +203,18 @@ static void parse(int argc, char **argv, run_config *c)
         case O_BIAS: c->bias = 1; break;
         case O_DROPOUT: c->dropout = (float)cli_real("--dropout", optarg, 0.0, 0.999); break;
         case O_BNHD: c->bnhd = 1; break;
+        case O_WINDOW: {
+            char left[32], right[32], extra;
+            if (strlen(optarg) >= sizeof left || sscanf(optarg, "%31[^,],%31[^,]%c", left, right, &extra) != 2)
+                cli_usage_error("--window '%s': expected L,R (keys before and after the diagonal, -1: unbounded)",
+                                optarg);
+            c->window = 1;
+            c->window_left = cli_int("--window (left)", left, -1, INT64_MAX);
+            c->window_right = cli_int("--window (right)", right, -1, INT64_MAX);
+            break;
+        }
+        case O_SOFTCAP: c->softcap = (float)cli_real("--softcap", optarg, 1e-3, 1e6); break;
+        case O_ALIBI: c->alibi = 1; break;
         case O_NOBWD: c->backward = 0; break;
         case O_ITERS: c->iters = (int)cli_int("--iters", optarg, 1, 1000000); break;
         case O_CHECK: c->check = 1; break;
@@ -245,7 +265,7 @@ static void print_decode_plan(ffpa_context *ctx, const run_config *c, const ffpa
 
 int main(int argc, char **argv)
 {
-    run_config c = {NULL, 1, 4, 4, 256, 256, 512, 512, FFPA_BF16, 0, 0, 0, 1, 3, 0.0f, -1};
+    run_config c = {NULL, 1, 4, 4, 256, 256, 512, 512, FFPA_BF16, 0, 0, 0, 1, 3, 0.0f, -1, 0, 0, -1, -1, 0.0f};
     parse(argc, argv, &c);
     if (ffpa_create(&ctx, c.backend) != FFPA_OK) {
         fprintf(stderr, "ffpa-run: %s\n", ffpa_last_error(NULL));
@@ -254,7 +274,7 @@ int main(int argc, char **argv)
     double work = (double)c.b * c.hq * c.nq * c.nkv * (c.dqk + c.dv);
     int check = c.check >= 0 ? c.check : work <= 4.0e9;
 
-    buffer q, k, v, o, lse, bias, dout, dq, dk, dv;
+    buffer q, k, v, o, lse, bias, alibi, dout, dq, dk, dv;
     make_buffer(&q, c.dtype, c.b, c.hq, c.nq, c.dqk, c.bnhd, 1);
     make_buffer(&k, c.dtype, c.b, c.hkv, c.nkv, c.dqk, c.bnhd, 1);
     make_buffer(&v, c.dtype, c.b, c.hkv, c.nkv, c.dv, c.bnhd, 1);
@@ -268,12 +288,27 @@ int main(int argc, char **argv)
         make_buffer(&bias, FFPA_F32, 1, c.hq, c.nq, c.nkv, 0, 1);
         opt.bias = &bias.dev;
     }
+    opt.window = c.window;
+    opt.window_left = c.window_left;
+    opt.window_right = c.window_right;
+    opt.softcap = c.softcap;
+    if (c.alibi) { /* the ALiBi paper's geometric slopes, [1, Hq, 1, 1] */
+        make_buffer(&alibi, FFPA_F32, 1, c.hq, 1, 1, 0, 1);
+        for (int64_t h = 0; h < c.hq; ++h)
+            ((float *)alibi.host.data)[h] = 0.5f / (float)(1u << (h % 16));
+        CHECK(ffpa_memcpy(ctx, alibi.dev.data, alibi.host.data, alibi.bytes, FFPA_COPY_HOST_TO_DEVICE));
+        opt.alibi_slopes = &alibi.dev;
+    }
 
     printf("backend %s: %s\n", ffpa_backend_name(ctx), ffpa_device_name(ctx));
-    printf("shape B=%lld Hq=%lld Hkv=%lld Nq=%lld Nkv=%lld Dqk=%lld Dv=%lld %s%s%s%s%s\n",
+    printf("shape B=%lld Hq=%lld Hkv=%lld Nq=%lld Nkv=%lld Dqk=%lld Dv=%lld %s%s%s%s%s%s%s\n",
            (long long)c.b, (long long)c.hq, (long long)c.hkv, (long long)c.nq, (long long)c.nkv,
            (long long)c.dqk, (long long)c.dv, ffpa_dtype_name(c.dtype), c.causal ? " causal" : "",
-           c.bias ? " bias" : "", c.dropout > 0 ? " dropout" : "", c.bnhd ? " BNHD" : " BHND");
+           c.bias ? " bias" : "", c.dropout > 0 ? " dropout" : "", c.softcap > 0 ? " softcap" : "",
+           c.alibi ? " alibi" : "", c.bnhd ? " BNHD" : " BHND");
+    if (c.window)
+        printf("window    %lld keys before the diagonal, %lld after (-1: unbounded)\n", (long long)c.window_left,
+               (long long)c.window_right);
 
     /* Forward FLOPs: QK^T and PV; causal halves them (as FlashAttention counts). */
     double fwd_flops = 2.0 * work * (c.causal ? 0.5 : 1.0);
@@ -321,6 +356,8 @@ int main(int argc, char **argv)
         ffpa_options host_opt = opt;
         if (c.bias)
             host_opt.bias = &bias.host;
+        if (c.alibi)
+            host_opt.alibi_slopes = &alibi.host;
         oracle_problem p;
         if (oracle_problem_init(&p, &q.host, &k.host, &v.host, &host_opt) != 0) {
             fprintf(stderr, "ffpa-run: oracle setup failed\n");
@@ -368,6 +405,8 @@ int main(int argc, char **argv)
     free_buffer(&lse);
     if (c.bias)
         free_buffer(&bias);
+    if (c.alibi)
+        free_buffer(&alibi);
     if (c.backward) {
         free_buffer(&dout);
         free_buffer(&dq);

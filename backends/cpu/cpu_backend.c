@@ -30,6 +30,7 @@ static ffpa_status cpu_probe(ffpa_backend_caps *caps, char *err, size_t err_len)
     caps->dtype_mask = (1u << FFPA_F16) | (1u << FFPA_BF16) | (1u << FFPA_F32);
     caps->max_head_dim = FFPA_MAX_HEAD_DIM;
     caps->has_backward = 1;
+    caps->variants = FFPA_VARIANT_WINDOW | FFPA_VARIANT_SOFTCAP | FFPA_VARIANT_ALIBI;
     return FFPA_OK;
 }
 

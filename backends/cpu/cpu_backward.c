@@ -32,10 +32,11 @@ typedef struct bwd_scratch {
     float *ds;    /* br x bc: dP, then dS */
     float *z;     /* br x bc dropout multipliers */
     float *t;     /* bc x br: transposed P or dS */
+    float *cap;   /* br x bc: softcap's d(capped score)/d(score) */
     float *lse, *delta; /* br */
 } bwd_scratch;
 
-#define BWD_FIELDS 14
+#define BWD_FIELDS 15
 
 static size_t bwd_scratch_layout(const ffpa_problem *pb, const ffpa_plan *pl, char *base,
                                  bwd_scratch *bs)
@@ -44,12 +45,12 @@ static size_t bwd_scratch_layout(const ffpa_problem *pb, const ffpa_plan *pl, ch
     const size_t dqk = (size_t)pb->dqk, dv = (size_t)pb->dv;
     const size_t counts[BWD_FIELDS] = {dqk * bc, dv * bc, bc * dqk, bc * dqk, bc * dv,
                                        br * dqk, br * dv, br * dqk, br * bc, br * bc,
-                                       br * bc, bc * br, br, br};
+                                       br * bc, bc * br, pb->softcap > 0.0f ? br * bc : 0, br, br};
     bwd_scratch unused;
     if (!bs)
         bs = &unused;
     float **ptrs[BWD_FIELDS] = {&bs->kt, &bs->vt, &bs->kf, &bs->dk, &bs->dv, &bs->q, &bs->dout,
-                                &bs->dq, &bs->s, &bs->ds, &bs->z, &bs->t, &bs->lse, &bs->delta};
+                                &bs->dq, &bs->s, &bs->ds, &bs->z, &bs->t, &bs->cap, &bs->lse, &bs->delta};
     size_t offset = 0;
     /* Always assigned (integer arithmetic, so a NULL base that only
      * measures is well defined); the pointers are used only with a real base. */
@@ -124,8 +125,10 @@ static void load_query_side(const ffpa_problem *pb, const bwd_scratch *bs, const
 /*
  * Recomputes one (query block, key block) tile from bs->q, bs->dout, bs->kt,
  * bs->vt, bs->lse and bs->delta. On return bs->s holds the dropped
- * probabilities P * Z and bs->ds holds dS = P * (dP * Z - Delta), unscaled.
- * Rows with LSE = -inf (saw no key) get P = 0, hence dS = 0.
+ * probabilities P * Z and bs->ds holds dS = P * (dP * Z - Delta), unscaled
+ * (the gradient of the score bias adds to: dbias); with softcap, bs->cap
+ * the factor score_grad applies for dQ and dK. Rows with LSE = -inf (saw
+ * no key) get P = 0, hence dS = 0.
  */
 static void recompute_tile(const ffpa_problem *pb, const ffpa_plan *pl, const bwd_scratch *bs,
                            const cpu_score_ctx *sc, int64_t b, int64_t h, int64_t i0, int64_t j0,
@@ -142,7 +145,7 @@ static void recompute_tile(const ffpa_problem *pb, const ffpa_plan *pl, const bw
         const int dc = dqk - d0 < pl->dqk_chunk ? dqk - d0 : pl->dqk_chunk;
         cpu_gemm_acc(rows, cols, dc, bs->q + d0, dqk, bs->kt + (size_t)d0 * bc, bc, bs->s, bc);
     }
-    cpu_score_epilogue(bs->s, bc, rows, cols, i0, j0, sc);
+    cpu_score_epilogue(bs->s, bc, rows, cols, i0, j0, sc, bs->cap);
     for (int r = 0; r < rows; ++r) {
         float *row = bs->s + (size_t)r * bc;
         const float lse = bs->lse[r];
@@ -176,6 +179,20 @@ static void recompute_tile(const ffpa_problem *pb, const ffpa_plan *pl, const bw
                 ds[c] = p[c] * (ds[c] - delta);
         }
     }
+}
+
+/* dS of the score -> scale * d(raw dot product): times scale and, with
+ * softcap, its derivative; element (r, c) of src (ld bc) lands in dst at
+ * r * dst_rs + c * dst_cs (dst may be src, or a transposed tile). */
+static void score_grad(const ffpa_problem *pb, const bwd_scratch *bs, int bc, float *dst, int64_t dst_rs,
+                       int64_t dst_cs, int rows, int cols)
+{
+    const int capped = pb->softcap > 0.0f;
+    for (int r = 0; r < rows; ++r)
+        for (int c = 0; c < cols; ++c) {
+            const float g = bs->ds[(size_t)r * bc + c] * pb->scale;
+            dst[r * dst_rs + c * dst_cs] = capped ? g * bs->cap[(size_t)r * bc + c] : g;
+        }
 }
 
 /* ---------------------------------------------------------------- Delta */
@@ -232,10 +249,11 @@ static void dkdv_block(const ffpa_problem *pb, const ffpa_plan *pl, const bwd_sc
     for (int64_t h = hk * group; h < (hk + 1) * group; ++h) {
         cpu_score_ctx sc;
         cpu_score_ctx_init(&sc, pb, b, h, seq_q, seq_k);
-        /* Query blocks above the causal diagonal never see this key block. */
-        const int64_t first_row = cpu_first_row_seeing(&sc, j0);
-        for (int64_t i0 = first_row - first_row % br; i0 < seq_q; i0 += br) {
-            const int rows = (int)(seq_q - i0 < br ? seq_q - i0 : br);
+        /* Query blocks outside this key block's causal diagonal and window never see it. */
+        int64_t row_begin;
+        const int64_t row_end = cpu_row_range(&sc, j0, cols, seq_q, br, &row_begin);
+        for (int64_t i0 = row_begin; i0 < row_end; i0 += br) {
+            const int rows = (int)(row_end - i0 < br ? row_end - i0 : br);
             load_query_side(pb, bs, delta_all, b, h, i0, rows);
             recompute_tile(pb, pl, bs, &sc, b, h, i0, j0, rows, cols);
 
@@ -245,9 +263,7 @@ static void dkdv_block(const ffpa_problem *pb, const ffpa_plan *pl, const bwd_sc
                 const int dc = dv - d0 < pl->dv_chunk ? dv - d0 : pl->dv_chunk;
                 cpu_gemm_acc(cols, dc, rows, bs->t, br, bs->dout + d0, dv, bs->dv + d0, dv);
             }
-            for (int r = 0; r < rows; ++r)
-                for (int c = 0; c < cols; ++c)
-                    bs->t[(size_t)c * br + r] = bs->ds[(size_t)r * bc + c] * pb->scale;
+            score_grad(pb, bs, bc, bs->t, 1, br, rows, cols);
             for (int d0 = 0; d0 < dqk; d0 += pl->dqk_chunk) {
                 const int dc = dqk - d0 < pl->dqk_chunk ? dqk - d0 : pl->dqk_chunk;
                 cpu_gemm_acc(cols, dc, rows, bs->t, br, bs->q + d0, dqk, bs->dk + d0, dqk);
@@ -311,8 +327,9 @@ static void dq_block(const ffpa_problem *pb, const ffpa_plan *pl, const bwd_scra
 
     cpu_score_ctx sc;
     cpu_score_ctx_init(&sc, pb, b, h, seq_q, seq_k);
-    const int64_t key_end = cpu_key_end(&sc, i0, rows, seq_k);
-    for (int64_t j0 = 0; j0 < key_end; j0 += bc) {
+    int64_t key_begin;
+    const int64_t key_end = cpu_key_range(&sc, i0, rows, seq_k, bc, &key_begin);
+    for (int64_t j0 = key_begin; j0 < key_end; j0 += bc) {
         const int cols = (int)(key_end - j0 < bc ? key_end - j0 : bc);
         cpu_load_tile(bs->kf, dqk, pb->k.data, pb->dtype, k_base + j0 * pb->k.sn, pb->k.sn,
                       pb->k.sd, cols, dqk);
@@ -324,9 +341,7 @@ static void dq_block(const ffpa_problem *pb, const ffpa_plan *pl, const bwd_scra
             dbias_accumulate(pb, &grid, dbias_acc, bs->ds, bc, b, h, i0, j0, rows, cols);
 
         /* dQ += scale * dS K, chunk by chunk. */
-        for (int r = 0; r < rows; ++r)
-            for (int c = 0; c < cols; ++c)
-                bs->ds[(size_t)r * bc + c] *= pb->scale;
+        score_grad(pb, bs, bc, bs->ds, bc, 1, rows, cols);
         for (int d0 = 0; d0 < dqk; d0 += pl->dqk_chunk) {
             const int dc = dqk - d0 < pl->dqk_chunk ? dqk - d0 : pl->dqk_chunk;
             cpu_gemm_acc(rows, dc, cols, bs->ds, bc, bs->kf + d0, dqk, bs->dq + d0, dqk);

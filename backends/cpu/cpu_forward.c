@@ -143,9 +143,10 @@ static void forward_block(const ffpa_problem *pb, const ffpa_plan *pl, const fwd
 
     cpu_score_ctx sc;
     cpu_score_ctx_init(&sc, pb, b, h, seq_q, seq_k);
-    /* Key blocks right of the causal diagonal of every row are skipped. */
-    const int64_t key_end = cpu_key_end(&sc, i0, rows, seq_k);
-    for (int64_t j0 = 0; j0 < key_end; j0 += bc) {
+    /* Key blocks outside every row's causal diagonal and window are skipped. */
+    int64_t key_begin;
+    const int64_t key_end = cpu_key_range(&sc, i0, rows, seq_k, bc, &key_begin);
+    for (int64_t j0 = key_begin; j0 < key_end; j0 += bc) {
         const int cols = (int)(key_end - j0 < bc ? key_end - j0 : bc);
 
         /* Phase 1: S = Q K^T accumulated over Dqk chunks. */
@@ -156,7 +157,7 @@ static void forward_block(const ffpa_problem *pb, const ffpa_plan *pl, const fwd
             load_key_rows(fs->kt, bc, 1, pb, &pb->k, b, hk, j0, cols, d0, dc);
             cpu_gemm_acc(rows, cols, dc, fs->q + d0, dqk, fs->kt, bc, fs->s, bc);
         }
-        cpu_score_epilogue(fs->s, bc, rows, cols, i0, j0, &sc);
+        cpu_score_epilogue(fs->s, bc, rows, cols, i0, j0, &sc, NULL);
 
         /* Phase 2: online softmax, then dropout on P (the sum l is taken
          * before dropout, so LSE is that of the undropped scores). */

@@ -259,9 +259,13 @@ void cpu_round_tile(float *tile, int64_t ld, int rows, int cols, ffpa_dtype dtyp
 void cpu_score_ctx_init(cpu_score_ctx *sc, const ffpa_problem *pb, int64_t b, int64_t h,
                         int64_t seqlen_q, int64_t seqlen_k)
 {
+    sc->pb = pb;
     sc->scale = pb->scale;
-    sc->causal = pb->causal;
-    sc->causal_shift = seqlen_k - seqlen_q;
+    sc->shift = seqlen_k - seqlen_q;
+    sc->masked = pb->causal || pb->window;
+    sc->softcap = pb->softcap;
+    sc->alibi = pb->alibi != NULL;
+    sc->alibi_slope = pb->alibi ? pb->alibi[b * pb->alibi_sb + h * pb->alibi_sh] : 0.0f;
     sc->bias = pb->has_bias ? pb->bias.data : NULL;
     sc->bias_dtype = pb->bias_dtype;
     /* The bias is indexed by the sequence index and the positions inside
@@ -271,20 +275,32 @@ void cpu_score_ctx_init(cpu_score_ctx *sc, const ffpa_problem *pb, int64_t b, in
     sc->bias_sd = pb->bias.sd;
 }
 
-int64_t cpu_key_end(const cpu_score_ctx *sc, int64_t i0, int rows, int64_t seqlen_k)
+static int64_t clip(int64_t x, int64_t lo, int64_t hi)
 {
-    if (!sc->causal)
-        return seqlen_k;
-    int64_t end = ffpa_causal_last_col(i0 + rows - 1, 0, sc->causal_shift) + 1;
-    return end < seqlen_k ? end : seqlen_k;
+    return x < lo ? lo : x > hi ? hi : x;
 }
 
-int64_t cpu_first_row_seeing(const cpu_score_ctx *sc, int64_t j0)
+int64_t cpu_key_range(const cpu_score_ctx *sc, int64_t i0, int rows, int64_t seqlen_k, int align,
+                      int64_t *begin)
 {
-    if (!sc->causal)
-        return 0;
-    int64_t row = j0 - sc->causal_shift;
-    return row > 0 ? row : 0;
+    /* Both bounds grow with the row: the first row bounds the start, the last one the end. */
+    const int64_t first = clip(ffpa_first_visible_col(sc->pb, i0, sc->shift), 0, seqlen_k);
+    const int64_t end = clip(ffpa_last_visible_col(sc->pb, i0 + rows - 1, sc->shift) + 1, 0, seqlen_k);
+    *begin = first - first % align;
+    return end;
+}
+
+int64_t cpu_row_range(const cpu_score_ctx *sc, int64_t j0, int cols, int64_t seqlen_q, int align,
+                      int64_t *begin)
+{
+    /* Row i sees column j iff first_visible(i) <= j <= last_visible(i), both
+     * of the form i + const: invert them at the block's first and last column. */
+    const int64_t last_off = ffpa_last_visible_col(sc->pb, 0, sc->shift);
+    const int64_t first_off = ffpa_first_visible_col(sc->pb, 0, sc->shift);
+    const int64_t first = clip(j0 - last_off, 0, seqlen_q);
+    const int64_t end = clip(j0 + cols - 1 - first_off + 1, 0, seqlen_q);
+    *begin = first - first % align;
+    return end;
 }
 
 static void add_bias_row(float *row, int cols, const cpu_score_ctx *sc, int64_t off)
@@ -304,20 +320,39 @@ static void add_bias_row(float *row, int cols, const cpu_score_ctx *sc, int64_t 
 }
 
 void cpu_score_epilogue(float *s, int64_t ld, int rows, int cols, int64_t i0, int64_t j0,
-                        const cpu_score_ctx *sc)
+                        const cpu_score_ctx *sc, float *cap)
 {
-    const float scale = sc->scale;
+    const float scale = sc->scale, softcap = sc->softcap;
     for (int r = 0; r < rows; ++r) {
         float *row = s + r * ld;
+        const int64_t i = i0 + r;
         for (int c = 0; c < cols; ++c)
             row[c] *= scale;
+        if (softcap > 0.0f) {
+            float *cap_row = cap ? cap + r * ld : NULL;
+            for (int c = 0; c < cols; ++c) {
+                const float t = tanhf(row[c] / softcap);
+                row[c] = softcap * t;
+                if (cap_row)
+                    cap_row[c] = 1.0f - t * t;
+            }
+        }
         if (sc->bias)
-            add_bias_row(row, cols, sc, sc->bias_off + (i0 + r) * sc->bias_sn + j0 * sc->bias_sd);
-        if (sc->causal) {
-            /* Columns c >= visible lie right of the row's causal diagonal. */
-            int64_t visible = ffpa_causal_last_col(i0 + r, 0, sc->causal_shift) - j0 + 1;
-            for (int64_t c = visible < 0 ? 0 : visible; c < cols; ++c)
-                row[c] = -INFINITY;
+            add_bias_row(row, cols, sc, sc->bias_off + i * sc->bias_sn + j0 * sc->bias_sd);
+        if (sc->alibi) {
+            const int64_t diag = i + sc->shift;
+            for (int c = 0; c < cols; ++c) {
+                const int64_t dist = diag - (j0 + c);
+                row[c] -= sc->alibi_slope * (float)(dist < 0 ? -dist : dist);
+            }
+        }
+        if (sc->masked) {
+            /* Columns outside [first, last] lie outside the causal diagonal or the window. */
+            const int64_t first = ffpa_first_visible_col(sc->pb, i, sc->shift) - j0;
+            const int64_t last = ffpa_last_visible_col(sc->pb, i, sc->shift) - j0;
+            for (int c = 0; c < cols; ++c)
+                if (c < first || c > last)
+                    row[c] = -INFINITY;
         }
     }
 }

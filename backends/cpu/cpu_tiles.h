@@ -58,9 +58,13 @@ void cpu_round_tile(float *tile, int64_t ld, int rows, int cols, ffpa_dtype dtyp
 
 /* What the score epilogue needs to know about one (batch, query head). */
 typedef struct cpu_score_ctx {
+    const ffpa_problem *pb; /* causal and window bounds (ffpa_first/last_visible_col) */
     float scale;
-    int causal;
-    int64_t causal_shift;   /* seqlen_k - seqlen_q: row i sees columns j <= i + shift */
+    int64_t shift;          /* seqlen_k - seqlen_q: the diagonal of row i is column i + shift */
+    int masked;             /* causal or a window */
+    float softcap;          /* > 0: s -> softcap * tanh(s / softcap) */
+    int alibi;              /* adds -alibi_slope * |i + shift - j| */
+    float alibi_slope;
     const void *bias;       /* NULL: no bias */
     ffpa_dtype bias_dtype;
     int64_t bias_off;       /* element offset of (b, h) in the bias view */
@@ -70,20 +74,28 @@ typedef struct cpu_score_ctx {
 void cpu_score_ctx_init(cpu_score_ctx *sc, const ffpa_problem *pb, int64_t b, int64_t h,
                         int64_t seqlen_q, int64_t seqlen_k);
 
-/* Causal: one past the last key column any of rows [i0, i0 + rows) may see
- * (<= 0: the rows see nothing), clipped to seqlen_k. */
-int64_t cpu_key_end(const cpu_score_ctx *sc, int64_t i0, int rows, int64_t seqlen_k);
+/* Key columns [*begin, end) that rows [i0, i0 + rows) may see under causal
+ * masking and the window, clipped to [0, seqlen_k) with *begin rounded down
+ * to a multiple of align (key tiles stay aligned); returns end (<= *begin:
+ * the rows see nothing). Tiles outside are skipped, never computed. */
+int64_t cpu_key_range(const cpu_score_ctx *sc, int64_t i0, int rows, int64_t seqlen_k, int align,
+                      int64_t *begin);
 
-/* Causal: first query row that sees key column j0 (rows before it see none
- * of the columns >= j0). */
-int64_t cpu_first_row_seeing(const cpu_score_ctx *sc, int64_t j0);
+/* The same from the key side: query rows [*begin, end) that may see any of
+ * columns [j0, j0 + cols), clipped to [0, seqlen_q), *begin rounded down to
+ * a multiple of align. */
+int64_t cpu_row_range(const cpu_score_ctx *sc, int64_t j0, int cols, int64_t seqlen_q, int align,
+                      int64_t *begin);
 
 /*
  * Turns raw dot products S[r * ld + c] of query rows i0.. and key columns
- * j0.. into scores: S = scale * S + bias, and -inf where causality masks.
+ * j0.. into scores: s = scale * S, softcapped, plus bias and ALiBi, and -inf
+ * where causality or the window masks. With softcap, cap (when not NULL)
+ * gets d(capped)/d(s) = 1 - tanh^2(s / softcap) per element (same ld), the
+ * factor the backward applies to dS before dQ and dK.
  */
 void cpu_score_epilogue(float *s, int64_t ld, int rows, int cols, int64_t i0, int64_t j0,
-                        const cpu_score_ctx *sc);
+                        const cpu_score_ctx *sc, float *cap);
 
 /* z[r * ld + c] = dropout_scale if element (b, h, i0 + r, j0 + c) is kept,
  * else 0 (ffpa_dropout_keep). */

@@ -60,6 +60,11 @@ class Options(ctypes.Structure):
         ("grad_accum", ctypes.c_int),  # enum ffpa_grad_accum
         ("deterministic", ctypes.c_int),
         ("dbias", ctypes.POINTER(Tensor)),
+        ("window", ctypes.c_int),
+        ("window_left", ctypes.c_int64),
+        ("window_right", ctypes.c_int64),
+        ("softcap", ctypes.c_float),
+        ("alibi_slopes", ctypes.POINTER(Tensor)),
     ]
 
 
