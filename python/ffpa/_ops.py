@@ -2,8 +2,10 @@
 
 One op, ffpa::attention, covers dense [B, H, N, D] and packed varlen
 [total, H, D] inputs: (q, k, v, bias, cu_seqlens_q, cu_seqlens_k, seed,
-causal, scale, dropout_p) -> (out, lse). causal is libffpa's (bottom-right
-aligned); the public functions turn PyTorch's semantics into these arguments.
+causal, scale, dropout_p, window_left, window_right, softcap, alibi_slopes)
+-> (out, lse). causal and the window are libffpa's (bottom-right aligned;
+window bounds -1: unbounded, both -1: no window); the public functions turn
+PyTorch's and FlashAttention's semantics into these arguments.
 
 With torch >= 2.4 it is a torch.library custom op (with a fake kernel and an
 autograd formula) so torch.compile traces through it; older torch gets the
@@ -56,7 +58,8 @@ def _no_keys(q, k, cu_k):
 
 # ------------------------------------------------------------------ real kernels
 
-def _forward(q, k, v, bias, cu_seqlens_q, cu_seqlens_k, seed, causal, scale, dropout_p):
+def _forward(q, k, v, bias, cu_seqlens_q, cu_seqlens_k, seed, causal, scale, dropout_p,
+             window_left, window_right, softcap, alibi_slopes):
     out = _empty_out(q, v.shape[-1])
     lse = _empty_lse(q)
     if out.numel() == 0:
@@ -66,12 +69,12 @@ def _forward(q, k, v, bias, cu_seqlens_q, cu_seqlens_k, seed, causal, scale, dro
         lse.fill_(float("-inf"))
         return out, lse
     _runtime.forward(q, k, v, out, lse, bias, cu_seqlens_q, cu_seqlens_k, int(seed.item()),
-                     causal, scale, dropout_p)
+                     causal, scale, dropout_p, (window_left, window_right, softcap, alibi_slopes))
     return out, lse
 
 
 def _backward(dout, q, k, v, out, lse, bias, cu_seqlens_q, cu_seqlens_k, seed, causal, scale,
-              dropout_p, bias_grad):
+              dropout_p, window_left, window_right, softcap, alibi_slopes, bias_grad):
     dq = torch.empty_like(q)
     dk = torch.empty_like(k)
     dv = torch.empty_like(v)
@@ -82,18 +85,20 @@ def _backward(dout, q, k, v, out, lse, bias, cu_seqlens_q, cu_seqlens_k, seed, c
     else:
         _runtime.backward(_no_zero_strides(dout), q, k, v, out, lse, dq, dk, dv, bias,
                           dbias if bias_grad else None, cu_seqlens_q, cu_seqlens_k,
-                          int(seed.item()), causal, scale, dropout_p)
+                          int(seed.item()), causal, scale, dropout_p,
+                          variants=(window_left, window_right, softcap, alibi_slopes))
     if bias_grad:
         dbias = dbias.to(bias.dtype)
     return dq, dk, dv, dbias
 
 
-def _fake_forward(q, k, v, bias, cu_seqlens_q, cu_seqlens_k, seed, causal, scale, dropout_p):
+def _fake_forward(q, k, v, bias, cu_seqlens_q, cu_seqlens_k, seed, causal, scale, dropout_p,
+                  window_left, window_right, softcap, alibi_slopes):
     return _empty_out(q, v.shape[-1]), _empty_lse(q)
 
 
 def _fake_backward(dout, q, k, v, out, lse, bias, cu_seqlens_q, cu_seqlens_k, seed, causal, scale,
-                   dropout_p, bias_grad):
+                   dropout_p, window_left, window_right, softcap, alibi_slopes, bias_grad):
     dbias = _empty_dbias(bias, bias_grad)
     if bias_grad:
         dbias = dbias.to(bias.dtype)
@@ -101,6 +106,11 @@ def _fake_backward(dout, q, k, v, out, lse, bias, cu_seqlens_q, cu_seqlens_k, se
 
 
 # ------------------------------------------------------------------ registration
+
+# The op's inputs after q, k, v and bias that take no gradient: cu_seqlens_q,
+# cu_seqlens_k, seed, causal, scale, dropout_p, window_left, window_right,
+# softcap, alibi_slopes (ALiBi slopes are constants, as in FlashAttention).
+_NON_TENSOR_INPUTS = 10
 
 USES_CUSTOM_OP = (hasattr(torch, "library") and hasattr(torch.library, "custom_op")
                   and os.environ.get("FFPA_DISABLE_CUSTOM_OP", "0") in ("", "0"))
@@ -111,63 +121,77 @@ if USES_CUSTOM_OP:
     @torch.library.custom_op("ffpa::attention", mutates_args=())
     def _attention_op(q: Tensor, k: Tensor, v: Tensor, bias: Optional[Tensor],
                       cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor],
-                      seed: Tensor, causal: bool, scale: float,
-                      dropout_p: float) -> Tuple[Tensor, Tensor]:
-        return _forward(q, k, v, bias, cu_seqlens_q, cu_seqlens_k, seed, causal, scale, dropout_p)
+                      seed: Tensor, causal: bool, scale: float, dropout_p: float,
+                      window_left: int, window_right: int, softcap: float,
+                      alibi_slopes: Optional[Tensor]) -> Tuple[Tensor, Tensor]:
+        return _forward(q, k, v, bias, cu_seqlens_q, cu_seqlens_k, seed, causal, scale, dropout_p,
+                        window_left, window_right, softcap, alibi_slopes)
 
     @torch.library.custom_op("ffpa::attention_backward", mutates_args=())
     def _attention_backward_op(dout: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor,
                                lse: Tensor, bias: Optional[Tensor],
                                cu_seqlens_q: Optional[Tensor], cu_seqlens_k: Optional[Tensor],
                                seed: Tensor, causal: bool, scale: float, dropout_p: float,
+                               window_left: int, window_right: int, softcap: float,
+                               alibi_slopes: Optional[Tensor],
                                bias_grad: bool) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
         return _backward(dout, q, k, v, out, lse, bias, cu_seqlens_q, cu_seqlens_k, seed, causal,
-                         scale, dropout_p, bias_grad)
+                         scale, dropout_p, window_left, window_right, softcap, alibi_slopes,
+                         bias_grad)
 
     _attention_op.register_fake(_fake_forward)
     _attention_backward_op.register_fake(_fake_backward)
 
     def _setup_context(ctx, inputs, output):
-        q, k, v, bias, cu_q, cu_k, seed, causal, scale, dropout_p = inputs
+        (q, k, v, bias, cu_q, cu_k, seed, causal, scale, dropout_p, window_left, window_right,
+         softcap, alibi_slopes) = inputs
         out, lse = output
-        ctx.save_for_backward(q, k, v, out, lse, bias, cu_q, cu_k, seed)
-        ctx.params = (causal, scale, dropout_p)
+        ctx.save_for_backward(q, k, v, out, lse, bias, cu_q, cu_k, seed, alibi_slopes)
+        ctx.params = (causal, scale, dropout_p, window_left, window_right, softcap)
         ctx.mark_non_differentiable(lse)
 
     def _op_backward(ctx, dout, dlse):
-        q, k, v, out, lse, bias, cu_q, cu_k, seed = ctx.saved_tensors
-        causal, scale, dropout_p = ctx.params
+        q, k, v, out, lse, bias, cu_q, cu_k, seed, alibi_slopes = ctx.saved_tensors
+        causal, scale, dropout_p, window_left, window_right, softcap = ctx.params
         bias_grad = bias is not None and ctx.needs_input_grad[3]
         dq, dk, dv, dbias = _attention_backward_op(dout, q, k, v, out, lse, bias, cu_q, cu_k, seed,
-                                                   causal, scale, dropout_p, bias_grad)
-        return dq, dk, dv, (dbias if bias_grad else None), None, None, None, None, None, None
+                                                   causal, scale, dropout_p, window_left,
+                                                   window_right, softcap, alibi_slopes, bias_grad)
+        return (dq, dk, dv, (dbias if bias_grad else None)) + (None,) * _NON_TENSOR_INPUTS
 
     _attention_op.register_autograd(_op_backward, setup_context=_setup_context)
 
-    def attention(q, k, v, bias, cu_seqlens_q, cu_seqlens_k, seed, causal, scale, dropout_p):
+    def attention(q, k, v, bias, cu_seqlens_q, cu_seqlens_k, seed, causal, scale, dropout_p,
+                  window=(-1, -1), softcap=0.0, alibi_slopes=None):
         return _attention_op(q, k, v, bias, cu_seqlens_q, cu_seqlens_k, seed, bool(causal),
-                             float(scale), float(dropout_p))
+                             float(scale), float(dropout_p), int(window[0]), int(window[1]),
+                             float(softcap), alibi_slopes)
 
 else:
     class _Attention(torch.autograd.Function):
         @staticmethod
-        def forward(ctx, q, k, v, bias, cu_q, cu_k, seed, causal, scale, dropout_p):
-            out, lse = _forward(q, k, v, bias, cu_q, cu_k, seed, causal, scale, dropout_p)
-            ctx.save_for_backward(q, k, v, out, lse, bias, cu_q, cu_k, seed)
-            ctx.params = (causal, scale, dropout_p)
+        def forward(ctx, q, k, v, bias, cu_q, cu_k, seed, causal, scale, dropout_p, window_left,
+                    window_right, softcap, alibi_slopes):
+            out, lse = _forward(q, k, v, bias, cu_q, cu_k, seed, causal, scale, dropout_p,
+                                window_left, window_right, softcap, alibi_slopes)
+            ctx.save_for_backward(q, k, v, out, lse, bias, cu_q, cu_k, seed, alibi_slopes)
+            ctx.params = (causal, scale, dropout_p, window_left, window_right, softcap)
             ctx.mark_non_differentiable(lse)
             return out, lse
 
         @staticmethod
         @torch.autograd.function.once_differentiable
         def backward(ctx, dout, dlse):
-            q, k, v, out, lse, bias, cu_q, cu_k, seed = ctx.saved_tensors
-            causal, scale, dropout_p = ctx.params
+            q, k, v, out, lse, bias, cu_q, cu_k, seed, alibi_slopes = ctx.saved_tensors
+            causal, scale, dropout_p, window_left, window_right, softcap = ctx.params
             bias_grad = bias is not None and ctx.needs_input_grad[3]
             dq, dk, dv, dbias = _backward(dout, q, k, v, out, lse, bias, cu_q, cu_k, seed, causal,
-                                          scale, dropout_p, bias_grad)
-            return dq, dk, dv, (dbias if bias_grad else None), None, None, None, None, None, None
+                                          scale, dropout_p, window_left, window_right, softcap,
+                                          alibi_slopes, bias_grad)
+            return (dq, dk, dv, (dbias if bias_grad else None)) + (None,) * _NON_TENSOR_INPUTS
 
-    def attention(q, k, v, bias, cu_seqlens_q, cu_seqlens_k, seed, causal, scale, dropout_p):
+    def attention(q, k, v, bias, cu_seqlens_q, cu_seqlens_k, seed, causal, scale, dropout_p,
+                  window=(-1, -1), softcap=0.0, alibi_slopes=None):
         return _Attention.apply(q, k, v, bias, cu_seqlens_q, cu_seqlens_k, seed, bool(causal),
-                                float(scale), float(dropout_p))
+                                float(scale), float(dropout_p), int(window[0]), int(window[1]),
+                                float(softcap), alibi_slopes)

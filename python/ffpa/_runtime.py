@@ -173,6 +173,36 @@ def describe_bias(bias, argument):
     return describe(bias, argument, stride=stride)
 
 
+def describe_alibi(slopes):
+    """ALiBi slopes, FlashAttention's float32 [Hq] or [B, Hq], as libffpa's [B|1, Hq, 1, 1]."""
+    if slopes.dim() == 1:
+        return describe(slopes, "alibi_slopes", (1, slopes.shape[0], 1, 1), (0, slopes.stride(0), 0, 0))
+    if slopes.dim() == 2:
+        b, h = slopes.shape
+        sb = 0 if b == 1 else slopes.stride(0)
+        return describe(slopes, "alibi_slopes", (b, h, 1, 1), (sb, slopes.stride(1), 0, 0))
+    raise FFPAValueError("alibi_slopes: has %d dims; expected [Hq] or [B, Hq]" % slopes.dim())
+
+
+def set_variants(opt, variants):
+    """window (left, right; both -1: none), softcap (0: none), ALiBi slopes (or None)
+    into opt; returns the slopes' descriptor, which must outlive the call."""
+    window_left, window_right, softcap, slopes = variants
+    if window_left != -1 or window_right != -1:
+        opt.window = 1
+        opt.window_left = window_left
+        opt.window_right = window_right
+    opt.softcap = softcap
+    if slopes is None:
+        return None
+    desc = describe_alibi(slopes)
+    opt.alibi_slopes = ctypes.pointer(desc)
+    return desc
+
+
+NO_VARIANTS = (-1, -1, 0.0, None)
+
+
 def make_options(causal, scale, dropout_p, seed, bias_desc, cu_q, cu_k):
     lib = _clib.library()
     opt = lib.ffpa_options_default()
@@ -210,10 +240,11 @@ def _with_workspace(lib, ctx, size_fn, args, opt, device, run):
 
 # ------------------------------------------------------------------ calls
 
-def forward(q, k, v, out, lse, bias, cu_q, cu_k, seed, causal, scale, dropout_p):
+def forward(q, k, v, out, lse, bias, cu_q, cu_k, seed, causal, scale, dropout_p,
+            variants=NO_VARIANTS):
     """Fills out and lse. Tensors are [B, H, N, D] (lse [B, H, N]) or, when cu_q is
     given, packed [total, H, D] (lse [H, total]); bias is 4-D or None; cu_* are
-    host int32 tensors."""
+    host int32 tensors; variants: (window_left, window_right, softcap, alibi_slopes)."""
     packed = cu_q is not None
     qd = describe_qkv(q, "q", packed)
     kd = describe_qkv(k, "k", packed)
@@ -222,6 +253,7 @@ def forward(q, k, v, out, lse, bias, cu_q, cu_k, seed, causal, scale, dropout_p)
     ld = describe_lse(lse, packed)
     bd = describe_bias(bias, "bias") if bias is not None else None
     opt = make_options(causal, scale, dropout_p, seed, bd, cu_q, cu_k)
+    alibi = set_variants(opt, variants)  # noqa: F841 (kept alive through the call)
     ctx = context_for(q.device)
     refs = (ctypes.byref(qd), ctypes.byref(kd), ctypes.byref(vd))
     with _call(ctx) as lib:
@@ -231,7 +263,7 @@ def forward(q, k, v, out, lse, bias, cu_q, cu_k, seed, causal, scale, dropout_p)
 
 
 def backward(dout, q, k, v, out, lse, dq, dk, dv, bias, dbias, cu_q, cu_k, seed, causal,
-             scale, dropout_p, deterministic=False):
+             scale, dropout_p, deterministic=False, variants=NO_VARIANTS):
     """Fills dq, dk, dv (and dbias when given, float32 shaped like bias)."""
     packed = cu_q is not None
     bd = describe_bias(bias, "bias") if bias is not None else None
@@ -240,6 +272,7 @@ def backward(dout, q, k, v, out, lse, dq, dk, dv, bias, dbias, cu_q, cu_k, seed,
     if dbd is not None:
         opt.dbias = ctypes.pointer(dbd)
     opt.deterministic = 1 if deterministic else 0
+    alibi = set_variants(opt, variants)  # noqa: F841 (kept alive through the call)
     descs = [describe_qkv(t, name, packed) for t, name in
              ((dout, "dout"), (q, "q"), (k, "k"), (v, "v"), (out, "out"))]
     descs.append(describe_lse(lse, packed))

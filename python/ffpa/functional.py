@@ -60,6 +60,22 @@ def _additive_bias(attn_mask, query):
                          "floating dtype" % mask.dtype)
 
 
+def _variants(window_size, softcap, alibi_slopes, query):
+    """FlashAttention's window_size (left, right; -1: unbounded), softcap (0: none)
+    and alibi_slopes (float32 [Hq] or [B, Hq]) as the op's (window, softcap, slopes)."""
+    try:
+        left, right = (int(x) for x in window_size)
+    except (TypeError, ValueError):
+        raise FFPAValueError("window_size: is %r; expected a pair (left, right) of ints, -1 for "
+                             "unbounded" % (window_size,)) from None
+    if alibi_slopes is not None:
+        if not isinstance(alibi_slopes, torch.Tensor):
+            raise FFPAValueError("alibi_slopes: is %s; expected a float32 torch.Tensor"
+                                 % type(alibi_slopes))
+        _same_device(alibi_slopes, "alibi_slopes", query)
+    return (left, right), float(softcap), alibi_slopes
+
+
 def _top_left_causal_bias(nq, nkv, query):
     """PyTorch's is_causal mask (row i sees columns j <= i) as an additive [1, 1, Nq, Nkv] bias."""
     rows = torch.arange(nq, device=query.device).unsqueeze(1)
@@ -69,7 +85,7 @@ def _top_left_causal_bias(nq, nkv, query):
 
 
 def _dense(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa,
-           causal_alignment, dropout_seed):
+           causal_alignment, dropout_seed, variants):
     for tensor, name in ((key, "key"), (value, "value")):
         if not isinstance(tensor, torch.Tensor):
             raise FFPAValueError("%s: is %s; expected a torch.Tensor" % (name, type(tensor)))
@@ -101,16 +117,30 @@ def _dense(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa
 
     dropout_p = float(dropout_p)
     seed = _seed_tensor(dropout_p, dropout_seed)
+    window, softcap, slopes = _variants(*variants, query)
     out, lse = _ops.attention(_ops._no_zero_strides(query), _ops._no_zero_strides(key),
                               _ops._no_zero_strides(value), bias, None, None, seed, causal,
-                              _scale_arg(scale), dropout_p)
+                              _scale_arg(scale), dropout_p, window, softcap, slopes)
     if squeeze:
         out, lse = out.squeeze(0), lse.squeeze(0)
     return out, lse
 
 
+_VARIANTS_DOC = """
+    window_size=(left, right), softcap, alibi_slopes: FlashAttention's variants
+    (keyword only). The window keeps keys j with
+    i + Nkv - Nq - left <= j <= i + Nkv - Nq + right (bottom-right aligned, as in
+    FlashAttention; -1 leaves a side unbounded; (-1, -1): no window); softcap > 0
+    turns the scaled scores s into softcap * tanh(s / softcap) before the mask and
+    ALiBi; alibi_slopes (float32 [Hq] or [B, Hq]) adds -slope * |i + Nkv - Nq - j|
+    and gets no gradient. The cpu backend has all three; the GPU backends refuse
+    them (FFPAError naming the option) until their kernels do.
+"""
+
+
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0,
-                                 is_causal=False, scale=None, enable_gqa=False):
+                                 is_causal=False, scale=None, enable_gqa=False, *,
+                                 window_size=(-1, -1), softcap=0.0, alibi_slopes=None):
     """Drop-in for torch.nn.functional.scaled_dot_product_attention.
 
     query [B, Hq, Nq, D], key [B, Hkv, Nkv, D], value [B, Hkv, Nkv, Dv] (or the
@@ -127,13 +157,13 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     Rows that see no key give 0 (PyTorch's math kernel gives NaN there).
     """
     out, _ = _dense(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa,
-                    "top_left", None)
+                    "top_left", None, (window_size, softcap, alibi_slopes))
     return out
 
 
 def attention_with_lse(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False,
                        scale=None, enable_gqa=False, *, causal_alignment="top_left",
-                       dropout_seed=None):
+                       dropout_seed=None, window_size=(-1, -1), softcap=0.0, alibi_slopes=None):
     """scaled_dot_product_attention that also returns the float32 log-sum-exp.
 
     Returns (out, lse), lse [B, Hq, Nq]: natural-log logsumexp of the scaled,
@@ -144,7 +174,7 @@ def attention_with_lse(query, key, value, attn_mask=None, dropout_p=0.0, is_caus
     dropout_seed fixes the dropout mask (see common/philox.h for its definition).
     """
     return _dense(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa,
-                  causal_alignment, dropout_seed)
+                  causal_alignment, dropout_seed, (window_size, softcap, alibi_slopes))
 
 
 def _host_cu_seqlens(cu, name):
@@ -159,7 +189,8 @@ def _host_cu_seqlens(cu, name):
 
 
 def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, causal=False, scale=None,
-                     dropout_p=0.0, *, return_lse=False, dropout_seed=None):
+                     dropout_p=0.0, *, return_lse=False, dropout_seed=None, window_size=(-1, -1),
+                     softcap=0.0, alibi_slopes=None):
     """Attention over a batch of variable-length sequences packed along the rows.
 
     q [total_q, Hq, D], k [total_k, Hkv, D], v [total_k, Hkv, Dv] (like
@@ -170,6 +201,8 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, causal=False, scale=No
     causal is bottom-right aligned per sequence (row i sees keys
     j <= i + len_k - len_q), as in FlashAttention.
     Returns out [total_q, Hq, Dv], and with return_lse=True (out, lse [Hq, total_q]).
+    The window is bottom-right aligned per sequence; alibi_slopes [B, Hq] are per
+    sequence.
     """
     for tensor, name in ((k, "k"), (v, "v")):
         _same_device(tensor, name, q)
@@ -181,9 +214,10 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, causal=False, scale=No
     cu_k = _host_cu_seqlens(cu_seqlens_k, "cu_seqlens_k")
     dropout_p = float(dropout_p)
     seed = _seed_tensor(dropout_p, dropout_seed)
+    window, softcap, slopes = _variants(window_size, softcap, alibi_slopes, q)
     out, lse = _ops.attention(_ops._no_zero_strides(q), _ops._no_zero_strides(k),
                               _ops._no_zero_strides(v), None, cu_q, cu_k, seed, bool(causal),
-                              _scale_arg(scale), dropout_p)
+                              _scale_arg(scale), dropout_p, window, softcap, slopes)
     return (out, lse) if return_lse else out
 
 
@@ -254,3 +288,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=N
     _runtime.forward_kvcache(q, k_cache, v_cache, k, v, cache_seqlens, block_table, out, lse, bool(causal),
                              _scale_arg(softmax_scale), bool(check_tables))
     return (out, lse) if return_softmax_lse else out
+
+
+for _fn in (scaled_dot_product_attention, attention_with_lse, varlen_attention):
+    _fn.__doc__ += _VARIANTS_DOC

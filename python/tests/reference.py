@@ -50,12 +50,14 @@ def dropout_keep(seed, offset, p, hq, batch_indices, heads, nq, nkv):
     return torch.from_numpy(word >= np.uint64(dropout_threshold(p)))
 
 
-def attention(q, k, v, bias=None, causal=False, scale=None, keep=None, dropout_p=0.0):
+def attention(q, k, v, bias=None, causal=False, scale=None, keep=None, dropout_p=0.0,
+              window=(-1, -1), softcap=0.0, alibi_slopes=None):
     """float64 attention on [B, H, N, D] tensors (autograd-friendly).
 
     causal is bottom-right aligned (libffpa's); bias is additive and broadcasts;
-    keep is the dropout keep mask [B, Hq, Nq, Nkv]. Rows that see no key give
-    O = 0 and LSE = -inf. Returns (out, lse)."""
+    keep is the dropout keep mask [B, Hq, Nq, Nkv]; window (left, right; -1:
+    unbounded), softcap and alibi_slopes ([Hq] or [B, Hq]) as FlashAttention's.
+    Rows that see no key give O = 0 and LSE = -inf. Returns (out, lse)."""
     q, k, v = q.double(), k.double(), v.double()
     hq, hkv = q.shape[1], k.shape[1]
     if hq != hkv:
@@ -65,12 +67,22 @@ def attention(q, k, v, bias=None, causal=False, scale=None, keep=None, dropout_p
     if scale is None:
         scale = 1.0 / math.sqrt(q.shape[-1])
     s = scale * torch.matmul(q, k.transpose(-1, -2))
+    if softcap > 0:
+        s = softcap * torch.tanh(s / softcap)
     if bias is not None:
         s = s + bias.double()
+    rows = torch.arange(nq).unsqueeze(1)
+    cols = torch.arange(nkv).unsqueeze(0)
+    diag = rows + (nkv - nq)
+    if alibi_slopes is not None:
+        slopes = alibi_slopes.double().reshape(-1 if alibi_slopes.dim() == 2 else 1, q.shape[1], 1, 1)
+        s = s - slopes * (diag - cols).abs().double()
     if causal:
-        rows = torch.arange(nq).unsqueeze(1)
-        cols = torch.arange(nkv).unsqueeze(0)
-        s = s.masked_fill(cols > rows + (nkv - nq), float("-inf"))
+        s = s.masked_fill(cols > diag, float("-inf"))
+    if window[0] >= 0:
+        s = s.masked_fill(cols < diag - window[0], float("-inf"))
+    if window[1] >= 0:
+        s = s.masked_fill(cols > diag + window[1], float("-inf"))
     with torch.no_grad():
         lse = torch.logsumexp(s, dim=-1)
         dead = torch.isinf(s).all(dim=-1, keepdim=True)  # rows that see nothing

@@ -135,6 +135,93 @@ def test_matches_oracle(case, dtype):
             causal_alignment=spec.get("align", "top_left"), grad_mask=grad_mask)
 
 
+# name -> (b, hq, hkv, nq, nkv, d, options): FlashAttention's variants
+VARIANTS = {
+    "window": (2, 3, 3, 40, 40, 48, dict(window_size=(5, 2))),
+    "window_left_only_causal": (1, 2, 2, 33, 50, 40, dict(window_size=(7, -1), is_causal=True)),
+    "window_cross_empty_rows": (1, 2, 1, 30, 12, 40, dict(window_size=(1, 0))),
+    "softcap": (2, 2, 2, 30, 35, 48, dict(softcap=2.0)),
+    "softcap_mask_grad": (1, 2, 2, 25, 25, 40, dict(softcap=1.5, mask=True)),
+    "alibi_heads": (2, 4, 2, 30, 41, 40, dict(alibi="heads")),
+    "alibi_batch_causal": (2, 2, 2, 30, 30, 40, dict(alibi="batch", is_causal=True)),
+    "all": (2, 4, 1, 37, 45, 72, dict(window_size=(9, 20), softcap=4.0, alibi="heads", mask=True)),
+}
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("case", sorted(VARIANTS))
+def test_variants_match_oracle(case, dtype):
+    b, hq, hkv, nq, nkv, d, opts = VARIANTS[case]
+    q = leaf(randn(b, hq, nq, d, dtype=dtype, seed=11))
+    k = leaf(randn(b, hkv, nkv, d, dtype=dtype, seed=12))
+    v = leaf(randn(b, hkv, nkv, d, dtype=dtype, seed=13))
+    mask = leaf(randn(1, hq, nq, nkv, dtype=dtype, seed=14)) if opts.get("mask") else None
+    slopes = None
+    if opts.get("alibi"):
+        shape = (hq,) if opts["alibi"] == "heads" else (b, hq)
+        slopes = torch.rand(*shape, generator=torch.Generator().manual_seed(15)) * 0.5
+    kw = dict(window_size=opts.get("window_size", (-1, -1)), softcap=opts.get("softcap", 0.0),
+              alibi_slopes=slopes)
+    causal = opts.get("is_causal", False)
+    out, lse = ffpa.attention_with_lse(q, k, v, attn_mask=mask, is_causal=causal, enable_gqa=hq != hkv,
+                                       causal_alignment="bottom_right", **kw)
+    inputs = [q, k, v] + ([mask] if mask is not None else [])
+    dout = randn(*out.shape, dtype=dtype, seed=16)
+    grads = torch.autograd.grad(out, inputs, dout)
+    ref_inputs = [t.detach().double().requires_grad_() for t in inputs]
+    out_r, lse_r = reference.attention(*ref_inputs[:3], bias=ref_inputs[3] if mask is not None else None,
+                                       causal=causal, window=kw["window_size"], softcap=kw["softcap"],
+                                       alibi_slopes=slopes)
+    grads_r = torch.autograd.grad(out_r, ref_inputs, dout.double())
+    tol = TOLERANCE[dtype]
+    check("out", out, out_r, tol)
+    check("lse", lse, lse_r, tol)
+    for name, g, g_r in zip(("dq", "dk", "dv", "dmask"), grads, grads_r):
+        check(name, g, g_r, 2 * tol)
+
+
+def test_varlen_variants_match_oracle():
+    lens_q, lens_k = [9, 0, 21], [14, 5, 21]
+    cu_q = torch.tensor([0, 9, 9, 30], dtype=torch.int32)
+    cu_k = torch.tensor([0, 14, 19, 40], dtype=torch.int32)
+    hq, hkv, d = 4, 2, 40
+    q = leaf(randn(30, hq, d, seed=21))
+    k = leaf(randn(40, hkv, d, seed=22))
+    v = leaf(randn(40, hkv, d, seed=23))
+    slopes = torch.rand(3, hq, generator=torch.Generator().manual_seed(24)) * 0.5
+    out = ffpa.varlen_attention(q, k, v, cu_q, cu_k, causal=True, window_size=(6, -1), softcap=3.0,
+                                alibi_slopes=slopes)
+    out.sum().backward()
+    for s in range(3):
+        if lens_q[s] == 0:
+            continue
+        rows = slice(int(cu_q[s]), int(cu_q[s + 1]))
+        keys = slice(int(cu_k[s]), int(cu_k[s + 1]))
+        qs, ks, vs = (t.detach()[r].transpose(0, 1).unsqueeze(0).double().requires_grad_()
+                      for t, r in ((q, rows), (k, keys), (v, keys)))
+        out_r, _ = reference.attention(qs, ks, vs, causal=True, window=(6, -1), softcap=3.0,
+                                       alibi_slopes=slopes[s])
+        check("out (sequence %d)" % s, out[rows], out_r[0].transpose(0, 1), TOLERANCE[torch.float32])
+        gq, = torch.autograd.grad(out_r, [qs], torch.ones_like(out_r))
+        check("dq (sequence %d)" % s, q.grad[rows], gq[0].transpose(0, 1), 2 * TOLERANCE[torch.float32])
+
+
+def test_variants_bad_arguments_are_clear_errors():
+    q = randn(1, 2, 8, 16)
+    with pytest.raises(ffpa.FFPAValueError, match="window_size"):
+        ffpa.scaled_dot_product_attention(q, q, q, window_size=3)
+    with pytest.raises(ffpa.FFPAValueError, match="opt.window_left"):
+        ffpa.scaled_dot_product_attention(q, q, q, window_size=(-3, 0))
+    with pytest.raises(ffpa.FFPAValueError, match="opt.softcap"):
+        ffpa.scaled_dot_product_attention(q, q, q, softcap=-1.0)
+    with pytest.raises(ffpa.FFPAValueError, match="opt.alibi_slopes"):
+        ffpa.scaled_dot_product_attention(q, q, q, alibi_slopes=torch.ones(3))
+    with pytest.raises(ffpa.FFPAValueError, match="opt.alibi_slopes: dtype f16; expected f32"):
+        ffpa.scaled_dot_product_attention(q, q, q, alibi_slopes=torch.ones(2, dtype=torch.float16))
+    with pytest.raises(ffpa.FFPAValueError, match="alibi_slopes: dtype torch.float64"):
+        ffpa.scaled_dot_product_attention(q, q, q, alibi_slopes=torch.ones(2, dtype=torch.float64))
+
+
 def test_sdpa_returns_attention_with_lse_out():
     q, k, v, _, _ = build_case(dict(hq=4, hkv=2), torch.float32)
     out = ffpa.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)

@@ -207,3 +207,13 @@ def test_torch_compile_on_cuda():
     assert torch.equal(out, out_e)
     for g, g_e in zip(grads, grads_e):
         assert torch.equal(g, g_e)
+
+
+@pytest.mark.parametrize("what", ["window_size", "softcap", "alibi_slopes"])
+def test_variants_refused_by_name_until_the_kernels_have_them(what):
+    q = randn(1, 2, 64, 64, dtype=torch.bfloat16, seed=1)
+    kw = {"window_size": dict(window_size=(8, 0)), "softcap": dict(softcap=5.0),
+          "alibi_slopes": dict(alibi_slopes=torch.ones(2, device="cuda"))}[what]
+    name = {"window_size": "opt.window", "softcap": "opt.softcap", "alibi_slopes": "opt.alibi_slopes"}[what]
+    with pytest.raises(ffpa.FFPAError, match=name):
+        ffpa.scaled_dot_product_attention(q, q, q, **kw)
