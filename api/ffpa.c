@@ -160,11 +160,13 @@ static ffpa_tuning_table *load_tuning(const ffpa_registry_entry *e)
     return t;
 }
 
+/* The first GPU-class backend whose device is a GPU (an OpenCL CPU device,
+ * such as pocl's, runs only when named), else cpu. */
 static const ffpa_registry_entry *pick_auto(void)
 {
     for (int i = 0; i < ffpa_registry_count(); ++i) {
         const ffpa_registry_entry *e = ffpa_registry_get(i);
-        if (e->is_gpu && e->status == FFPA_OK)
+        if (e->is_gpu && e->status == FFPA_OK && e->caps.limits.is_gpu)
             return e;
     }
     return ffpa_registry_find("cpu");

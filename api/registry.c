@@ -20,6 +20,7 @@
 static ffpa_registry_entry entries[] = {
     {.name = "cuda", .plugin_file = "libffpa-cuda.so", .is_gpu = 1},
     {.name = "hip", .plugin_file = "libffpa-hip.so", .is_gpu = 1},
+    {.name = "opencl", .plugin_file = "libffpa-opencl.so", .is_gpu = 1},
     {.name = "cpu", .plugin_file = NULL, .is_gpu = 0},
 };
 #define N_ENTRIES ((int)(sizeof entries / sizeof entries[0]))

@@ -1,7 +1,7 @@
 /*
  * Counter-based RNG (Philox4x32-10, Salmon et al. 2011) and the dropout mask
- * definition every backend shares. Header-only so CUDA/HIP kernels and C code
- * compile the very same function: a GPU dropout run is reproduced bit for bit
+ * definition every backend shares. Header-only so CUDA/HIP/OpenCL kernels and
+ * C code compile the very same function: a GPU dropout run is reproduced bit for bit
  * by the CPU backend and the test oracle.
  *
  * Mask of element (batch b, query head h, row i, column j), positions inside
@@ -15,7 +15,14 @@
 #ifndef FFPA_COMMON_PHILOX_H
 #define FFPA_COMMON_PHILOX_H
 
+#ifdef __OPENCL_VERSION__
+/* OpenCL C (backends/opencl/kernels) has no <stdint.h>: its own names. */
+#define uint32_t uint
+#define uint64_t ulong
+#define int64_t long
+#else
 #include <stdint.h>
+#endif
 
 #if defined(__CUDACC__) || defined(__HIPCC__)
 #define FFPA_HD __host__ __device__ __forceinline__
@@ -80,11 +87,13 @@ FFPA_HD int ffpa_dropout_keep(uint64_t seed, uint64_t offset, uint32_t threshold
     return ffpa_u32x4_at(words, (int)(j & 3)) >= threshold;
 }
 
+#ifndef __OPENCL_VERSION__ /* host side only (double is optional in OpenCL C) */
 /* Threshold for drop probability p in [0, 1). */
 FFPA_HD uint32_t ffpa_dropout_threshold(double p)
 {
     double t = p * 4294967296.0;
     return t >= 4294967295.0 ? 0xFFFFFFFFu : (uint32_t)t;
 }
+#endif
 
 #endif

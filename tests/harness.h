@@ -43,6 +43,10 @@ int th_exit_code(int failures, int tests);
 
 /* Fails the test with the library's message unless status is FFPA_OK. */
 void th_expect_ok(ffpa_context *ctx, ffpa_status status, const char *call);
+/* th_expect_ok for a backward call, except that a backend without a
+ * backward (the opencl backend today) may refuse it by name:
+ * FFPA_ERR_UNSUPPORTED saying it "has no backward pass". */
+void th_expect_backward_ok(ffpa_context *ctx, ffpa_status status, const char *call);
 
 /* 1 when a GPU backend refused a valid case as FFPA_ERR_UNSUPPORTED (a
  * documented limit: fp32, unaligned rows, ...): the case is reported in a TAP

@@ -157,7 +157,7 @@ static int list_backends(void)
     for (int i = 0; i < ffpa_backend_count(); ++i) {
         ffpa_backend_info info;
         if (ffpa_backend_get_info(i, &info) == FFPA_OK)
-            printf("%-5s %-8s %-12s %s\n", info.name, info.version[0] ? info.version : "-",
+            printf("%-6s %-8s %-12s %s\n", info.name, info.version[0] ? info.version : "-",
                    info.available ? "available" : "unavailable", info.detail);
     }
     return 0;

@@ -9,8 +9,10 @@ if [ "${1:-}" = "--test" ]; then
   # clang-tools-19 has clang-offload-bundler, which clang++ runs for every HIP object (only a Recommends)
   # libclang-rt-19-dev: libFuzzer and the sanitizer runtimes for clang (tools/fuzz.sh);
   # python3-venv, python3-mesonpy, patchelf: `pip install ./python` builds libffpa into the wheel
+  # ocl-icd-opencl-dev, opencl-c-headers: the OpenCL plugin; pocl-opencl-icd: a CPU OpenCL device to test it on
   packages+=(libcmocka-dev python3 python3-pytest python3-torch python3-numpy clang-19 lld-19 clang-tools-19
-             libamdhip64-dev libclang-rt-19-dev cmake doxygen python3-venv python3-mesonpy patchelf)
+             libamdhip64-dev libclang-rt-19-dev cmake doxygen python3-venv python3-mesonpy patchelf
+             ocl-icd-opencl-dev opencl-c-headers pocl-opencl-icd)
 fi
 missing=()
 for p in "${packages[@]}"; do

@@ -34,7 +34,7 @@ if bash tests/install/run.sh build-test; then passed=$((passed + 1)); else faile
 echo "== tests under -Db_sanitize=address,undefined (cpu backend), host allocation failures injected"
 if [ ! -f build-asan/build.ninja ]; then
   meson setup build-asan -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debugoptimized \
-    -Dcuda=disabled -Dhip=disabled -Dalloc-failure-injection=true || exit 1
+    -Dcuda=disabled -Dhip=disabled -Dopencl=disabled -Dalloc-failure-injection=true || exit 1
 fi
 ninja -C build-asan -j "$jobs" || exit 1
 ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1 \
@@ -45,7 +45,7 @@ count_meson build-asan
 echo "== thread-safety test under ThreadSanitizer (cpu backend)"
 if [ ! -f build-tsan/build.ninja ]; then
   meson setup build-tsan -Db_sanitize=thread -Db_lundef=false -Dbuildtype=debugoptimized \
-    -Dcuda=disabled -Dhip=disabled -Dopenmp=disabled || exit 1
+    -Dcuda=disabled -Dhip=disabled -Dopencl=disabled -Dopenmp=disabled || exit 1
 fi
 ninja -C build-tsan -j "$jobs" tests/test_threads || exit 1
 TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \

@@ -1,0 +1,252 @@
+/*
+ * Forward of the OpenCL backend (OpenCL C 1.2 and later): the Split-D
+ * algorithm in its portable form. A work-group owns BR query rows of one
+ * (sequence, query head) and streams the key tiles it can see (causal and
+ * window bounds skip the rest):
+ *   S = Q K^T         over Dqk in DC-column chunks (Q and K chunks in local
+ *                     memory), BC/TPR scores per work-item;
+ *   score epilogue    scale, softcap, bias, ALiBi, masks (the order of
+ *                     backends/cpu/cpu_tiles.c, docs/notes/variants.md);
+ *   online softmax    the TPR work-items of a row each track its max and
+ *                     sum (the same values, computed alike: no leader, no
+ *                     divergent region between barriers); dropout
+ *                     (common/philox.h, the very mask of every backend)
+ *                     after the sum;
+ *   O = alpha O + P V over Dv in DC-column chunks, O in registers: row r's
+ *                     columns tc, tc + TPR, ... of work-item (r, tc).
+ * Build options: DT (the dtype of q, k, v, o: 0 f16, 1 bf16, 2 f32), DVB
+ * (a multiple of DC >= Dv: O's register count), FFPA_CL_UNROLL (GPUs: the
+ * Dv chunk loop unrolled, so O stays in registers; CPU compilers such as
+ * pocl's take minutes over an unrolled loop of barriers, and keep O in
+ * memory anyway, so there it stays a loop and DVB is 1024 for every Dv).
+ */
+#include "cl_params.h"
+#include "philox.h"
+
+#ifdef FFPA_CL_TEST_COMPILE_ERROR
+#error "FFPA_CL_TEST_COMPILE_ERROR: the build-failure path's test (FFPA_OPENCL_BUILD_OPTIONS)"
+#endif
+
+#define WG 128
+#define BR 16
+#define TPR (WG / BR)
+#define BC 32
+#define DC 32
+#define OCOLS (DVB / TPR)
+
+#ifdef FFPA_CL_UNROLL
+#define DV_LOOP _Pragma("unroll")
+#else
+#define DV_LOOP _Pragma("unroll 1")
+#endif
+
+/* Element idx of a buffer of dtype dt as float (f16 through vload_half: no
+ * cl_khr_fp16 needed; bf16 as the high half of a float). */
+static float load_elem(__global const uchar *base, long idx, int dt)
+{
+    if (dt == 2)
+        return ((__global const float *)base)[idx];
+    if (dt == 0)
+        return vload_half((size_t)idx, (__global const half *)base);
+    return as_float((uint)((__global const ushort *)base)[idx] << 16);
+}
+
+static void store_elem(__global uchar *base, long idx, float v)
+{
+#if DT == 2
+    ((__global float *)base)[idx] = v;
+#elif DT == 0
+    vstore_half_rte(v, (size_t)idx, (__global half *)base);
+#else
+    uint u = as_uint(v);
+    if ((u & 0x7FFFFFFFu) > 0x7F800000u) /* NaN stays a quiet NaN */
+        u = (u >> 16) | 0x0040u;
+    else
+        u = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16; /* round to nearest even */
+    ((__global ushort *)base)[idx] = (ushort)u;
+#endif
+}
+
+/* Does row i see key j (diag = seqlen_k - seqlen_q)? */
+static bool visible(const ffpa_cl_fwd_params p, int i, int j, int diag)
+{
+    if (p.causal && j > i + diag)
+        return false;
+    if (p.window && p.window_left >= 0 && j < i + diag - p.window_left)
+        return false;
+    if (p.window && p.window_right >= 0 && j > i + diag + p.window_right)
+        return false;
+    return true;
+}
+
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
+ffpa_fwd(const ffpa_cl_fwd_params p, __global const uchar *qb, __global const uchar *kb, __global const uchar *vb,
+         __global uchar *ob, __global float *lseb, __global const uchar *biasb, __global const float *alibib,
+         __global const int *cub)
+{
+    __local float qs[BR][DC];
+    __local float ks[BC][DC + 1];
+    __local float vs[BC][DC];
+    __local float ss[BR][BC + 1]; /* scores */
+    __local float ps[BR][BC + 1]; /* P */
+    /* P after dropout, in the K tile's memory (free once S is done) */
+    __local float(*pd)[BC + 1] = (__local float(*)[BC + 1])ks;
+
+    const int tid = (int)get_local_id(0);
+    const int r = tid / TPR, tc = tid % TPR;
+    const int g = (int)get_group_id(0);
+    const int qblk = g % p.q_blocks, h = (g / p.q_blocks) % p.hq, b = g / (p.q_blocks * p.hq);
+    const int kvh = h / p.group;
+
+    long q_start = 0, k_start = 0;
+    int seqlen_q = p.nq, seqlen_k = p.nkv;
+    if (p.varlen) {
+        __global const int *cu_q = cub + p.cu_off, *cu_k = cu_q + p.batch + 1;
+        q_start = cu_q[b];
+        seqlen_q = cu_q[b + 1] - cu_q[b];
+        k_start = cu_k[b];
+        seqlen_k = cu_k[b + 1] - cu_k[b];
+    }
+    const int q0 = qblk * BR;
+    if (q0 >= seqlen_q)
+        return; /* the whole work-group: no barrier is left waiting */
+    const int rows = min(BR, seqlen_q - q0);
+    const int i = q0 + r; /* this work-item's row */
+    const int diag = seqlen_k - seqlen_q;
+
+    const long q_base = p.q_off + (p.varlen ? q_start * p.q_sn : (long)b * p.q_sb) + (long)h * p.q_sh;
+    const long k_base = p.k_off + (p.varlen ? k_start * p.k_sn : (long)b * p.k_sb) + (long)kvh * p.k_sh;
+    const long v_base = p.v_off + (p.varlen ? k_start * p.v_sn : (long)b * p.v_sb) + (long)kvh * p.v_sh;
+    const float slope = p.has_alibi ? alibib[p.alibi_off + (long)b * p.alibi_sb + (long)h * p.alibi_sh] : 0.0f;
+
+    /* Key tiles the rows may see: from the window start of the first row to
+     * the causal / window end of the last one. */
+    int first = 0, last = seqlen_k - 1;
+    if (p.window && p.window_left >= 0)
+        first = max(first, q0 + diag - p.window_left);
+    if (p.causal)
+        last = min(last, q0 + rows - 1 + diag);
+    if (p.window && p.window_right >= 0)
+        last = min(last, q0 + rows - 1 + diag + p.window_right);
+    const int tile_begin = first / BC, tile_end = last < first ? tile_begin : last / BC + 1;
+
+    float o[OCOLS];
+    for (int x = 0; x < OCOLS; ++x)
+        o[x] = 0.0f;
+    float m = -INFINITY, l = 0.0f; /* row r's running max and sum */
+
+    for (int tile = tile_begin; tile < tile_end; ++tile) {
+        const int kv0 = tile * BC;
+        float sacc[BC / TPR];
+        for (int k = 0; k < BC / TPR; ++k)
+            sacc[k] = 0.0f;
+        for (int d0 = 0; d0 < p.dqk; d0 += DC) {
+            for (int e = tid; e < BR * DC; e += WG) {
+                const int rr = e / DC, cc = e % DC;
+                qs[rr][cc] = rr < rows && d0 + cc < p.dqk
+                                 ? load_elem(qb, q_base + (long)(q0 + rr) * p.q_sn + d0 + cc, DT)
+                                 : 0.0f;
+            }
+            for (int e = tid; e < BC * DC; e += WG) {
+                const int jj = e / DC, cc = e % DC;
+                ks[jj][cc] = kv0 + jj < seqlen_k && d0 + cc < p.dqk
+                                 ? load_elem(kb, k_base + (long)(kv0 + jj) * p.k_sn + d0 + cc, DT)
+                                 : 0.0f;
+            }
+            barrier(CLK_LOCAL_MEM_FENCE);
+            for (int cc = 0; cc < DC; ++cc) {
+                const float qv = qs[r][cc];
+                for (int k = 0; k < BC / TPR; ++k)
+                    sacc[k] += qv * ks[tc + TPR * k][cc];
+            }
+            barrier(CLK_LOCAL_MEM_FENCE);
+        }
+
+        /* Score epilogue (natural-log units). */
+        for (int k = 0; k < BC / TPR; ++k) {
+            const int c = tc + TPR * k, j = kv0 + c;
+            float s = -INFINITY;
+            if (r < rows && j < seqlen_k && visible(p, i, j, diag)) {
+                s = sacc[k] * p.scale;
+                if (p.softcap > 0.0f)
+                    s = p.softcap * tanh(s / p.softcap);
+                if (p.has_bias)
+                    s += load_elem(biasb, p.bias_off + (long)b * p.bias_sb + (long)h * p.bias_sh + (long)i * p.bias_sn +
+                                              (long)j * p.bias_sd,
+                                   p.bias_dtype);
+                if (p.has_alibi)
+                    s -= slope * (float)abs(i + diag - j);
+            }
+            ss[r][c] = s;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+
+        /* Online softmax of row r (rows past the end stay at -inf: P = 0). */
+        float mx = m;
+        for (int c = 0; c < BC; ++c)
+            mx = fmax(mx, ss[r][c]);
+        const float ref = mx == -INFINITY ? 0.0f : mx;
+        const float alpha = exp(m - ref);
+        for (int k = 0; k < BC / TPR; ++k) {
+            const int c = tc + TPR * k;
+            const float pr = exp(ss[r][c] - ref);
+            ps[r][c] = pr;
+            if (p.has_dropout) /* the sum below takes P before dropout: LSE is that of the scores */
+                pd[r][c] = ffpa_dropout_keep(p.dropout_seed, p.dropout_offset, p.dropout_threshold, p.hq, b, h, i,
+                                             kv0 + c)
+                               ? pr * p.dropout_scale
+                               : 0.0f;
+        }
+        barrier(CLK_LOCAL_MEM_FENCE);
+        float sum = 0.0f;
+        for (int c = 0; c < BC; ++c)
+            sum += ps[r][c];
+        l = l * alpha + sum;
+        m = mx;
+        __local float(*pv)[BC + 1] = p.has_dropout ? pd : ps;
+
+        for (int x = 0; x < OCOLS; ++x)
+            o[x] *= alpha;
+        DV_LOOP
+        for (int chunk = 0; chunk < DVB / DC; ++chunk) {
+            const int d0 = chunk * DC;
+            if (d0 >= p.dv)
+                break; /* uniform: every work-item leaves at the same chunk */
+            for (int e = tid; e < BC * DC; e += WG) {
+                const int jj = e / DC, cc = e % DC;
+                vs[jj][cc] = kv0 + jj < seqlen_k && d0 + cc < p.dv
+                                 ? load_elem(vb, v_base + (long)(kv0 + jj) * p.v_sn + d0 + cc, DT)
+                                 : 0.0f;
+            }
+            barrier(CLK_LOCAL_MEM_FENCE);
+#pragma unroll
+            for (int x = 0; x < DC / TPR; ++x) {
+                float acc = 0.0f;
+                for (int jj = 0; jj < BC; ++jj)
+                    acc += pv[r][jj] * vs[jj][tc + TPR * x];
+                o[chunk * (DC / TPR) + x] += acc;
+            }
+            barrier(CLK_LOCAL_MEM_FENCE);
+        }
+    }
+
+    /* Normalise and store; rows that saw no key give O = 0 and LSE = -inf. */
+    if (r >= rows)
+        return;
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    const long o_row = p.o_off + (p.varlen ? (q_start + i) * p.o_sn : (long)b * p.o_sb + (long)i * p.o_sn) +
+                       (long)h * p.o_sh;
+    DV_LOOP
+    for (int chunk = 0; chunk < DVB / DC && chunk * DC < p.dv; ++chunk)
+#pragma unroll
+        for (int x = 0; x < DC / TPR; ++x) {
+            const int col = chunk * DC + tc + TPR * x;
+            if (col < p.dv)
+                store_elem(ob, o_row + col, l > 0.0f ? o[chunk * (DC / TPR) + x] * inv : 0.0f);
+        }
+    if (p.has_lse && tc == 0) {
+        const long at = p.lse_off + (p.varlen ? (q_start + i) * p.lse_sn : (long)b * p.lse_sb + (long)i * p.lse_sn) +
+                        (long)h * p.lse_sh;
+        lseb[at] = l > 0.0f ? m + log(l) : -INFINITY;
+    }
+}

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The opencl backend's process-wide choices fail clearly (one process each,
+# as the device is chosen once per process): no OpenCL platform, a device
+# index or name that does not exist. Usage: opencl_errors.sh FFPA_RUN
+set -u
+run=$1
+fails=0
+expect() { # expect NEEDLE ENV... : ffpa-run --backend opencl exits 2 with NEEDLE on stderr
+  local needle=$1
+  shift
+  local err rc
+  err=$(env "$@" "$run" --backend opencl --nq 8 -d 16 --no-backward 2>&1 >/dev/null)
+  rc=$?
+  if [ "$rc" != 2 ] || [[ "$err" != *"$needle"* ]]; then
+    echo "not ok: $* -> status $rc (want 2), stderr: ${err:0:300} (want '$needle')"
+    fails=$((fails + 1))
+  else
+    echo "ok: $*"
+  fi
+}
+empty=$(mktemp -d)
+expect "no OpenCL platform" OCL_ICD_VENDORS="$empty" OCL_ICD_FILENAMES=
+rmdir "$empty"
+expect "FFPA_OPENCL_DEVICE=99: no such device; expected one of:" FFPA_OPENCL_DEVICE=99
+expect "FFPA_OPENCL_DEVICE=7:3: no such device" FFPA_OPENCL_DEVICE=7:3
+expect "FFPA_OPENCL_DEVICE=no-such-accelerator: no such device" FFPA_OPENCL_DEVICE=no-such-accelerator
+echo "$fails failure(s)"
+[ "$fails" -eq 0 ]
