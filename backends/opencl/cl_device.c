@@ -234,7 +234,7 @@ void ffpa_cl_fill_caps(const ffpa_cl_device *d, ffpa_backend_caps *caps)
     snprintf(caps->device_name, sizeof caps->device_name, "%s", d->name);
     caps->dtype_mask = (1u << FFPA_F16) | (1u << FFPA_BF16) | (1u << FFPA_F32);
     caps->max_head_dim = FFPA_MAX_HEAD_DIM;
-    caps->has_backward = 0; /* the forward kernel only so far (docs/notes/opencl.md) */
+    caps->has_backward = 1;
     caps->variants = FFPA_VARIANT_WINDOW | FFPA_VARIANT_SOFTCAP | FFPA_VARIANT_ALIBI;
     ffpa_device_limits *lim = &caps->limits;
     cl_uint units = 1;

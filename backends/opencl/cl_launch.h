@@ -1,15 +1,57 @@
 /*
  * The OpenCL backend's launchers, behind the shared GPU host layer
- * (gpu/gpu_host.h): the forward (fwd_launch_cl.c). Plain C.
+ * (gpu/gpu_host.h): the forward (fwd_launch_cl.c) and the backward
+ * (bwd_launch_cl.c), over the kernel arguments of cl_args.c. Plain C.
  */
 #ifndef FFPA_OPENCL_CL_LAUNCH_H
 #define FFPA_OPENCL_CL_LAUNCH_H
 
 #include "cl_device.h"
+#include "cl_params.h"
 #include "gpu_host.h"
+
+/* The problem's score, mask and layout parameters (kernels/cl_params.h;
+ * tensor offsets left 0: ffpa_cl_resolve_arg fills them) for query blocks
+ * of rows_per_block rows. */
+ffpa_cl_fwd_params ffpa_cl_params_of(const ffpa_problem *pb, int rows_per_block);
+
+/* The buffer and element offset of a tensor at p (NULL: no tensor, no
+ * buffer); 0 when p is not backend memory or not element-aligned. */
+int ffpa_cl_resolve_arg(const void *p, size_t elem, cl_mem *mem, int64_t *off);
+
+/* The forward inputs' buffers with their offsets in p (cu: the varlen
+ * offsets' buffer, set by ffpa_cl_upload_offsets). */
+typedef struct ffpa_cl_inputs_t {
+    ffpa_cl_fwd_params p;
+    cl_mem q, k, v, o, lse, bias, alibi, cu;
+} ffpa_cl_inputs_t;
+
+/* Resolves q, k, v, o (out), lse, bias and ALiBi slopes into in (in->p
+ * already filled by ffpa_cl_params_of); FFPA_ERR_INVALID_ARGUMENT for memory
+ * that is not the backend's. */
+ffpa_status ffpa_cl_inputs(const ffpa_problem *pb, ffpa_cl_inputs_t *in, char *err, size_t err_len);
+
+/* Varlen: [cu_q | cu_k] into the workspace at `at` (blocking). */
+ffpa_status ffpa_cl_upload_offsets(cl_command_queue queue, const ffpa_problem *pb, void *at, ffpa_cl_inputs_t *in,
+                                   char *err, size_t err_len);
+
+/* One kernel argument: its size and a pointer to its value. */
+typedef struct ffpa_cl_arg {
+    size_t size;
+    const void *value;
+} ffpa_cl_arg;
+
+/* Creates kernel `name` of program, sets args and enqueues global (rounded
+ * up to local) work-items in groups of local; 0 work-items: nothing. */
+ffpa_status ffpa_cl_launch(cl_command_queue queue, cl_program program, const char *name, const ffpa_cl_arg *args,
+                           int n_args, size_t global, size_t local, char *err, size_t err_len);
 
 size_t ffpa_cl_forward_workspace(const ffpa_gpu_state *state, const ffpa_problem *pb);
 ffpa_status ffpa_cl_forward(ffpa_gpu_state *state, const ffpa_problem *pb, void *ws, size_t ws_bytes, char *err,
                             size_t err_len);
+
+size_t ffpa_cl_backward_workspace(const ffpa_problem *pb);
+ffpa_status ffpa_cl_backward(ffpa_gpu_state *state, const ffpa_problem *pb, void *ws, size_t ws_bytes, char *err,
+                             size_t err_len);
 
 #endif

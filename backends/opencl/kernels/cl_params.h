@@ -36,4 +36,31 @@ typedef struct ffpa_cl_fwd_params {
     float scale, softcap, dropout_scale;
 } ffpa_cl_fwd_params;
 
+/* The backward's additions. A gradient accumulator ("acc": the fp32
+ * workspace buffers, or with FFPA_GRAD_ACCUM_OUTPUT the outputs themselves,
+ * acc_dt their dtype) has element (b, h, n, d) at
+ * off + h * sh + (varlen ? (start + n) * sn : b * sb + n * sn) + d * sd.
+ * Delta is fp32 [hq][total_q]; dbias an fp32 buffer [gb][gh][gn][gk] (1
+ * where it broadcasts), whose sharing dims (member_*) one work-group runs
+ * in a fixed order: no atomics, the same bytes every run. */
+typedef struct ffpa_cl_bwd_params {
+    FFPA_CL_I64 do_off, delta_off, dbias_off;
+    FFPA_CL_I64 do_sb, do_sh, do_sn;
+    FFPA_CL_I64 dq_off, dq_sb, dq_sh, dq_sn, dq_sd;
+    FFPA_CL_I64 dk_off, dk_sb, dk_sh, dk_sn, dk_sd;
+    FFPA_CL_I64 dv_off, dv_sb, dv_sh, dv_sn, dv_sd;
+    FFPA_CL_I64 dbias_gb, dbias_gh, dbias_gn, dbias_gk;
+    FFPA_CL_I64 total_q;
+    int acc_dt, hkv, kv_blocks, has_dbias, member_h, member_b, member_qb, pad;
+} ffpa_cl_bwd_params;
+
+/* One dense fp32 array [n0][n1][n2][n3] -> a strided view (s0..s3 in the
+ * same dim order) of dtype dt: the backward's final conversions. */
+typedef struct ffpa_cl_convert {
+    FFPA_CL_I64 src_off, dst_off;
+    FFPA_CL_I64 n0, n1, n2, n3;
+    FFPA_CL_I64 s0, s1, s2, s3;
+    int dt, pad;
+} ffpa_cl_convert;
+
 #endif

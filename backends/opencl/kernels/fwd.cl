@@ -20,7 +20,7 @@
  * pocl's take minutes over an unrolled loop of barriers, and keep O in
  * memory anyway, so there it stays a loop and DVB is 1024 for every Dv).
  */
-#include "cl_params.h"
+#include "cl_score.h"
 #include "philox.h"
 
 #ifdef FFPA_CL_TEST_COMPILE_ERROR
@@ -39,45 +39,6 @@
 #else
 #define DV_LOOP _Pragma("unroll 1")
 #endif
-
-/* Element idx of a buffer of dtype dt as float (f16 through vload_half: no
- * cl_khr_fp16 needed; bf16 as the high half of a float). */
-static float load_elem(__global const uchar *base, long idx, int dt)
-{
-    if (dt == 2)
-        return ((__global const float *)base)[idx];
-    if (dt == 0)
-        return vload_half((size_t)idx, (__global const half *)base);
-    return as_float((uint)((__global const ushort *)base)[idx] << 16);
-}
-
-static void store_elem(__global uchar *base, long idx, float v)
-{
-#if DT == 2
-    ((__global float *)base)[idx] = v;
-#elif DT == 0
-    vstore_half_rte(v, (size_t)idx, (__global half *)base);
-#else
-    uint u = as_uint(v);
-    if ((u & 0x7FFFFFFFu) > 0x7F800000u) /* NaN stays a quiet NaN */
-        u = (u >> 16) | 0x0040u;
-    else
-        u = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16; /* round to nearest even */
-    ((__global ushort *)base)[idx] = (ushort)u;
-#endif
-}
-
-/* Does row i see key j (diag = seqlen_k - seqlen_q)? */
-static bool visible(const ffpa_cl_fwd_params p, int i, int j, int diag)
-{
-    if (p.causal && j > i + diag)
-        return false;
-    if (p.window && p.window_left >= 0 && j < i + diag - p.window_left)
-        return false;
-    if (p.window && p.window_right >= 0 && j > i + diag + p.window_right)
-        return false;
-    return true;
-}
 
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 ffpa_fwd(const ffpa_cl_fwd_params p, __global const uchar *qb, __global const uchar *kb, __global const uchar *vb,
@@ -98,15 +59,9 @@ ffpa_fwd(const ffpa_cl_fwd_params p, __global const uchar *qb, __global const uc
     const int qblk = g % p.q_blocks, h = (g / p.q_blocks) % p.hq, b = g / (p.q_blocks * p.hq);
     const int kvh = h / p.group;
 
-    long q_start = 0, k_start = 0;
-    int seqlen_q = p.nq, seqlen_k = p.nkv;
-    if (p.varlen) {
-        __global const int *cu_q = cub + p.cu_off, *cu_k = cu_q + p.batch + 1;
-        q_start = cu_q[b];
-        seqlen_q = cu_q[b + 1] - cu_q[b];
-        k_start = cu_k[b];
-        seqlen_k = cu_k[b + 1] - cu_k[b];
-    }
+    const seq_geom sg = seq_of(p, cub, b);
+    const long q_start = sg.q_start, k_start = sg.k_start;
+    const int seqlen_q = sg.seqlen_q, seqlen_k = sg.seqlen_k;
     const int q0 = qblk * BR;
     if (q0 >= seqlen_q)
         return; /* the whole work-group: no barrier is left waiting */
@@ -119,16 +74,9 @@ ffpa_fwd(const ffpa_cl_fwd_params p, __global const uchar *qb, __global const uc
     const long v_base = p.v_off + (p.varlen ? k_start * p.v_sn : (long)b * p.v_sb) + (long)kvh * p.v_sh;
     const float slope = p.has_alibi ? alibib[p.alibi_off + (long)b * p.alibi_sb + (long)h * p.alibi_sh] : 0.0f;
 
-    /* Key tiles the rows may see: from the window start of the first row to
-     * the causal / window end of the last one. */
-    int first = 0, last = seqlen_k - 1;
-    if (p.window && p.window_left >= 0)
-        first = max(first, q0 + diag - p.window_left);
-    if (p.causal)
-        last = min(last, q0 + rows - 1 + diag);
-    if (p.window && p.window_right >= 0)
-        last = min(last, q0 + rows - 1 + diag + p.window_right);
-    const int tile_begin = first / BC, tile_end = last < first ? tile_begin : last / BC + 1;
+    /* Key tiles the rows may see (the others are skipped). */
+    int tile_begin;
+    const int tile_end = key_tiles(p, q0, q0 + rows - 1, diag, seqlen_k, BC, &tile_begin);
 
     float o[OCOLS];
     for (int x = 0; x < OCOLS; ++x)
@@ -141,18 +89,8 @@ ffpa_fwd(const ffpa_cl_fwd_params p, __global const uchar *qb, __global const uc
         for (int k = 0; k < BC / TPR; ++k)
             sacc[k] = 0.0f;
         for (int d0 = 0; d0 < p.dqk; d0 += DC) {
-            for (int e = tid; e < BR * DC; e += WG) {
-                const int rr = e / DC, cc = e % DC;
-                qs[rr][cc] = rr < rows && d0 + cc < p.dqk
-                                 ? load_elem(qb, q_base + (long)(q0 + rr) * p.q_sn + d0 + cc, DT)
-                                 : 0.0f;
-            }
-            for (int e = tid; e < BC * DC; e += WG) {
-                const int jj = e / DC, cc = e % DC;
-                ks[jj][cc] = kv0 + jj < seqlen_k && d0 + cc < p.dqk
-                                 ? load_elem(kb, k_base + (long)(kv0 + jj) * p.k_sn + d0 + cc, DT)
-                                 : 0.0f;
-            }
+            stage(&qs[0][0], DC, BR, DC, qb, q_base, p.q_sn, q0, seqlen_q, d0, p.dqk, DT, tid, WG);
+            stage(&ks[0][0], DC + 1, BC, DC, kb, k_base, p.k_sn, kv0, seqlen_k, d0, p.dqk, DT, tid, WG);
             barrier(CLK_LOCAL_MEM_FENCE);
             for (int cc = 0; cc < DC; ++cc) {
                 const float qv = qs[r][cc];
@@ -164,20 +102,8 @@ ffpa_fwd(const ffpa_cl_fwd_params p, __global const uchar *qb, __global const uc
 
         /* Score epilogue (natural-log units). */
         for (int k = 0; k < BC / TPR; ++k) {
-            const int c = tc + TPR * k, j = kv0 + c;
-            float s = -INFINITY;
-            if (r < rows && j < seqlen_k && visible(p, i, j, diag)) {
-                s = sacc[k] * p.scale;
-                if (p.softcap > 0.0f)
-                    s = p.softcap * tanh(s / p.softcap);
-                if (p.has_bias)
-                    s += load_elem(biasb, p.bias_off + (long)b * p.bias_sb + (long)h * p.bias_sh + (long)i * p.bias_sn +
-                                              (long)j * p.bias_sd,
-                                   p.bias_dtype);
-                if (p.has_alibi)
-                    s -= slope * (float)abs(i + diag - j);
-            }
-            ss[r][c] = s;
+            const int c = tc + TPR * k;
+            ss[r][c] = score(p, sacc[k], b, h, i, kv0 + c, sg, biasb, slope, 0);
         }
         barrier(CLK_LOCAL_MEM_FENCE);
 
@@ -212,12 +138,7 @@ ffpa_fwd(const ffpa_cl_fwd_params p, __global const uchar *qb, __global const uc
             const int d0 = chunk * DC;
             if (d0 >= p.dv)
                 break; /* uniform: every work-item leaves at the same chunk */
-            for (int e = tid; e < BC * DC; e += WG) {
-                const int jj = e / DC, cc = e % DC;
-                vs[jj][cc] = kv0 + jj < seqlen_k && d0 + cc < p.dv
-                                 ? load_elem(vb, v_base + (long)(kv0 + jj) * p.v_sn + d0 + cc, DT)
-                                 : 0.0f;
-            }
+            stage(&vs[0][0], DC, BC, DC, vb, v_base, p.v_sn, kv0, seqlen_k, d0, p.dv, DT, tid, WG);
             barrier(CLK_LOCAL_MEM_FENCE);
 #pragma unroll
             for (int x = 0; x < DC / TPR; ++x) {
@@ -242,7 +163,7 @@ ffpa_fwd(const ffpa_cl_fwd_params p, __global const uchar *qb, __global const uc
         for (int x = 0; x < DC / TPR; ++x) {
             const int col = chunk * DC + tc + TPR * x;
             if (col < p.dv)
-                store_elem(ob, o_row + col, l > 0.0f ? o[chunk * (DC / TPR) + x] * inv : 0.0f);
+                store_elem(ob, o_row + col, l > 0.0f ? o[chunk * (DC / TPR) + x] * inv : 0.0f, DT);
         }
     if (p.has_lse && tc == 0) {
         const long at = p.lse_off + (p.varlen ? (q_start + i) * p.lse_sn : (long)b * p.lse_sb + (long)i * p.lse_sn) +

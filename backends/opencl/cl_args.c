@@ -1,0 +1,124 @@
+/* Kernel arguments of a problem, shared by the forward and backward
+ * launchers. See cl_launch.h. */
+#include "cl_launch.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "dtype.h"
+
+/* A kernel argument for the tensor at p: its buffer (NULL for no tensor)
+ * and p's element offset in it. */
+int ffpa_cl_resolve_arg(const void *p, size_t elem, cl_mem *mem, int64_t *off)
+{
+    *mem = NULL;
+    *off = 0;
+    if (!p)
+        return 1;
+    size_t bytes = 0;
+    *mem = ffpa_cl_resolve(p, &bytes);
+    *off = (int64_t)(bytes / elem);
+    return *mem != NULL && bytes % elem == 0;
+}
+
+ffpa_cl_fwd_params ffpa_cl_params_of(const ffpa_problem *pb, int rows_per_block)
+{
+    ffpa_cl_fwd_params p;
+    memset(&p, 0, sizeof p);
+    p.q_sb = pb->q.sb, p.q_sh = pb->q.sh, p.q_sn = pb->q.sn;
+    p.k_sb = pb->k.sb, p.k_sh = pb->k.sh, p.k_sn = pb->k.sn;
+    p.v_sb = pb->v.sb, p.v_sh = pb->v.sh, p.v_sn = pb->v.sn;
+    p.o_sb = pb->o.sb, p.o_sh = pb->o.sh, p.o_sn = pb->o.sn;
+    p.lse_sb = pb->lse.sb, p.lse_sh = pb->lse.sh, p.lse_sn = pb->lse.sn;
+    p.batch = (int)pb->batch;
+    p.hq = (int)pb->hq;
+    p.group = (int)(pb->hq / pb->hkv);
+    p.nq = (int)pb->nq;
+    p.nkv = (int)pb->nkv;
+    p.dqk = (int)pb->dqk;
+    p.dv = (int)pb->dv;
+    p.q_blocks = (int)((pb->nq + rows_per_block - 1) / rows_per_block);
+    p.causal = pb->causal;
+    p.has_lse = pb->lse.data != NULL;
+    p.varlen = pb->cu_q != NULL;
+    if (pb->has_bias) {
+        p.has_bias = 1;
+        p.bias_dtype = (int)pb->bias_dtype;
+        p.bias_sb = pb->bias.sb, p.bias_sh = pb->bias.sh, p.bias_sn = pb->bias.sn, p.bias_sd = pb->bias.sd;
+    }
+    p.window = pb->window;
+    p.window_left = pb->window && pb->window_left >= 0 && pb->window_left <= INT32_MAX ? (int)pb->window_left : -1;
+    p.window_right = pb->window && pb->window_right >= 0 && pb->window_right <= INT32_MAX ? (int)pb->window_right : -1;
+    p.softcap = pb->softcap;
+    p.has_alibi = pb->alibi != NULL;
+    p.alibi_sb = pb->alibi_sb, p.alibi_sh = pb->alibi_sh;
+    p.has_dropout = pb->dropout_p > 0.0f;
+    p.dropout_threshold = pb->dropout_threshold;
+    p.dropout_scale = pb->dropout_scale;
+    p.dropout_seed = pb->dropout_seed;
+    p.dropout_offset = pb->dropout_offset;
+    p.scale = pb->scale;
+    return p;
+}
+
+
+ffpa_status ffpa_cl_inputs(const ffpa_problem *pb, ffpa_cl_inputs_t *in, char *err, size_t err_len)
+{
+    const size_t elem = ffpa_dtype_size(pb->dtype);
+    ffpa_cl_fwd_params *p = &in->p;
+    int ok = ffpa_cl_resolve_arg(pb->q.data, elem, &in->q, &p->q_off) &&
+             ffpa_cl_resolve_arg(pb->k.data, elem, &in->k, &p->k_off) &&
+             ffpa_cl_resolve_arg(pb->v.data, elem, &in->v, &p->v_off) &&
+             ffpa_cl_resolve_arg(pb->o.data, elem, &in->o, &p->o_off) &&
+             ffpa_cl_resolve_arg(pb->lse.data, sizeof(float), &in->lse, &p->lse_off) &&
+             ffpa_cl_resolve_arg(pb->has_bias ? pb->bias.data : NULL, ffpa_dtype_size(pb->bias_dtype), &in->bias,
+                                 &p->bias_off) &&
+             ffpa_cl_resolve_arg(pb->alibi, sizeof(float), &in->alibi, &p->alibi_off);
+    if (!ok) {
+        snprintf(err, err_len, "opencl: a tensor's memory is not from ffpa_malloc on this backend (or misaligned)");
+        return FFPA_ERR_INVALID_ARGUMENT;
+    }
+    in->cu = NULL;
+    return FFPA_OK;
+}
+
+ffpa_status ffpa_cl_upload_offsets(cl_command_queue queue, const ffpa_problem *pb, void *at, ffpa_cl_inputs_t *in,
+                                   char *err, size_t err_len)
+{
+    if (!pb->cu_q)
+        return FFPA_OK;
+    const size_t n = (size_t)(pb->batch + 1) * sizeof(int32_t);
+    if (!at || !ffpa_cl_resolve_arg(at, sizeof(int32_t), &in->cu, &in->p.cu_off)) {
+        snprintf(err, err_len, "opencl: the workspace is not this backend's memory");
+        return FFPA_ERR_INTERNAL;
+    }
+    const size_t off = (size_t)in->p.cu_off * sizeof(int32_t);
+    cl_int e;
+    if ((e = clEnqueueWriteBuffer(queue, in->cu, CL_TRUE, off, n, pb->cu_q, 0, NULL, NULL)) != CL_SUCCESS ||
+        (e = clEnqueueWriteBuffer(queue, in->cu, CL_TRUE, off + n, n, pb->cu_k, 0, NULL, NULL)) != CL_SUCCESS) {
+        snprintf(err, err_len, "opencl: uploading cu_seqlens: %s", ffpa_cl_error_string(e));
+        return FFPA_ERR_DEVICE;
+    }
+    return FFPA_OK;
+}
+
+ffpa_status ffpa_cl_launch(cl_command_queue queue, cl_program program, const char *name, const ffpa_cl_arg *args,
+                           int n_args, size_t global, size_t local, char *err, size_t err_len)
+{
+    cl_int e;
+    cl_kernel kernel = clCreateKernel(program, name, &e);
+    for (int i = 0; e == CL_SUCCESS && i < n_args; ++i)
+        e = clSetKernelArg(kernel, (cl_uint)i, args[i].size, args[i].value);
+    if (e == CL_SUCCESS && global > 0) {
+        global = (global + local - 1) / local * local;
+        e = clEnqueueNDRangeKernel(queue, kernel, 1, NULL, &global, &local, 0, NULL, NULL);
+    }
+    if (kernel)
+        clReleaseKernel(kernel); /* kept alive by the enqueued command */
+    if (e != CL_SUCCESS) {
+        snprintf(err, err_len, "opencl: launching %s: %s", name, ffpa_cl_error_string(e));
+        return e == CL_MEM_OBJECT_ALLOCATION_FAILURE || e == CL_OUT_OF_RESOURCES ? FFPA_ERR_OUT_OF_MEMORY
+                                                                                 : FFPA_ERR_DEVICE;
+    }
+    return FFPA_OK;
+}

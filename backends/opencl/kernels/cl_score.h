@@ -1,0 +1,135 @@
+/*
+ * OpenCL C pieces every kernel of the backend shares: element loads and
+ * stores of the three dtypes, the sequence geometry, the visible key and
+ * row ranges (causal, window), and the score of one (row, key) pair in the
+ * order of backends/cpu/cpu_tiles.c (scale, softcap, bias, ALiBi, masks;
+ * docs/notes/variants.md), with softcap's derivative for the backward.
+ */
+#ifndef FFPA_OPENCL_CL_SCORE_H
+#define FFPA_OPENCL_CL_SCORE_H
+
+#include "cl_params.h"
+
+/* Element idx of a buffer of dtype dt (0 f16, 1 bf16, 2 f32) as float: f16
+ * through vload_half (no cl_khr_fp16 needed), bf16 as a float's high half. */
+static float load_elem(__global const uchar *base, long idx, int dt)
+{
+    if (dt == 2)
+        return ((__global const float *)base)[idx];
+    if (dt == 0)
+        return vload_half((size_t)idx, (__global const half *)base);
+    return as_float((uint)((__global const ushort *)base)[idx] << 16);
+}
+
+/* Rounded to nearest even, as the cpu backend (common/dtype.h). */
+static void store_elem(__global uchar *base, long idx, float v, int dt)
+{
+    if (dt == 2) {
+        ((__global float *)base)[idx] = v;
+    } else if (dt == 0) {
+        vstore_half_rte(v, (size_t)idx, (__global half *)base);
+    } else {
+        uint u = as_uint(v);
+        if ((u & 0x7FFFFFFFu) > 0x7F800000u) /* NaN stays a quiet NaN */
+            u = (u >> 16) | 0x0040u;
+        else
+            u = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
+        ((__global ushort *)base)[idx] = (ushort)u;
+    }
+}
+
+/* rows x cols elements of a strided tensor (rows r0.. valid below
+ * `valid`, columns d0.. below dim; zeros elsewhere) into local memory with
+ * row pitch ld, the work-group's nthreads work-items sharing the copy. */
+static void stage(__local float *dst, int ld, int rows, int cols, __global const uchar *src, long base, long sn,
+                  int r0, int valid, int d0, int dim, int dt, int tid, int nthreads)
+{
+    for (int e = tid; e < rows * cols; e += nthreads) {
+        const int rr = e / cols, cc = e % cols;
+        dst[rr * ld + cc] = r0 + rr < valid && d0 + cc < dim ? load_elem(src, base + (long)(r0 + rr) * sn + d0 + cc, dt)
+                                                             : 0.0f;
+    }
+}
+
+/* Sequence b's first packed rows and lengths (offsets [cu_q | cu_k]). */
+typedef struct seq_geom {
+    long q_start, k_start;
+    int seqlen_q, seqlen_k;
+} seq_geom;
+
+static seq_geom seq_of(const ffpa_cl_fwd_params p, __global const int *cub, int b)
+{
+    seq_geom g;
+    g.q_start = g.k_start = 0;
+    g.seqlen_q = p.nq;
+    g.seqlen_k = p.nkv;
+    if (p.varlen) {
+        __global const int *cu_q = cub + p.cu_off, *cu_k = cu_q + p.batch + 1;
+        g.q_start = cu_q[b];
+        g.seqlen_q = cu_q[b + 1] - cu_q[b];
+        g.k_start = cu_k[b];
+        g.seqlen_k = cu_k[b + 1] - cu_k[b];
+    }
+    return g;
+}
+
+/* Key columns [first, last] row i may see (diag = seqlen_k - seqlen_q);
+ * unbounded sides are +-2^30. */
+static int first_col(const ffpa_cl_fwd_params p, int i, int diag)
+{
+    return p.window && p.window_left >= 0 ? i + diag - p.window_left : -(1 << 30);
+}
+
+static int last_col(const ffpa_cl_fwd_params p, int i, int diag)
+{
+    int last = 1 << 30;
+    if (p.causal)
+        last = i + diag;
+    if (p.window && p.window_right >= 0)
+        last = min(last, i + diag + p.window_right);
+    return last;
+}
+
+/* Key tiles of bc keys that rows [r0, r1] may see: [*begin, end). */
+static int key_tiles(const ffpa_cl_fwd_params p, int r0, int r1, int diag, int seqlen_k, int bc, int *begin)
+{
+    const int first = max(0, first_col(p, r0, diag)), last = min(seqlen_k - 1, last_col(p, r1, diag));
+    *begin = first / bc;
+    return last < first ? *begin : last / bc + 1;
+}
+
+/* Query rows that may see a key of [c0, c1]: [*begin, end). */
+static int seeing_rows(const ffpa_cl_fwd_params p, int c0, int c1, int diag, int seqlen_q, int *begin)
+{
+    *begin = max(0, c0 - last_col(p, 0, diag));
+    return max(*begin, min(seqlen_q, c1 - first_col(p, 0, diag) + 1));
+}
+
+/* The score of dot product x of row i (< seqlen_q) and key j: -inf outside
+ * the sequence, the causal diagonal or the window; *cap (when not NULL) gets
+ * d(score)/d(scale * x), softcap's 1 - tanh^2 (1 without softcap). */
+static float score(const ffpa_cl_fwd_params p, float x, int b, int h, int i, int j, seq_geom g,
+                   __global const uchar *biasb, float slope, float *cap)
+{
+    const int diag = g.seqlen_k - g.seqlen_q;
+    if (cap)
+        *cap = 1.0f;
+    if (i >= g.seqlen_q || j >= g.seqlen_k || j > last_col(p, i, diag) || j < first_col(p, i, diag))
+        return -INFINITY;
+    float s = x * p.scale;
+    if (p.softcap > 0.0f) {
+        const float t = tanh(s / p.softcap);
+        s = p.softcap * t;
+        if (cap)
+            *cap = 1.0f - t * t;
+    }
+    if (p.has_bias)
+        s += load_elem(biasb, p.bias_off + (long)b * p.bias_sb + (long)h * p.bias_sh + (long)i * p.bias_sn +
+                                  (long)j * p.bias_sd,
+                       p.bias_dtype);
+    if (p.has_alibi)
+        s -= slope * (float)abs(i + diag - j);
+    return s;
+}
+
+#endif
