@@ -156,15 +156,21 @@ void ffpa_registry_describe(char *buf, size_t buf_len, int with_reasons)
 {
     size_t used = 0;
     buf[0] = '\0';
-    for (int i = 0; i < N_ENTRIES && used < buf_len; ++i) {
-        const ffpa_registry_entry *e = ffpa_registry_get(i);
-        const char *sep = used ? ", " : "";
-        if (e->status == FFPA_OK)
-            used += (size_t)snprintf(buf + used, buf_len - used, "%s%s (available)", sep, e->name);
-        else if (with_reasons)
-            used += (size_t)snprintf(buf + used, buf_len - used, "%s%s (unavailable: %s)", sep,
-                                     e->name, e->why);
-        else
-            used += (size_t)snprintf(buf + used, buf_len - used, "%s%s (unavailable)", sep, e->name);
-    }
+    /* The available backends first, and each reason cut short, so a message
+     * of bounded length always names what can run (plugins' search paths
+     * make the reasons long). */
+    for (int pass = 0; pass < 2; ++pass)
+        for (int i = 0; i < N_ENTRIES && used < buf_len; ++i) {
+            const ffpa_registry_entry *e = ffpa_registry_get(i);
+            if ((e->status == FFPA_OK) != (pass == 0))
+                continue;
+            const char *sep = used ? ", " : "";
+            if (e->status == FFPA_OK)
+                used += (size_t)snprintf(buf + used, buf_len - used, "%s%s (available)", sep, e->name);
+            else if (with_reasons)
+                used += (size_t)snprintf(buf + used, buf_len - used, "%s%s (unavailable: %.200s%s)", sep, e->name,
+                                         e->why, strlen(e->why) > 200 ? "..." : "");
+            else
+                used += (size_t)snprintf(buf + used, buf_len - used, "%s%s (unavailable)", sep, e->name);
+        }
 }

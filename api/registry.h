@@ -28,8 +28,9 @@ const ffpa_registry_entry *ffpa_registry_get(int index);
 /* Entry by name, probed; NULL when no backend has that name. */
 const ffpa_registry_entry *ffpa_registry_find(const char *name);
 
-/* "cuda (unavailable: why), hip (unavailable: why), cpu (available)" for
- * error messages; the reasons only when with_reasons. */
+/* "cpu (available), cuda (unavailable: why), hip (unavailable: why)" for
+ * error messages: the available backends first, then the others with their
+ * reasons (each cut at 200 characters) when with_reasons. */
 void ffpa_registry_describe(char *buf, size_t buf_len, int with_reasons);
 
 #endif
