@@ -47,6 +47,8 @@ extern "C" ffpa_status ffpa_cuda_sm90_backward(struct ffpa_cuda_state *st, const
     namespace host = ffpa::bwd::host;
     if (st->prop.major != 9 || st->prop.minor != 0)
         return unsupported(err, err_len, "the sm90 backward needs an sm_90 device (H100/H200)");
+    if (pb->window || pb->softcap > 0.0f || pb->alibi)
+        return unsupported(err, err_len, "the sm90 backward has no window, softcap or ALiBi yet (the generic one does)");
     if (pb->has_dbias)
         return unsupported(err, err_len, "the sm90 backward computes no dbias (the generic one does)");
     if (pb->grad_accum != FFPA_GRAD_ACCUM_F32)

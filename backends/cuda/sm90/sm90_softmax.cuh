@@ -38,7 +38,7 @@ template <class Cfg> struct TileSoftmax {
         arch::FragC(&sf)[kN] = *reinterpret_cast<arch::FragC(*)[kN]>(&s[4 * nt0]);
         mc.col0 = col0;
         mc.need_bounds = col0 + 8 * kN > mc.seqlen_k;
-        mc.need_causal = p.causal && col0 + 8 * kN - 1 > mc.row0 + diag;
+        mc.need_diag = p.causal && col0 + 8 * kN - 1 > mc.row0 + diag; /* no window here (sm90 refuses it) */
         mask_scores<kN>(sf, p, mc, lane);
     }
 
