@@ -20,6 +20,7 @@
 #include "bwd/bwd_params.h"
 #include "masking.cuh" /* load_bias, kLog2e; philox.h */
 #include "sm90_arch.cuh"
+#include "sm90_bwd_dbias.cuh"
 #include "sm90_bwd_mainloop.cuh"
 
 namespace ffpa {
@@ -77,11 +78,12 @@ FFPA_DEV uint32_t keep_bits(const ffpa_gpu_fwd_params &m, const BwdWork &w, int 
  * (n8-blocks 4 * rank ..) is finished here; its pairs also go to the peer's
  * tiles (the all-gather, completing on the peer's ag_full). kExtras: bias
  * and/or dropout (a separate kernel instantiation: in the same kernel their
- * registers and code cost the plain path ~10%). */
+ * registers and code cost the plain path ~10%), and with them dbias where
+ * add_dbias (the CTA's first pass: later ones recompute the same dS). */
 template <class Cfg, bool kExtras>
 FFPA_DEV void softmax_grad(const float (&s)[32], const float *dp, const float *rows, uint8_t *pt, uint8_t *dst,
-                                const ffpa_bwd_params &p, const BwdWork &w, int h, int q0, int ctid, uint32_t rank,
-                                uint64_t *ag_full)
+                           const ffpa_bwd_params &p, const BwdWork &w, int h, int q0, int ctid, uint32_t rank,
+                           uint64_t *ag_full, bool add_dbias)
 {
     using T = typename Cfg::T;
     const int warp = ctid >> 5, lane = ctid & 31, quad = lane & 3;
@@ -89,13 +91,17 @@ FFPA_DEV void softmax_grad(const float (&s)[32], const float *dp, const float *r
     const ffpa_gpu_fwd_params &m = p.mask;
     const uint32_t keep = kExtras && m.has_dropout ? keep_bits<Cfg>(m, w, h, q0, ctid, rank) : 0xFFFFFFFFu;
     const float z_kept = kExtras && m.has_dropout ? m.dropout_scale : 1.0f;
+    BwdDbias db{};
+    if constexpr (kExtras)
+        db = BwdDbias::of(p, w, h, ctid);
+    const bool dbias = kExtras && add_dbias && db.plane;
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
         if (j / Cfg::kBlockNT != (int)rank)
             continue; /* j stays a compile-time register index */
         const float4 d4 = reinterpret_cast<const float4 *>(dp)[(j % Cfg::kBlockNT) * 128 + ctid];
         const float dpv[4] = {d4.x, d4.y, d4.z, d4.w};
-        float pv[4], dsv[4];
+        float pv[4], g[4], dsv[4];
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
             const int half = i >> 1, e = i & 1;
@@ -111,8 +117,11 @@ FFPA_DEV void softmax_grad(const float (&s)[32], const float *dp, const float *r
             const float pr = live ? arch::exp2_fast(sv - rows[8 * j + 2 * quad + e]) : 0.0f;
             const float z = (keep >> ((4 * j + i) & 31)) & 1 ? z_kept : 0.0f;
             pv[i] = pr * z;
-            dsv[i] = pr * (dpv[i] * z - rows[64 + 8 * j + 2 * quad + e]) * scale;
+            g[i] = pr * (dpv[i] * z - rows[64 + 8 * j + 2 * quad + e]); /* d(score) = dbias */
+            dsv[i] = g[i] * scale;
         }
+        if (dbias)
+            db.add(q0 + 8 * j + 2 * quad, g, lane);
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
             const uint32_t off = swizzled_pair(warp * 16 + (lane >> 2) + 8 * half, j, quad);
@@ -126,6 +135,8 @@ FFPA_DEV void softmax_grad(const float (&s)[32], const float *dp, const float *r
             }
         }
     }
+    if (dbias)
+        db.flush(lane);
 }
 
 /* Consumer 1's dP^T into the fragment-order buffer softmax_grad reads. */
