@@ -396,8 +396,7 @@ template <class Cfg> __device__ __forceinline__ void fwd_body(const ffpa_gpu_fwd
     mc.row0 = q0 + wm * 16;
     mc.seqlen_q = seqlen_q;
     mc.seqlen_k = seqlen_k;
-    mc.b = w.b;
-    mc.h = w.h;
+    mc.set_head(p, w.b, w.h);
 
     for (int tile = tile_begin; tile < tile_end; ++tile) {
         mc.col0 = tile * Cfg::kBc;

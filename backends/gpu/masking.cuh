@@ -28,8 +28,19 @@ struct MaskCtx {
     int col0;          /* sequence position of the tile's first key */
     int seqlen_q, seqlen_k;
     int b, h;          /* sequence and query head */
+    float alibi_slope; /* the head's ALiBi slope times log2(e) (0 without ALiBi) */
     bool need_bounds;  /* tile crosses seqlen_k */
     bool need_diag;    /* tile crosses the causal diagonal or a window edge of some row */
+
+    /* Sequence b, query head h; the slope is read here, once, not in each
+     * tile's critical path. */
+    __device__ __forceinline__ void set_head(const ffpa_gpu_fwd_params &p, int b_, int h_)
+    {
+        b = b_;
+        h = h_;
+        alibi_slope = p.alibi ? p.alibi[(int64_t)b_ * p.alibi_sb + (int64_t)h_ * p.alibi_sh] * 1.4426950408889634f
+                              : 0.0f;
+    }
 };
 
 /* Key columns [first, last] query row i may see under the causal mask and
@@ -107,7 +118,7 @@ __device__ __forceinline__ void mask_scores(arch::FragC (&s)[kNT], const ffpa_gp
         for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
             for (int e = 0; e < 4; ++e)
-                s[nt].r[e] = p.softcap_out * tanhf(s[nt].r[e] * p.softcap_in);
+                s[nt].r[e] = p.softcap_out * arch::tanh_fast(s[nt].r[e] * p.softcap_in);
     }
     if (p.bias) {
 #pragma unroll
@@ -126,7 +137,7 @@ __device__ __forceinline__ void mask_scores(arch::FragC (&s)[kNT], const ffpa_gp
     }
     const int diag = mc.seqlen_k - mc.seqlen_q;
     if (p.alibi) {
-        const float slope = p.alibi[(int64_t)mc.b * p.alibi_sb + (int64_t)mc.h * p.alibi_sh] * kLog2e;
+        const float slope = mc.alibi_slope;
 #pragma unroll
         for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
@@ -162,7 +173,7 @@ __device__ __forceinline__ void softcap_grad(arch::FragC (&ds)[kNT], const arch:
                                              const MaskCtx &mc, int lane)
 {
     const int diag = mc.seqlen_k - mc.seqlen_q;
-    const float slope = p.alibi ? p.alibi[(int64_t)mc.b * p.alibi_sb + (int64_t)mc.h * p.alibi_sh] * kLog2e : 0.0f;
+    const float slope = mc.alibi_slope;
 #pragma unroll
     for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll

@@ -165,7 +165,7 @@ FFPA_DEV void bwd_consumer(const ffpa_bwd_params &p, const BwdOutViews &out, uin
                     const int t = q0 / 64;
                     turn = p.dq_turn + (((int64_t)w.b * p.hq + h) * p.dq_turn_tiles + t) * FFPA_BWD_DQ_TURN_SLABS +
                            (w.col0 / 128 + cols_slab);
-                    mine = dq_turn_of(w.kb0 / 64, w.last_kb(t, p.causal));
+                    mine = dq_turn_of(w.kb0 / 64, w.last_kb(t, p.mask));
                     dq_turn_wait(turn, mine, kBarDqTurn + consumer, ctid);
                 }
                 reduce_dq<T>(dq, p.dq, dq_row0, rows_valid, w.col0 + cols_slab * 128, p.dqk, ctid);

@@ -62,8 +62,6 @@ extern "C" ffpa_status ffpa_cuda_sm90_backward(struct ffpa_cuda_state *st, const
     namespace host = ffpa::bwd::host;
     if (st->prop.major != 9 || st->prop.minor != 0)
         return unsupported(err, err_len, "the sm90 backward needs an sm_90 device (H100/H200)");
-    if (pb->window || pb->softcap > 0.0f || pb->alibi)
-        return unsupported(err, err_len, "the sm90 backward has no window, softcap or ALiBi yet (the generic one does)");
     if (pb->has_dbias && pb->deterministic && dbias_contributions(pb) > 1)
         return unsupported(err, err_len,
                            "opt.dbias: a broadcast dbias sums contributions in no fixed order on the sm90 backward "
@@ -142,7 +140,9 @@ extern "C" ffpa_status ffpa_cuda_sm90_backward(struct ffpa_cuda_state *st, const
             return ffpa_gpu_launch_error(e, "cuda backward: clearing the dQ turn counters", err, err_len);
     }
     const int64_t ctas = (int64_t)p.kv_blocks * pb->hkv * pb->batch;
-    const int extras = p.mask.bias != NULL || p.mask.has_dropout;
+    /* The variants (window, softcap, ALiBi) ride on the bias/dropout instantiation. */
+    const int extras = p.mask.bias != NULL || p.mask.has_dropout || p.mask.window || p.mask.softcap_out > 0.0f ||
+                       p.mask.alibi != NULL;
     if (pb->nkv > 0 && (e = kd->launch[extras](maps, p, out, ctas, stream)) != cudaSuccess)
         return ffpa_gpu_launch_error(e, "cuda backward: sm90 dK/dV/dQ kernel", err, err_len);
     if (pb->nq > 0 && dq_f32) {

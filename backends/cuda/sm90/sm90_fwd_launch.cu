@@ -54,8 +54,6 @@ extern "C" ffpa_status ffpa_cuda_sm90_forward(struct ffpa_cuda_state *st, const 
 #else
     if (st->prop.major != 9 || st->prop.minor != 0)
         return unsupported(err, err_len, "the sm90 kernels need an sm_90 device (H100/H200)");
-    if (pb->window || pb->softcap > 0.0f || pb->alibi)
-        return unsupported(err, err_len, "the sm90 forward has no window, softcap or ALiBi yet (the generic one does)");
     const KernelDesc *kd = pick(pb->dtype, pb->dqk, pb->dv, cluster);
     if (!kd)
         return unsupported(err, err_len, "q: no sm90 instantiation covers this Dqk/Dv (up to 1024)");

@@ -224,8 +224,7 @@ template <typename T, int kBc, class B> __device__ __forceinline__ void dkdv_bod
         mc.col0 = kv0;
         mc.seqlen_q = g.seqlen_q;
         mc.seqlen_k = g.seqlen_k;
-        mc.b = b;
-        mc.h = h;
+        mc.set_head(p.mask, b, h);
         mc.need_bounds = kv0 + kBc > g.seqlen_k;
         mc.need_diag = crosses_diag(p.mask, mc.row0, mc.row0 + 15, kv0, kv0 + kBc - 1, diag);
         mask_scores<Cfg::kNT>(s, p.mask, mc, lane);

@@ -171,8 +171,7 @@ __device__ __forceinline__ void dq_item(const ffpa_bwd_params &p, int b, int h, 
     mc.row0 = q0 + warp * 16;
     mc.seqlen_q = g.seqlen_q;
     mc.seqlen_k = g.seqlen_k;
-    mc.b = b;
-    mc.h = h;
+    mc.set_head(p.mask, b, h);
     float lse2[2], delta[2];
     row_stats(p, g, b, h, mc.row0, lane, lse2, delta);
 
