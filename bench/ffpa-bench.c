@@ -9,8 +9,10 @@
  * broadcast over batch), d dropout 0.1, v varlen (random lengths <= N),
  * l LSE output, r deterministic backward (with --check: five more runs must
  * give the same bytes), g dbias (fp32, the bias's shape; implies b),
- * o gradients accumulated in the output dtype (FFPA_GRAD_ACCUM_OUTPUT).
- * Example: 1,32,32,8192,8192,512,512,c
+ * o gradients accumulated in the output dtype (FFPA_GRAD_ACCUM_OUTPUT),
+ * wL or wL.R sliding window of L keys before the diagonal (R after; -1 or
+ * absent: unbounded), sC logit softcap C (s alone: 30), a ALiBi slopes
+ * 0.5 / 2^h per query head. Example: 1,32,32,8192,8192,512,512,c
  *
  * Options: --backend NAME (default: FFPA_BACKEND / auto), --dtype bf16|f16,
  * --iters N (iterations per timed repetition, default auto), --reps N
@@ -48,6 +50,9 @@
 typedef struct shape {
     int64_t b, hq, hkv, nq, nkv, dqk, dv;
     int causal, bias, dropout, varlen, lse, deterministic, dbias, accum_out;
+    int window, alibi;
+    long window_left, window_right;
+    float softcap;
     char text[128];
 } shape;
 
@@ -80,6 +85,22 @@ static int parse_shape(const char *s, shape *out)
     out->dbias = strchr(flags, 'g') != NULL;
     out->bias |= out->dbias;
     out->accum_out = strchr(flags, 'o') != NULL;
+    const char *w = strchr(flags, 'w'), *sc = strchr(flags, 's');
+    if (w) {
+        char *end;
+        out->window = 1;
+        out->window_left = strtol(w + 1, &end, 10);
+        out->window_right = *end == '.' ? strtol(end + 1, &end, 10) : -1;
+        if (end == w + 1)
+            return 0; /* w needs its L */
+    }
+    if (sc) {
+        char *end;
+        out->softcap = strtof(sc + 1, &end);
+        if (end == sc + 1)
+            out->softcap = 30.0f;
+    }
+    out->alibi = strchr(flags, 'a') != NULL;
     return out->b > 0 && out->hq > 0 && out->hkv > 0 && out->nq > 0 && out->nkv > 0 && out->dqk > 0 &&
            out->dv > 0;
 }
@@ -101,9 +122,9 @@ static const char *kernel_label(const ffpa_context *ctx, const shape *s)
 
 /* Everything one run of a shape needs on one context. */
 typedef struct run_bufs {
-    void *q, *k, *v, *o, *lse, *bias;
+    void *q, *k, *v, *o, *lse, *bias, *alibi;
     size_t q_bytes, k_bytes, v_bytes, o_bytes, lse_bytes, bias_bytes;
-    ffpa_tensor tq, tk, tv, to, tl, tb;
+    ffpa_tensor tq, tk, tv, to, tl, tb, ta;
     ffpa_options opt;
     int32_t *cu_q, *cu_k;
     int64_t total_q, total_k;
@@ -118,7 +139,7 @@ typedef struct run_bufs {
 /* Host-side inputs shared by both contexts. */
 typedef struct host_inputs {
     uint16_t *q, *k, *v, *dout;
-    float *bias;
+    float *bias, *alibi;
     int32_t *cu_q, *cu_k;
     int64_t nseq, total_q, total_k;
     int dbias, accum_out; /* the shape's backward options (setup_backward) */
@@ -157,6 +178,13 @@ static int make_inputs(const shape *s, ffpa_dtype dt, host_inputs *hi)
     bench_fill_random(hi->q, nq, dt);
     bench_fill_random(hi->k, nk, dt);
     bench_fill_random(hi->v, nv, dt);
+    if (s->alibi) { /* the ALiBi paper's geometric slopes */
+        hi->alibi = malloc((size_t)s->hq * sizeof(float));
+        if (!hi->alibi)
+            return 0;
+        for (int64_t h = 0; h < s->hq; ++h)
+            hi->alibi[h] = 0.5f / (float)(1u << (h % 16));
+    }
     if (s->bias) {
         size_t nb = (size_t)(s->hq * s->nq * s->nkv);
         hi->bias = malloc(nb * sizeof(float));
@@ -182,7 +210,8 @@ static int make_dout(const shape *s, ffpa_dtype dt, host_inputs *hi)
 
 static void free_inputs(host_inputs *hi)
 {
-    free(hi->q), free(hi->k), free(hi->v), free(hi->dout), free(hi->bias), free(hi->cu_q), free(hi->cu_k);
+    free(hi->q), free(hi->k), free(hi->v), free(hi->dout), free(hi->bias), free(hi->alibi), free(hi->cu_q),
+        free(hi->cu_k);
 }
 
 static void *dev_upload(ffpa_context *ctx, const void *host, size_t bytes)
@@ -230,6 +259,17 @@ static int setup_run(ffpa_context *ctx, const shape *s, ffpa_dtype dt, const hos
         r->tb.stride[0] = 0;
         r->opt.bias = &r->tb;
     }
+    r->opt.window = s->window;
+    r->opt.window_left = s->window_left;
+    r->opt.window_right = s->window_right;
+    r->opt.softcap = s->softcap;
+    if (s->alibi) {
+        r->alibi = dev_upload(ctx, hi->alibi, (size_t)s->hq * sizeof(float));
+        if (!r->alibi)
+            return 0;
+        r->ta = ffpa_tensor_bhnd(r->alibi, FFPA_F32, 1, s->hq, 1, 1);
+        r->opt.alibi_slopes = &r->ta;
+    }
     if (s->dropout) {
         r->opt.dropout_p = 0.1f;
         r->opt.dropout_seed = 1234;
@@ -242,9 +282,21 @@ static int setup_run(ffpa_context *ctx, const shape *s, ffpa_dtype dt, const hos
     }
     r->pairs = 0;
     for (int64_t i = 0; i < s->b; ++i) {
-        double lq = s->varlen ? hi->cu_q[i + 1] - hi->cu_q[i] : (double)s->nq;
-        double lk = s->varlen ? hi->cu_k[i + 1] - hi->cu_k[i] : (double)s->nkv;
-        r->pairs += lq * lk;
+        int64_t lq = s->varlen ? hi->cu_q[i + 1] - hi->cu_q[i] : s->nq;
+        int64_t lk = s->varlen ? hi->cu_k[i + 1] - hi->cu_k[i] : s->nkv;
+        if (!s->window) {
+            r->pairs += (double)lq * (double)lk;
+            continue;
+        }
+        /* The window's visible pairs, exactly (the causal half is applied later). */
+        for (int64_t row = 0; row < lq; ++row) {
+            int64_t diag = row + lk - lq;
+            int64_t first = s->window_left >= 0 ? diag - s->window_left : 0;
+            int64_t last = s->window_right >= 0 && !s->causal ? diag + s->window_right : s->causal ? diag : lk - 1;
+            first = first < 0 ? 0 : first;
+            last = last > lk - 1 ? lk - 1 : last;
+            r->pairs += last >= first ? (double)(last - first + 1) * (s->causal ? 2.0 : 1.0) : 0.0;
+        }
     }
     return 1;
 }
@@ -277,7 +329,8 @@ static int setup_backward(ffpa_context *ctx, const host_inputs *hi, run_bufs *r)
 
 static void free_run(ffpa_context *ctx, run_bufs *r)
 {
-    void *bufs[] = {r->q, r->k, r->v, r->o, r->lse, r->bias, r->dout, r->dq, r->dk, r->dv, r->blse, r->dbias};
+    void *bufs[] = {r->q,  r->k,  r->v,  r->o,    r->lse,  r->bias, r->alibi,
+                    r->dout, r->dq, r->dk, r->dv, r->blse, r->dbias};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; ++i)
         if (bufs[i])
             ffpa_free(ctx, bufs[i]);
@@ -680,7 +733,8 @@ static void usage(FILE *f)
             "                  [--csv FILE] [--check] [--no-time] [--backward] (SHAPE... | -f FILE)\n"
             "                  [--decode]\n"
             "SHAPE: B,Hq,Hkv,Nq,Nkv,Dqk,Dv[,flags]  flags: c causal, b bias, d dropout, v varlen, l lse,\n"
-            "        r deterministic backward, g dbias (implies b), o gradients accumulated in the output dtype\n"
+            "        r deterministic backward, g dbias (implies b), o gradients accumulated in the output dtype,\n"
+            "        wL[.R] sliding window (L keys before the diagonal, R after), sC softcap C, a ALiBi slopes\n"
             "--decode SHAPE: B,Hq,Hkv,Nq,Nkv,Dqk,Dv,page[,flags] on a paged KV cache (ffpa_forward_kvcache)\n"
             "        flags: c causal, a append, m MLA (V in K), x mixed lengths 1..Nkv, d dense cache\n"
             "exit status: 0 success, 1 a run or check failed, 2 bad usage\n");

@@ -51,7 +51,9 @@ FWD_CHECK=(1,2,2,77,77,64,64,l 2,4,2,130,200,128,128,cl 1,2,1,70,33,256,256,cl 1
   1,8,8,3,777,512,512,cl 2,2,2,16,300,320,320,cdl 1,3,1,200,129,384,384,cl 1,2,2,129,257,448,448,l
   1,2,2,40,40,264,264,l 1,2,2,100,100,512,384,l 1,2,1,1000,1000,512,512,c 1,2,1,70,150,1024,1024,cl
   1,2,2,90,90,768,768,bl 1,2,2,100,100,576,512,cl 2,2,2,60,100,1024,1024,vdl 1,2,2,33,70,536,536,l
-  1,2,2,64,64,8,8 1,8,2,1,1000,128,128,l 1,4,1,1,500,1024,1024,l)
+  1,2,2,64,64,8,8 1,8,2,1,1000,128,128,l 1,4,1,1,500,1024,1024,l
+  1,2,2,300,300,128,128,w40.7l 2,4,2,200,330,320,320,cw100l 1,2,1,130,90,512,512,w5.0l 1,2,2,200,200,256,256,s5l
+  2,2,2,150,150,512,512,cs30bl 1,4,2,200,260,128,128,al 3,2,2,100,120,512,512,vcw33s20adl 1,8,2,2,900,128,128,w64al)
 BWD_CHECK=(1,2,2,77,77,64,64 2,4,2,130,200,128,128,c 1,2,1,70,33,256,256,c 1,2,2,90,150,320,320,c
   1,2,2,300,300,512,512,c 3,4,2,100,120,128,128,vc 3,2,2,80,100,512,512,v 1,8,8,3,777,512,512,c
   1,3,1,200,129,384,384,c 1,2,2,129,257,448,448 1,2,2,100,100,512,384 1,2,1,1000,1000,512,512,c
@@ -62,7 +64,9 @@ BWD_CHECK=(1,2,2,77,77,64,64 2,4,2,130,200,128,128,c 1,2,1,70,33,256,256,c 1,2,2
   3,4,2,300,400,256,256,vcr 2,4,1,257,129,576,512,cbdr
   1,2,2,90,150,320,320,cg 2,2,1,130,200,512,512,gd 1,2,1,100,130,1024,1024,cg 1,4,2,300,300,128,128,go
   1,2,2,200,260,512,512,o 1,2,1,300,500,512,512,cor 1,2,2,300,300,1024,1024,or 2,2,2,70,90,768,768,vgo
-  1,2,2,200,300,512,512,gr 2,4,2,200,200,256,256,cgr 1,2,2,129,257,448,448,cgo)
+  1,2,2,200,300,512,512,gr 2,4,2,200,200,256,256,cgr 1,2,2,129,257,448,448,cgo
+  1,2,2,300,300,128,128,w40.7 2,4,2,200,330,320,320,cw100 1,2,1,130,90,512,512,w5.0 1,2,2,200,200,256,256,s5
+  2,2,2,150,150,512,512,cs30g 1,4,2,200,260,128,128,a 3,2,2,100,120,512,512,vcw33s20ad 1,2,2,200,200,1024,1024,cw64s10ar)
 # Decode: B,Hq,Hkv,Nq,Nkv,Dqk,Dv,page[,flags]: c causal, a append, m MLA, x mixed lengths, d dense.
 KV_CHECK=(1,8,2,1,1,64,64,16 3,8,2,1,17,128,128,16,x 2,32,8,1,5000,128,128,64 2,4,4,4,300,256,256,16,ca
   2,8,1,16,200,512,512,16,ca 2,4,2,1,3000,1024,1024,256 3,128,1,1,700,576,512,64,ma
@@ -71,10 +75,10 @@ KV_CHECK=(1,8,2,1,1,64,64,16 3,8,2,1,17,128,128,16,x 2,32,8,1,5000,128,128,64 2,
   5,128,1,1,65,576,512,64,m 3,32,1,2,1001,576,512,16,mc 4,64,1,4,300,576,512,256,mcx
   2,16,1,1,17,576,512,16,ma 1,128,1,4,129,576,512,32,mca 7,16,1,1,3000,576,512,64,mx 2,8,1,1,500,576,512,64,md)
 FWD_SAN=(1,2,1,70,90,128,128,bdl 1,1,1,33,70,256,256,cl 1,1,1,40,70,320,320,l 1,1,1,33,70,512,512,cbl
-  2,2,2,20,40,128,128,vl 1,1,1,40,140,1024,1024,cl 1,4,1,1,300,512,512,l)
+  2,2,2,20,40,128,128,vl 1,1,1,40,140,1024,1024,cl 1,4,1,1,300,512,512,l 1,2,1,70,130,320,320,cw20s10al)
 BWD_SAN=(1,2,1,70,130,320,320,c 1,1,1,40,140,1024,1024,c 1,1,1,90,200,768,768,c 2,2,2,20,40,128,128,v
   1,1,1,40,70,512,512,bd 1,2,1,200,260,512,512,cr 1,1,1,130,200,1024,1024,r 1,2,1,70,130,512,512,cg
-  1,1,1,40,140,1024,1024,go 2,2,2,60,70,256,256,gr)
+  1,1,1,40,140,1024,1024,go 2,2,2,60,70,256,256,gr 1,2,1,70,130,320,320,cw20s10a)
 KV_SAN=(1,8,2,1,300,128,128,16,x 1,32,1,2,200,576,512,64,mac 1,4,4,3,130,1024,1024,16,ca 2,8,8,1,100,64,64,16,d
   1,64,1,1,300,576,512,48,m 2,128,1,2,257,576,512,16,mc 3,16,1,1,130,576,512,256,mx)
 FWD_PERF=(${FWD_PERF:-1,32,32,8192,8192,128,128 1,32,32,8192,8192,256,256 1,32,32,8192,8192,320,320
@@ -85,6 +89,11 @@ BWD_PERF=(${BWD_PERF:-1,32,32,8192,8192,128,128 1,32,32,8192,8192,320,320 1,32,3
 # The backward's options at D=512: bias, dropout, dbias, output-dtype accumulation, deterministic dbias.
 OPT_PERF=(${OPT_PERF:-1,32,32,8192,8192,512,512,b 1,32,32,8192,8192,512,512,d 1,32,32,8192,8192,512,512,g
   1,32,32,8192,8192,512,512,o 1,32,32,8192,8192,512,512,gr 1,32,32,8192,8192,512,512,cg})
+# Variants (issue 24): a 1024-key window over N=32768 beside full attention at N=2048 (the window's
+# share of the work), softcap and ALiBi beside plain, D=256 and 512.
+VAR_PERF=(${VAR_PERF:-1,16,16,32768,32768,256,256,cw1024 1,16,16,2048,2048,256,256,c 1,16,16,32768,32768,512,512,cw1024
+  1,16,16,2048,2048,512,512,c 1,32,32,8192,8192,256,256,s30 1,32,32,8192,8192,256,256 1,32,32,8192,8192,512,512,s30
+  1,32,32,8192,8192,512,512 1,32,32,8192,8192,256,256,a 1,32,32,8192,8192,512,512,a})
 # Deterministic backward (flag r) beside the same shapes without it.
 DET_PERF=(${DET_PERF:-1,32,32,8192,8192,128,128,r 1,32,32,8192,8192,512,512,r 1,32,32,8192,8192,512,512,cr
   1,32,8,8192,8192,512,512,r 1,32,32,8192,8192,1024,1024,r})
@@ -120,9 +129,16 @@ fi
 if want check; then
   timeout 200 "$BENCH" --backend cuda --check --no-time "${FWD_CHECK[@]}" >"$OUT/check-fwd.log" 2>&1
   note "check forward (auto) vs cpu: rc=$? $(fails "$OUT/check-fwd.log" ${#FWD_CHECK[@]})"
+  # sm90: every shape but the three it does not cover (D = 8, the two decode rows).
   FFPA_CUDA_KERNEL=sm90 timeout 200 "$BENCH" --backend cuda --check --no-time "${FWD_CHECK[@]:0:24}" \
-    >"$OUT/check-fwd-sm90.log" 2>&1
-  note "check forward (sm90) vs cpu: rc=$? $(fails "$OUT/check-fwd-sm90.log" 24)"
+    "${FWD_CHECK[@]:27}" >"$OUT/check-fwd-sm90.log" 2>&1
+  note "check forward (sm90) vs cpu: rc=$? $(fails "$OUT/check-fwd-sm90.log" $(( ${#FWD_CHECK[@]} - 3 )))"
+  # The variants' shapes on the generic kernels too (auto runs them on sm90).
+  FFPA_CUDA_KERNEL=generic timeout 200 "$BENCH" --backend cuda --check --no-time "${FWD_CHECK[@]:27}" \
+    >"$OUT/check-var-generic.log" 2>&1 &&
+    FFPA_CUDA_KERNEL=generic timeout 200 "$BENCH" --backend cuda --backward --check --no-time "${BWD_CHECK[@]: -8}" \
+      >>"$OUT/check-var-generic.log" 2>&1
+  note "check variants (generic) vs cpu: rc=$? $(fails "$OUT/check-var-generic.log" 16)"
   timeout 300 "$BENCH" --backend cuda --backward --check --no-time "${BWD_CHECK[@]}" >"$OUT/check-bwd.log" 2>&1
   note "check backward (bf16) vs cpu: rc=$? $(fails "$OUT/check-bwd.log" ${#BWD_CHECK[@]})"
   timeout 120 "$BENCH" --backend cuda --dtype f16 --backward --check --no-time 1,2,2,90,150,320,320,c \
@@ -168,6 +184,10 @@ if want bench; then
     >"$OUT/bench-bwd-opt.log" 2>&1
   note "bench backward, options: rc=$?"
   grep " bwd " "$OUT/bench-bwd-opt.log"
+  timeout 400 "$BENCH" --backend cuda --backward --reps 10 --csv "$OUT/var.csv" "${VAR_PERF[@]}" \
+    >"$OUT/bench-var.log" 2>&1
+  note "bench variants (window, softcap, ALiBi): rc=$?"
+  grep -v "^#" "$OUT/bench-var.log"
   timeout 300 "$BENCH" --backend cuda --decode --reps 20 --csv "$OUT/kv.csv" "${KV_PERF[@]}" \
     >"$OUT/bench-kv.log" 2>&1
   note "bench decode: rc=$?"

@@ -427,6 +427,51 @@ static void test_last_kernel(void **state)
         th_tensor_free(all[i]);
 }
 
+/* dbias and FFPA_GRAD_ACCUM_OUTPUT run on the Hopper kernel, deterministic
+ * mode with them too, except a deterministic dbias that sums several
+ * contributions per element (bias broadcast over heads here): the generic
+ * kernels order those. (Their values: the oracle suites and bench/gpu.sh.) */
+static void check_hopper_backward_options(ffpa_context *ctx, th_tensor *dout, th_tensor *q, th_tensor *k,
+                                          th_tensor *v, th_tensor *o, th_tensor *lse, th_tensor *dq, th_tensor *dk,
+                                          th_tensor *dv, th_rng *rng)
+{
+    th_tensor bias, dbias, bias_h, dbias_h; /* [1, Hq, N, N] and [1, 1, N, N] */
+    const int64_t hq = q->host.shape[1], n = q->host.shape[2], nk = k->host.shape[2];
+    th_tensor_make(&bias, FFPA_F32, TH_BHND, 1, hq, n, nk);
+    th_tensor_make(&dbias, FFPA_F32, TH_BHND, 1, hq, n, nk);
+    th_tensor_make(&bias_h, FFPA_F32, TH_BHND, 1, 1, n, nk);
+    th_tensor_make(&dbias_h, FFPA_F32, TH_BHND, 1, 1, n, nk);
+    th_tensor_random(&bias, rng, -1, 1, 0);
+    th_tensor_random(&bias_h, rng, -1, 1, 0);
+    const struct {
+        th_tensor *bias, *dbias;
+        int deterministic, accum_output;
+        const char *want;
+    } runs[] = {{NULL, NULL, 0, 1, "sm90 wgmma bwd"},     {NULL, NULL, 1, 1, "sm90 wgmma bwd"},
+                {&bias, &dbias, 0, 0, "sm90 wgmma bwd"},  {&bias, &dbias, 1, 1, "sm90 wgmma bwd"},
+                {&bias_h, &dbias_h, 0, 0, "sm90 wgmma bwd"}, {&bias_h, &dbias_h, 1, 0, "bwd dkdv"}};
+    for (size_t i = 0; i < sizeof runs / sizeof runs[0]; ++i) {
+        ffpa_options opt = ffpa_options_default();
+        opt.causal = 1;
+        opt.bias = runs[i].bias ? &runs[i].bias->dev : NULL;
+        opt.dbias = runs[i].dbias ? &runs[i].dbias->dev : NULL;
+        opt.deterministic = runs[i].deterministic;
+        opt.grad_accum = runs[i].accum_output ? FFPA_GRAD_ACCUM_OUTPUT : FFPA_GRAD_ACCUM_F32;
+        char what[96];
+        snprintf(what, sizeof what, "ffpa_backward (run %zu: dbias %d deterministic %d accum output %d)", i,
+                 opt.dbias != NULL, opt.deterministic, runs[i].accum_output);
+        th_expect_ok(ctx,
+                     ffpa_backward(ctx, &dout->dev, &q->dev, &k->dev, &v->dev, &o->dev, &lse->dev, &dq->dev, &dk->dev,
+                                   &dv->dev, &opt),
+                     what);
+        if (strncmp(ffpa_last_kernel(ctx), runs[i].want, strlen(runs[i].want)) != 0)
+            fail_msg("%s ran on '%s'; expected '%s'", what, ffpa_last_kernel(ctx), runs[i].want);
+    }
+    th_tensor *all[] = {&bias, &dbias, &bias_h, &dbias_h};
+    for (int i = 0; i < 4; ++i)
+        th_tensor_free(all[i]);
+}
+
 /* The backward's kernel choice on cuda: the Hopper kernel where it covers
  * the problem (sm_90, deterministic mode included), the generic kernels with
  * FFPA_CUDA_KERNEL=generic, and a bogus FFPA_CUDA_KERNEL refused with the
@@ -466,6 +511,8 @@ static void test_last_kernel_backward(void **state)
             setenv("FFPA_CUDA_KERNEL", "sm90", 1);
             th_expect_ok(ctx, RUN_BWD(), "ffpa_backward (FFPA_CUDA_KERNEL=sm90)");
             assert_int_equal(strncmp(ffpa_last_kernel(ctx), "sm90 wgmma bwd", 14), 0);
+            unsetenv("FFPA_CUDA_KERNEL");
+            check_hopper_backward_options(ctx, &dout, &q, &k, &v, &o, &lse, &dq, &dk, &dv, &rng);
         }
         setenv("FFPA_CUDA_KERNEL", "bogus", 1);
         th_tensor *grads[] = {&dq, &dk, &dv};

@@ -175,6 +175,15 @@ FFPA_DEV float exp2_fast(float x)
     return y;
 }
 
+/* tanh with one MUFU op (sm_75+; max relative error 2^-10.99): logit
+ * softcap's cost per score must stay near the softmax's one exp2. */
+FFPA_DEV float tanh_fast(float x)
+{
+    float y;
+    asm("tanh.approx.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
 /* Reductions across the 4 lanes of a quad (the lanes sharing a C row). */
 FFPA_DEV float quad_max(float x)
 {

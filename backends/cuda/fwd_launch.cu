@@ -32,8 +32,9 @@ bool decode_as_kv_cache(const ffpa_problem *pb, ffpa_kv_problem *kvp, ffpa_probl
     const char *choice = ffpa_env_string("FFPA_CUDA_KERNEL");
     if (choice && strcmp(choice, "generic") != 0 && strcmp(choice, "auto") != 0)
         return false; /* sm90, or a bad value the launcher reports */
-    if (pb->nq > 16 || pb->has_bias || pb->dropout_p > 0.0f || pb->cu_q)
-        return false;
+    if (pb->nq > 16 || pb->has_bias || pb->dropout_p > 0.0f || pb->cu_q || pb->window || pb->softcap > 0.0f ||
+        pb->alibi)
+        return false; /* the KV-cache kernels take none of these */
     memset(kvp, 0, sizeof *kvp);
     kvp->block_table = NULL;
     kvp->max_pages = 1;

@@ -25,6 +25,8 @@ static void fill_caps(const struct cudaDeviceProp *prop, ffpa_backend_caps *caps
              prop->minor, prop->multiProcessorCount);
     caps->dtype_mask = (1u << FFPA_F16) | (1u << FFPA_BF16);
     caps->max_head_dim = FFPA_MAX_HEAD_DIM;
+    /* The generic kernels' score epilogue and tile ranges (gpu/masking.cuh). */
+    caps->variants = FFPA_VARIANT_WINDOW | FFPA_VARIANT_SOFTCAP | FFPA_VARIANT_ALIBI;
 #ifdef FFPA_CUDA_HAVE_BWD
     caps->has_backward = 1;
 #endif

@@ -171,6 +171,7 @@ inline ffpa_gpu_fwd_params params_of(const ffpa_problem *pb, const ffpa_plan &pl
         p.bias_dtype = (int)pb->bias_dtype;
         p.bias_sb = pb->bias.sb, p.bias_sh = pb->bias.sh, p.bias_sn = pb->bias.sn, p.bias_sd = pb->bias.sd;
     }
+    ffpa_gpu_fill_variants(&p, pb);
     p.has_dropout = pb->dropout_p > 0.0f;
     p.dropout_threshold = pb->dropout_threshold;
     p.dropout_scale = pb->dropout_scale;

@@ -223,7 +223,7 @@ template <class Cfg> __device__ __forceinline__ void zero_o(arch::FragC (&o)[Cfg
  * One key tile of the main loop, shared by the forward kernels: S = Q K^T
  * over the tile's qk_chunks slabs (next_slab() hands each ready slab,
  * q_slab(c, k_slab) the matching Q slab), the Split-D partial-S sum when
- * warps split D, mask(s) (scale, bias, bounds, causal), the online
+ * warps split D, mask(s) (scale, softcap, bias, ALiBi, bounds, causal, window), the online
  * softmax, after_softmax(s) (dropout), P packed into registers, and
  * O = alpha O + P V over the v_chunks V slabs.
  */
@@ -330,19 +330,17 @@ template <class Cfg> __device__ __forceinline__ void fwd_body(const ffpa_gpu_fwd
     const T *vg = static_cast<const T *>(p.v) + (p.cu_k ? k_start * p.v_sn : (int64_t)w.b * p.v_sb) +
                   (int64_t)kvh * p.v_sh;
 
-    /* Key tiles this block visits: causal stops after the diagonal of its
-     * last valid row; split-KV takes its share. */
-    int tile_begin = 0, tile_end = (seqlen_k + Cfg::kBc - 1) / Cfg::kBc;
+    /* Key tiles this block visits: from the window's first key of its first
+     * row to the causal diagonal / window end of its last valid row (the
+     * others are skipped, not masked); split-KV takes its share. */
     const int diag = seqlen_k - seqlen_q;
-    if (p.causal) {
-        int last_col = q0 + rows_valid - 1 + diag;
-        tile_end = min(tile_end, last_col < 0 ? 0 : last_col / Cfg::kBc + 1);
-    }
+    int tile_begin;
+    int tile_end = visible_key_tiles(p, q0, q0 + rows_valid - 1, diag, seqlen_k, Cfg::kBc, &tile_begin);
     if (p.kv_splits > 1) {
-        tile_begin = w.split * p.kv_tiles_per_split;
-        tile_end = min(tile_end, tile_begin + p.kv_tiles_per_split);
-        tile_end = max(tile_end, tile_begin);
+        tile_begin = max(tile_begin, w.split * p.kv_tiles_per_split);
+        tile_end = min(tile_end, w.split * p.kv_tiles_per_split + p.kv_tiles_per_split);
     }
+    tile_end = max(tile_end, tile_begin);
     const int n_tiles = tile_end - tile_begin;
 
     const FwdRegions<Cfg> sh = fwd_regions<Cfg>(smem_raw, p.q_resident, p.qk_chunks, p.stages);
@@ -398,13 +396,12 @@ template <class Cfg> __device__ __forceinline__ void fwd_body(const ffpa_gpu_fwd
     mc.row0 = q0 + wm * 16;
     mc.seqlen_q = seqlen_q;
     mc.seqlen_k = seqlen_k;
-    mc.b = w.b;
-    mc.h = w.h;
+    mc.set_head(p, w.b, w.h);
 
     for (int tile = tile_begin; tile < tile_end; ++tile) {
         mc.col0 = tile * Cfg::kBc;
         mc.need_bounds = mc.col0 + Cfg::kBc > seqlen_k;
-        mc.need_causal = p.causal && mc.col0 + Cfg::kBc - 1 > mc.row0 + diag;
+        mc.need_diag = crosses_diag(p, mc.row0, mc.row0 + 15, mc.col0, mc.col0 + Cfg::kBc - 1, diag);
         fwd_key_tile<Cfg>(
             o, sm, sh.spart, p.qk_chunks, p.v_chunks, p.dqk, p.dv, wm, wn, lane, next_slab,
             [&](int c, const T *ks) {

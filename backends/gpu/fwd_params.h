@@ -11,6 +11,8 @@
 
 #include <stdint.h>
 
+#include "problem.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -37,6 +39,19 @@ typedef struct ffpa_gpu_fwd_params {
     int bias_dtype;                /* ffpa_dtype */
     int64_t bias_sb, bias_sh, bias_sn, bias_sd;
 
+    /* Variants (docs/notes/variants.md), off at 0 / NULL. Window: row i sees
+     * keys j with i + diag - window_left <= j <= i + diag + window_right
+     * (diag = seqlen_k - seqlen_q; a bound < 0: unbounded; both < 0 with
+     * window = 0 when off). Softcap: s_log2 -> softcap_out * tanh(s_log2 *
+     * softcap_in) with softcap_in = 1 / (log2(e) * softcap), softcap_out =
+     * log2(e) * softcap (0: none). ALiBi: -alibi_log2 * slope * |i + diag - j|
+     * with fp32 slopes at b * alibi_sb + h * alibi_sh. */
+    int window;
+    int window_left, window_right;
+    float softcap_in, softcap_out;
+    const float *alibi;
+    int64_t alibi_sb, alibi_sh;
+
     int has_dropout;
     uint32_t dropout_threshold;
     float dropout_scale;
@@ -56,6 +71,23 @@ typedef struct ffpa_gpu_fwd_params {
     float *part_o;
     float *part_lse;
 } ffpa_gpu_fwd_params;
+
+/* The variant fields of p from pb (window bounds past INT_MAX are unbounded:
+ * no sequence is that long). Shared by the forward's and the backward's
+ * parameter fills of every GPU backend. */
+static inline void ffpa_gpu_fill_variants(ffpa_gpu_fwd_params *p, const struct ffpa_problem *pb)
+{
+    const double log2e = 1.4426950408889634;
+    p->window = pb->window;
+    p->window_left = pb->window && pb->window_left >= 0 && pb->window_left <= INT32_MAX ? (int)pb->window_left : -1;
+    p->window_right = pb->window && pb->window_right >= 0 && pb->window_right <= INT32_MAX ? (int)pb->window_right
+                                                                                            : -1;
+    p->softcap_in = pb->softcap > 0.0f ? (float)(1.0 / (log2e * pb->softcap)) : 0.0f;
+    p->softcap_out = pb->softcap > 0.0f ? (float)(log2e * pb->softcap) : 0.0f;
+    p->alibi = pb->alibi;
+    p->alibi_sb = pb->alibi_sb;
+    p->alibi_sh = pb->alibi_sh;
+}
 
 #ifdef __cplusplus
 }

@@ -1,8 +1,12 @@
 /*
  * Score masking of one warp's S tile (rows x kBc columns held as FragC
- * n-tiles): softmax scale, additive bias (any dtype, broadcast strides),
- * bottom-right causal mask, key bounds. And the dropout of P, using THE mask
- * definition of common/philox.h, so the CPU backend reproduces it exactly.
+ * n-tiles): softmax scale, logit softcap, additive bias (any dtype,
+ * broadcast strides), ALiBi, bottom-right causal mask and sliding window,
+ * key bounds; the key tiles and query rows a window leaves visible (so the
+ * kernels skip the rest rather than mask it); softcap's derivative for the
+ * backward. And the dropout of P, using THE mask definition of
+ * common/philox.h, so the CPU backend reproduces it exactly. The order and
+ * meaning of each step are the cpu backend's (backends/cpu/cpu_tiles.c).
  * Coordinates come from the arch layer (frag_c_row / frag_c_col).
  */
 #ifndef FFPA_GPU_MASKING_CUH
@@ -24,9 +28,67 @@ struct MaskCtx {
     int col0;          /* sequence position of the tile's first key */
     int seqlen_q, seqlen_k;
     int b, h;          /* sequence and query head */
+    float alibi_slope; /* the head's ALiBi slope times log2(e) (0 without ALiBi) */
     bool need_bounds;  /* tile crosses seqlen_k */
-    bool need_causal;  /* tile crosses the causal diagonal of some row */
+    bool need_diag;    /* tile crosses the causal diagonal or a window edge of some row */
+
+    /* Sequence b, query head h; the slope is read here, once, not in each
+     * tile's critical path. */
+    __device__ __forceinline__ void set_head(const ffpa_gpu_fwd_params &p, int b_, int h_)
+    {
+        b = b_;
+        h = h_;
+        alibi_slope = p.alibi ? p.alibi[(int64_t)b_ * p.alibi_sb + (int64_t)h_ * p.alibi_sh] * 1.4426950408889634f
+                              : 0.0f;
+    }
 };
+
+/* Key columns [first, last] query row i may see under the causal mask and
+ * the window (diag = seqlen_k - seqlen_q); an unbounded side is +-2^30. */
+__device__ __forceinline__ int first_visible_col(const ffpa_gpu_fwd_params &p, int i, int diag)
+{
+    return p.window && p.window_left >= 0 ? i + diag - p.window_left : -(1 << 30);
+}
+
+__device__ __forceinline__ int last_visible_col(const ffpa_gpu_fwd_params &p, int i, int diag)
+{
+    int last = 1 << 30;
+    if (p.causal)
+        last = i + diag;
+    if (p.window && p.window_right >= 0)
+        last = min(last, i + diag + p.window_right);
+    return last;
+}
+
+/* Does the tile of rows [row0, row_last] x keys [col0, col_last] hold an
+ * element outside some row's visible range? (Both bounds grow with the row.) */
+__device__ __forceinline__ bool crosses_diag(const ffpa_gpu_fwd_params &p, int row0, int row_last, int col0,
+                                             int col_last, int diag)
+{
+    return col_last > last_visible_col(p, row0, diag) || col0 < first_visible_col(p, row_last, diag);
+}
+
+/* Key tiles (of bc keys) rows [row0, row_last] may see: [*begin, end),
+ * within the sequence's seqlen_k keys; end <= *begin: none. */
+__device__ __forceinline__ int visible_key_tiles(const ffpa_gpu_fwd_params &p, int row0, int row_last, int diag,
+                                                 int seqlen_k, int bc, int *begin)
+{
+    const int first = max(0, first_visible_col(p, row0, diag));
+    const int last = min(seqlen_k - 1, last_visible_col(p, row_last, diag));
+    *begin = first / bc;
+    return last < first ? *begin : last / bc + 1;
+}
+
+/* Query rows that may see any of key columns [col0, col_last]: [*begin, end)
+ * within the sequence's seqlen_q rows (row i sees j iff first(i) <= j <= last(i)). */
+__device__ __forceinline__ int visible_rows(const ffpa_gpu_fwd_params &p, int col0, int col_last, int diag,
+                                            int seqlen_q, int *begin)
+{
+    const int lo = col0 - last_visible_col(p, 0, diag);      /* last(i) = i + const >= col0 */
+    const int hi = col_last - first_visible_col(p, 0, diag); /* first(i) = i + const <= col_last */
+    *begin = max(0, lo);
+    return max(*begin, min(seqlen_q, hi + 1));
+}
 
 __device__ __forceinline__ float load_bias(const void *bias, int dtype, int64_t idx)
 {
@@ -37,10 +99,10 @@ __device__ __forceinline__ float load_bias(const void *bias, int dtype, int64_t 
     return static_cast<const float *>(bias)[idx];
 }
 
-/* s <- scale*log2(e)*s + log2(e)*bias, with -inf where masked. The
- * bias-free, unmasked tile (the common one) is a single multiply per score:
- * the tests are made once per tile (warp-uniform), not per element, so the
- * score loop stays one basic block. */
+/* s <- scale*log2(e)*s (softcapped) + log2(e)*bias + ALiBi, with -inf where
+ * masked. The variant-free, bias-free, unmasked tile (the common one) is a
+ * single multiply per score: the tests are made once per tile
+ * (warp-uniform), not per element, so the score loop stays one basic block. */
 template <int kNT>
 __device__ __forceinline__ void mask_scores(arch::FragC (&s)[kNT], const ffpa_gpu_fwd_params &p,
                                             const MaskCtx &mc, int lane)
@@ -51,6 +113,13 @@ __device__ __forceinline__ void mask_scores(arch::FragC (&s)[kNT], const ffpa_gp
 #pragma unroll
         for (int e = 0; e < 4; ++e)
             s[nt].r[e] *= scale;
+    if (p.softcap_out > 0.0f) {
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+                s[nt].r[e] = p.softcap_out * arch::tanh_fast(s[nt].r[e] * p.softcap_in);
+    }
     if (p.bias) {
 #pragma unroll
         for (int nt = 0; nt < kNT; ++nt) {
@@ -66,19 +135,65 @@ __device__ __forceinline__ void mask_scores(arch::FragC (&s)[kNT], const ffpa_gp
             }
         }
     }
-    if (mc.need_bounds || mc.need_causal) {
-        const int diag = mc.seqlen_k - mc.seqlen_q;
+    const int diag = mc.seqlen_k - mc.seqlen_q;
+    if (p.alibi) {
+        const float slope = mc.alibi_slope;
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                int i = mc.row0 + arch::frag_c_row(lane, e);
+                int j = mc.col0 + nt * 8 + arch::frag_c_col(lane, e);
+                s[nt].r[e] -= slope * (float)abs(i + diag - j);
+            }
+    }
+    if (mc.need_bounds || mc.need_diag) {
 #pragma unroll
         for (int nt = 0; nt < kNT; ++nt) {
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 int i = mc.row0 + arch::frag_c_row(lane, e);
                 int j = mc.col0 + nt * 8 + arch::frag_c_col(lane, e);
-                if ((mc.need_bounds && j >= mc.seqlen_k) || (mc.need_causal && j > i + diag))
+                if ((mc.need_bounds && j >= mc.seqlen_k) ||
+                    (mc.need_diag && (j > last_visible_col(p, i, diag) || j < first_visible_col(p, i, diag))))
                     s[nt].r[e] = -INFINITY;
             }
         }
     }
+}
+
+/* Softcap in the backward: ds (dS of the capped score, in place) times
+ * d(capped)/d(s) = 1 - tanh^2, recovered from the tile's probabilities
+ * P = exp2(s_log2 - lse2) (s_log2: mask_scores' output) instead of keeping
+ * the raw scores alive: tanh = (log2 P + lse2 - bias and ALiBi terms) /
+ * softcap_out. Where P = 0, dS is 0 already. */
+template <int kNT>
+__device__ __forceinline__ void softcap_grad(arch::FragC (&ds)[kNT], const arch::FragC (&pr)[kNT],
+                                             const float (&lse2)[2], const ffpa_gpu_fwd_params &p,
+                                             const MaskCtx &mc, int lane)
+{
+    const int diag = mc.seqlen_k - mc.seqlen_q;
+    const float slope = mc.alibi_slope;
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const float pv = pr[nt].r[e];
+            if (!(pv > 0.0f))
+                continue;
+            const int i = mc.row0 + arch::frag_c_row(lane, e);
+            const int j = mc.col0 + nt * 8 + arch::frag_c_col(lane, e);
+            float capped = log2f(pv) + lse2[e >> 1]; /* s_log2 */
+            if (p.bias)
+                capped -= load_bias(p.bias, p.bias_dtype,
+                                    (int64_t)mc.b * p.bias_sb + (int64_t)mc.h * p.bias_sh + (int64_t)i * p.bias_sn +
+                                        (int64_t)j * p.bias_sd) *
+                          kLog2e;
+            if (p.alibi)
+                capped += slope * (float)abs(i + diag - j);
+            const float t = capped / p.softcap_out;
+            ds[nt].r[e] *= 1.0f - t * t;
+        }
 }
 
 /* Zero dropped probabilities, scale kept ones (after the row sums). The

@@ -253,6 +253,12 @@ FFPA_DEV void cp_async_wait_dyn(int) {}
 
 /* ------------------------------------------------------------------ math */
 
+/* tanh of logit softcap (the CUDA layer's is one MUFU op; AMD has none). */
+FFPA_DEV float tanh_fast(float x)
+{
+    return tanhf(x);
+}
+
 /* 2^x; exp2(-inf) = 0. A single hardware instruction on AMD (v_exp_f32). */
 FFPA_DEV float exp2_fast(float x)
 {

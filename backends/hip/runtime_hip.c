@@ -118,6 +118,8 @@ static ffpa_status pick_device(int *device, ffpa_backend_caps *caps, ffpa_gpu_st
 #endif
     caps->dtype_mask = (1u << FFPA_F16) | (1u << FFPA_BF16);
     caps->max_head_dim = FFPA_MAX_HEAD_DIM;
+    /* The generic kernels' score epilogue and tile ranges (gpu/masking.cuh). */
+    caps->variants = FFPA_VARIANT_WINDOW | FFPA_VARIANT_SOFTCAP | FFPA_VARIANT_ALIBI;
     caps->has_backward = 1;
     *device = dev;
     return FFPA_OK;

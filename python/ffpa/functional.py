@@ -133,8 +133,7 @@ _VARIANTS_DOC = """
     FlashAttention; -1 leaves a side unbounded; (-1, -1): no window); softcap > 0
     turns the scaled scores s into softcap * tanh(s / softcap) before the mask and
     ALiBi; alibi_slopes (float32 [Hq] or [B, Hq]) adds -slope * |i + Nkv - Nq - j|
-    and gets no gradient. The cpu backend has all three; the GPU backends refuse
-    them (FFPAError naming the option) until their kernels do.
+    and gets no gradient.
 """
 
 

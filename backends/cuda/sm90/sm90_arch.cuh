@@ -191,6 +191,28 @@ FFPA_DEV void red_add_v2(float *addr, float a, float b)
     asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(addr), "f"(a), "f"(b) : "memory");
 }
 
+/* One fp32 add into global memory (no return). */
+FFPA_DEV void red_add(float *addr, float a)
+{
+    asm volatile("red.global.add.f32 [%0], %1;\n" ::"l"(addr), "f"(a) : "memory");
+}
+
+/* Two adds into a pair of 16-bit values (addr 4-byte aligned), rounded to
+ * T: gradients accumulated in the output dtype (FFPA_GRAD_ACCUM_OUTPUT). */
+template <typename T> FFPA_DEV void red_add_pair(T *addr, float a, float b);
+
+template <> FFPA_DEV void red_add_pair<arch::f16>(arch::f16 *addr, float a, float b)
+{
+    const uint32_t v = arch::pack_f32x2<arch::f16>(a, b);
+    asm volatile("red.global.add.noftz.f16x2 [%0], %1;\n" ::"l"(addr), "r"(v) : "memory");
+}
+
+template <> FFPA_DEV void red_add_pair<arch::bf16>(arch::bf16 *addr, float a, float b)
+{
+    const uint32_t v = arch::pack_f32x2<arch::bf16>(a, b);
+    asm volatile("red.global.add.noftz.bf16x2 [%0], %1;\n" ::"l"(addr), "r"(v) : "memory");
+}
+
 /* -------------------------------------------------------------- cluster */
 
 FFPA_DEV uint32_t cluster_rank()

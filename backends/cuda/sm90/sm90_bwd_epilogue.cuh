@@ -2,16 +2,17 @@
  * Epilogue pieces of the Hopper backward:
  *   store_grad: a consumer's dK or dV columns of one pass (64 keys x 128
  *               columns, fp32 registers) into the output view, rounded once;
- *   reduce_dq:  its dQ = dS K columns of one query tile into the fp32 dQ
- *               buffer with 8-byte vector reductions (every key block of
- *               the head adds into the same rows; in deterministic mode in
- *               a fixed order, through turn counters).
+ *   reduce_dq:  its dQ = dS K columns of one query tile into the dQ
+ *               accumulator, the fp32 buffer or the output itself (every
+ *               key block of the head adds into the same rows; in
+ *               deterministic mode in a fixed order, through turn counters).
  * Accumulators are wgmma m64n128 fragments: value 4j + 2h + e of a thread is
  * row 16 * warp + lane / 4 + 8h, column 8j + 2 * (lane % 4) + e.
  */
 #ifndef FFPA_CUDA_SM90_BWD_EPILOGUE_CUH
 #define FFPA_CUDA_SM90_BWD_EPILOGUE_CUH
 
+#include "bwd/bwd_params.h"
 #include "sm90_arch.cuh"
 
 namespace ffpa {
@@ -51,12 +52,24 @@ FFPA_DEV void store_grad(const float (&acc)[64], T *out, int64_t sn, int64_t sd,
     });
 }
 
-/* dq points at (row 0 of the tile, column 0) of the fp32 buffer (row
- * stride sn, a multiple of 8). */
-FFPA_DEV void reduce_dq(const float (&acc)[64], float *dq, int64_t sn, int rows_valid, int col0, int dim, int ctid)
+/* The tile's dQ columns added into the dQ accumulator: the fp32 buffer
+ * (8-byte vector reductions) or, with FFPA_GRAD_ACCUM_OUTPUT, the output
+ * view of dtype T itself (16-bit pair reductions, each partial sum rounded).
+ * row0: element offset of (row 0 of the tile, column 0); rows at stride
+ * dq.sn (even), columns contiguous. */
+template <typename T>
+FFPA_DEV void reduce_dq(const float (&acc)[64], const ffpa_bwd_acc &dq, int64_t row0, int rows_valid, int col0,
+                        int dim, int ctid)
 {
-    for_each_pair(acc, rows_valid, col0, dim, ctid,
-                  [&](int r, int c, float a, float b) { red_add_v2(dq + (int64_t)r * sn + c, a, b); });
+    if (dq.is_f32) {
+        float *base = static_cast<float *>(dq.data) + row0;
+        for_each_pair(acc, rows_valid, col0, dim, ctid,
+                      [&](int r, int c, float a, float b) { red_add_v2(base + (int64_t)r * dq.sn + c, a, b); });
+    } else {
+        T *base = static_cast<T *>(dq.data) + row0;
+        for_each_pair(acc, rows_valid, col0, dim, ctid,
+                      [&](int r, int c, float a, float b) { red_add_pair<T>(base + (int64_t)r * dq.sn + c, a, b); });
+    }
 }
 
 /* Deterministic dQ: the key blocks of a (batch, kv head) add into each dQ

@@ -2,6 +2,7 @@
  * The Hopper backward (sm_90a): dK, dV and dQ in one kernel, composed from
  *   sm90_bwd_mainloop.cuh  work of a CTA, producer TMA ring, wgmma GEMMs
  *   sm90_bwd_softmax.cuh   P^T and dS^T of a tile (masking, LSE, Delta)
+ *   sm90_bwd_dbias.cuh     dbias from the same dS
  *   sm90_bwd_epilogue.cuh  dK/dV stores, dQ reductions
  * (shape and shared memory: sm90_bwd_config.cuh).
  *
@@ -10,8 +11,9 @@
  *               waits for dP^T, writes P^T, dS^T ------>             waits for them
  *   both:       dV_c += P^T dO_c, dK_c += dS^T Q_c, dQ_c = dS K_c (own 128 columns c)
  * dK and dV are register accumulators across all query tiles of the pass
- * and are stored once; dQ is reduced into the fp32 buffer per tile (in a
- * fixed key-block order in deterministic mode). With a
+ * and are stored once; dQ is reduced per tile into the fp32 buffer (or the
+ * output itself with FFPA_GRAD_ACCUM_OUTPUT), in a fixed key-block order in
+ * deterministic mode. With a
  * cluster of two (D > 512) the pair completes S^T and dP^T through
  * sm90_bwd_exchange.cuh between the two phases.
  */
@@ -113,7 +115,7 @@ FFPA_DEV void bwd_consumer(const ffpa_bwd_params &p, const BwdOutViews &out, uin
                 named_barrier_sync(kBarPdsEmpty, 256);
                 named_barrier_sync(kBarDpFull, 256);
                 softmax_grad<Cfg, kExtras>(acc, dp, rows, smem + L::pt, smem + L::dst, p, w, h, q0, ctid, rank,
-                                  &bars->ag_full);
+                                           &bars->ag_full, pass == 0);
                 if constexpr (Cfg::kCluster > 1)
                     xch.gather_wait(done);
                 fence_proxy_async_shared();
@@ -155,20 +157,20 @@ FFPA_DEV void bwd_consumer(const ffpa_bwd_params &p, const BwdOutViews &out, uin
                 fence_operands(dk);
                 fence_operands(dq);
                 const int rows_valid = min(Cfg::kBr, w.seqlen_q - q0);
-                float *dqg = static_cast<float *>(p.dq.data) + (int64_t)h * p.dq.sh +
-                             (p.cu_q ? (w.q_start + q0) * p.dq.sn : (int64_t)w.b * p.dq.sb + (int64_t)q0 * p.dq.sn);
+                const int64_t dq_row0 = (int64_t)h * p.dq.sh + (p.cu_q ? (w.q_start + q0) * p.dq.sn
+                                                                      : (int64_t)w.b * p.dq.sb + (int64_t)q0 * p.dq.sn);
+                /* Deterministic mode: this key block's turn at the tile's slab. */
+                int *turn = nullptr, mine = 0;
                 if (p.dq_turn) {
-                    const int t = q0 / 64, kb = w.kb0 / 64;
-                    int *turn = p.dq_turn +
-                                (((int64_t)w.b * p.hq + h) * p.dq_turn_tiles + t) * FFPA_BWD_DQ_TURN_SLABS +
-                                (w.col0 / 128 + cols_slab);
-                    const int mine = dq_turn_of(kb, w.last_kb(t, p.causal));
+                    const int t = q0 / 64;
+                    turn = p.dq_turn + (((int64_t)w.b * p.hq + h) * p.dq_turn_tiles + t) * FFPA_BWD_DQ_TURN_SLABS +
+                           (w.col0 / 128 + cols_slab);
+                    mine = dq_turn_of(w.kb0 / 64, w.last_kb(t, p.mask));
                     dq_turn_wait(turn, mine, kBarDqTurn + consumer, ctid);
-                    reduce_dq(dq, dqg, p.dq.sn, rows_valid, w.col0 + cols_slab * 128, p.dqk, ctid);
-                    dq_turn_pass(turn, mine, kBarDqTurn + consumer, ctid);
-                } else {
-                    reduce_dq(dq, dqg, p.dq.sn, rows_valid, w.col0 + cols_slab * 128, p.dqk, ctid);
                 }
+                reduce_dq<T>(dq, p.dq, dq_row0, rows_valid, w.col0 + cols_slab * 128, p.dqk, ctid);
+                if (turn)
+                    dq_turn_pass(turn, mine, kBarDqTurn + consumer, ctid);
             }
             if (consumer == 1 && done + 1 < total)
                 named_barrier_arrive(kBarPdsEmpty, 256);

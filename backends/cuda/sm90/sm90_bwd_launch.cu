@@ -1,7 +1,9 @@
 /*
  * Host side of the Hopper backward: coverage, the instantiation for Dqk/Dv,
  * the tensor maps and the launch sequence
- *   Delta -> zero the fp32 dQ buffer -> fused dK/dV/dQ kernel -> dQ conversion.
+ *   Delta -> zero dQ (the fp32 buffer, or the output with
+ *   FFPA_GRAD_ACCUM_OUTPUT) and dbias -> fused dK/dV/dQ(/dbias) kernel ->
+ *   dQ and dbias conversions.
  * Checks, workspace layout and kernel parameters are the generic
  * backward's (backends/gpu/bwd/bwd_host.h), so both paths accept and refuse
  * the same inputs with the same messages.
@@ -35,6 +37,19 @@ const BwdKernelDesc *pick(ffpa_dtype dtype, int64_t dqk, int64_t dv)
     return NULL;
 }
 
+/* Contributions each dbias element sums: the product of the dimensions
+ * where dbias broadcasts (1: each element is written once, in any order). */
+int64_t dbias_contributions(const ffpa_problem *pb)
+{
+    int64_t g[4];
+    ffpa::bwd::host::dbias_grid(pb, g);
+    const int64_t full[4] = {pb->batch, pb->hq, pb->nq, pb->nkv};
+    int64_t n = 1;
+    for (int i = 0; i < 4; ++i)
+        n *= g[i] ? full[i] / g[i] : 0; /* g[i] = 0: no elements at all */
+    return n;
+}
+
 } /* namespace */
 
 extern "C" ffpa_status ffpa_cuda_sm90_backward(struct ffpa_cuda_state *st, const ffpa_problem *pb, void *ws,
@@ -47,10 +62,10 @@ extern "C" ffpa_status ffpa_cuda_sm90_backward(struct ffpa_cuda_state *st, const
     namespace host = ffpa::bwd::host;
     if (st->prop.major != 9 || st->prop.minor != 0)
         return unsupported(err, err_len, "the sm90 backward needs an sm_90 device (H100/H200)");
-    if (pb->has_dbias)
-        return unsupported(err, err_len, "the sm90 backward computes no dbias (the generic one does)");
-    if (pb->grad_accum != FFPA_GRAD_ACCUM_F32)
-        return unsupported(err, err_len, "the sm90 backward accumulates dQ in the fp32 buffer only");
+    if (pb->has_dbias && pb->deterministic && dbias_contributions(pb) > 1)
+        return unsupported(err, err_len,
+                           "opt.dbias: a broadcast dbias sums contributions in no fixed order on the sm90 backward "
+                           "(deterministic mode takes the generic one)");
     ffpa_status s = host::check(pb, "cuda", err, err_len);
     if (s != FFPA_OK)
         return s;
@@ -103,24 +118,44 @@ extern "C" ffpa_status ffpa_cuda_sm90_backward(struct ffpa_cuda_state *st, const
             return ffpa_gpu_launch_error(e, "cuda backward: uploading cu_seqlens", err, err_len);
     }
     const int dtype = (int)pb->dtype;
-    const size_t dq_bytes = (size_t)(pb->hq * pb->total_q * pb->dqk) * sizeof(float);
+    const bool dq_f32 = pb->grad_accum == FFPA_GRAD_ACCUM_F32;
+    const int64_t nlen = varlen ? 0 : pb->nq;
+    const size_t dbias_bytes = (size_t)(g[0] * g[1] * g[2] * g[3]) * sizeof(float);
+    if (pb->has_dbias && (e = cudaMemsetAsync(p.dbias, 0, dbias_bytes, stream)) != cudaSuccess)
+        return ffpa_gpu_launch_error(e, "cuda backward: clearing the dbias buffer", err, err_len);
     if (pb->nq > 0) {
         if ((e = ffpa::bwd::launch_delta(dtype, p, stream)) != cudaSuccess)
             return ffpa_gpu_launch_error(e, "cuda backward: delta kernel", err, err_len);
-        if ((e = cudaMemsetAsync(p.dq.data, 0, dq_bytes, stream)) != cudaSuccess)
-            return ffpa_gpu_launch_error(e, "cuda backward: clearing the dQ buffer", err, err_len);
+        /* The key blocks add into dQ: the fp32 buffer, or the output itself. */
+        if (dq_f32) {
+            const size_t dq_bytes = (size_t)(pb->hq * pb->total_q * pb->dqk) * sizeof(float);
+            e = cudaMemsetAsync(p.dq.data, 0, dq_bytes, stream);
+        } else {
+            e = ffpa::bwd::launch_convert(dtype, host::convert_job(NULL, pb->grad_q, pb->hq, pb->total_q, nlen,
+                                                                   pb->dqk), stream);
+        }
+        if (e != cudaSuccess)
+            return ffpa_gpu_launch_error(e, "cuda backward: clearing dQ", err, err_len);
         if (p.dq_turn && (e = cudaMemsetAsync(p.dq_turn, 0, host::dq_turn_bytes(pb), stream)) != cudaSuccess)
             return ffpa_gpu_launch_error(e, "cuda backward: clearing the dQ turn counters", err, err_len);
     }
     const int64_t ctas = (int64_t)p.kv_blocks * pb->hkv * pb->batch;
-    const int extras = p.mask.bias != NULL || p.mask.has_dropout;
+    /* The variants (window, softcap, ALiBi) ride on the bias/dropout instantiation. */
+    const int extras = p.mask.bias != NULL || p.mask.has_dropout || p.mask.window || p.mask.softcap_out > 0.0f ||
+                       p.mask.alibi != NULL;
     if (pb->nkv > 0 && (e = kd->launch[extras](maps, p, out, ctas, stream)) != cudaSuccess)
         return ffpa_gpu_launch_error(e, "cuda backward: sm90 dK/dV/dQ kernel", err, err_len);
-    if (pb->nq > 0) {
+    if (pb->nq > 0 && dq_f32) {
         const ffpa::bwd::ConvertJob cj = host::convert_job(static_cast<const float *>(p.dq.data), pb->grad_q, pb->hq,
-                                                           pb->total_q, varlen ? 0 : pb->nq, pb->dqk);
+                                                           pb->total_q, nlen, pb->dqk);
         if ((e = ffpa::bwd::launch_convert(dtype, cj, stream)) != cudaSuccess)
             return ffpa_gpu_launch_error(e, "cuda backward: dQ conversion kernel", err, err_len);
+    }
+    if (pb->has_dbias) {
+        const int64_t stride[4] = {pb->dbias.sb, pb->dbias.sh, pb->dbias.sn, pb->dbias.sd};
+        if ((e = ffpa::bwd::launch_dbias_convert(p.dbias, g, pb->dbias.data, (int)pb->dbias_dtype, stride, stream)) !=
+            cudaSuccess)
+            return ffpa_gpu_launch_error(e, "cuda backward: dbias conversion kernel", err, err_len);
     }
     if (kernel)
         *kernel = kd->name;

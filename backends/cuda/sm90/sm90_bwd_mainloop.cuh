@@ -28,6 +28,7 @@
 
 #include "bwd/bwd_params.h"
 #include "sm90_arch.cuh"
+#include "masking.cuh" /* visible_rows, last_visible_col */
 #include "sm90_bwd_config.cuh"
 #include "wgmma_ops.cuh"
 
@@ -105,12 +106,13 @@ struct BwdWork {
     FFPA_DEV int items() const { return group * tiles_per_head(); }
     FFPA_DEV int head(int item) const { return kvh * group + item / tiles_per_head(); }
     FFPA_DEV int q0(int item) const { return (t_first + item % tiles_per_head()) * 64; }
-    /* The highest key block that adds into query tile t (causal: key k is
-     * seen by rows q >= k - diag). Only asked for tiles this block adds into. */
-    FFPA_DEV int last_kb(int t, int causal) const
+    /* The highest key block that adds into query tile t: the one holding
+     * the last key the tile's last row sees (causal, window). Only asked for
+     * tiles this block adds into (so that key is >= 0). */
+    FFPA_DEV int last_kb(int t, const ffpa_gpu_fwd_params &m) const
     {
-        const int last = (seqlen_k + 63) / 64 - 1;
-        return causal ? min(last, ((t + 1) * 64 + diag - 1) / 64) : last;
+        const int row_last = min(seqlen_q, (t + 1) * 64) - 1;
+        return min((seqlen_k + 63) / 64 - 1, last_visible_col(m, row_last, diag) / 64);
     }
 };
 
@@ -139,9 +141,12 @@ template <class Cfg> FFPA_DEV bool bwd_work(const ffpa_bwd_params &p, uint32_t r
         return false; /* a varlen sequence shorter than the longest: nothing here */
     w.diag = w.seqlen_k - w.seqlen_q;
     w.n_qt = (w.seqlen_q + Cfg::kBr - 1) / Cfg::kBr;
-    /* Causal (bottom-right): query q sees key k when k <= q + diag. */
-    const int q_first = p.causal ? max(0, w.kb0 - w.diag) : 0;
+    /* Only the query tiles whose rows may see the block (causal, window):
+     * a window's cost scales with the window, not with seqlen_q. */
+    int q_first;
+    const int q_end = visible_rows(p.mask, w.kb0, min(w.kb0 + Cfg::kBc, w.seqlen_k) - 1, w.diag, w.seqlen_q, &q_first);
     w.t_first = min(q_first / Cfg::kBr, w.n_qt);
+    w.n_qt = max(w.t_first, (q_end + Cfg::kBr - 1) / Cfg::kBr);
     w.group = p.group;
     w.tma_b = p.cu_q ? 0 : w.b;
     return true;

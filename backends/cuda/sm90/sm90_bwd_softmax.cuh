@@ -1,13 +1,15 @@
 /*
  * Softmax gradient of a Hopper backward tile, in the transposed frame the
  * dK/dV GEMMs want (keys are the rows of the wgmma accumulators):
- *   P^T  = exp2(S^T * scale_log2 + bias * log2e - lse2[row])   masked to 0
- *          outside the sequence and above the causal diagonal,
+ *   P^T  = exp2(cap(S^T * scale_log2) + bias * log2e + ALiBi - lse2[row])
+ *          masked to 0 outside the sequence, above the causal diagonal and
+ *          outside the window (cap: the logit softcap, tanh kept for its
+ *          derivative),
  *   Z    = keep * dropout_scale (the mask of common/philox.h, as the forward
  *          and the cpu backend draw it; 1 without dropout),
  *   P^T Z  -> the dV GEMM,
- *   dS^T = P^T * (dP^T Z - Delta[row]) * scale   (scale folded in here: it
- *          multiplies both dK = dS^T Q and dQ = dS K).
+ *   dS^T = P^T * (dP^T Z - Delta[row]) * scale * (1 - tanh^2)  (scale folded
+ *          in here: it multiplies both dK = dS^T Q and dQ = dS K).
  * Both leave as 16-bit tiles in shared memory in the TMA 128-byte swizzle
  * (rows of 64 query rows = 128 bytes), the layout the wgmma descriptors of
  * the second GEMM phase read. P and dS stay fp32 until that rounding.
@@ -20,6 +22,7 @@
 #include "bwd/bwd_params.h"
 #include "masking.cuh" /* load_bias, kLog2e; philox.h */
 #include "sm90_arch.cuh"
+#include "sm90_bwd_dbias.cuh"
 #include "sm90_bwd_mainloop.cuh"
 
 namespace ffpa {
@@ -75,13 +78,14 @@ FFPA_DEV uint32_t keep_bits(const ffpa_gpu_fwd_params &m, const BwdWork &w, int 
  * fragment order (float4 q of thread t at (q * 128 + t) * 16, q counted
  * from the block's first n8-block). With a cluster, only block `rank`
  * (n8-blocks 4 * rank ..) is finished here; its pairs also go to the peer's
- * tiles (the all-gather, completing on the peer's ag_full). kExtras: bias
- * and/or dropout (a separate kernel instantiation: in the same kernel their
- * registers and code cost the plain path ~10%). */
+ * tiles (the all-gather, completing on the peer's ag_full). kExtras: bias,
+ * dropout, window, softcap or ALiBi (a separate kernel instantiation: in the same kernel their
+ * registers and code cost the plain path ~10%), and with them dbias where
+ * add_dbias (the CTA's first pass: later ones recompute the same dS). */
 template <class Cfg, bool kExtras>
 FFPA_DEV void softmax_grad(const float (&s)[32], const float *dp, const float *rows, uint8_t *pt, uint8_t *dst,
-                                const ffpa_bwd_params &p, const BwdWork &w, int h, int q0, int ctid, uint32_t rank,
-                                uint64_t *ag_full)
+                           const ffpa_bwd_params &p, const BwdWork &w, int h, int q0, int ctid, uint32_t rank,
+                           uint64_t *ag_full, bool add_dbias)
 {
     using T = typename Cfg::T;
     const int warp = ctid >> 5, lane = ctid & 31, quad = lane & 3;
@@ -89,30 +93,69 @@ FFPA_DEV void softmax_grad(const float (&s)[32], const float *dp, const float *r
     const ffpa_gpu_fwd_params &m = p.mask;
     const uint32_t keep = kExtras && m.has_dropout ? keep_bits<Cfg>(m, w, h, q0, ctid, rank) : 0xFFFFFFFFu;
     const float z_kept = kExtras && m.has_dropout ? m.dropout_scale : 1.0f;
+    BwdDbias db{};
+    if constexpr (kExtras)
+        db = BwdDbias::of(p, w, h, ctid);
+    const bool dbias = kExtras && add_dbias && db.plane;
+    const float slope = kExtras && m.alibi ? m.alibi[(int64_t)w.b * m.alibi_sb + (int64_t)h * m.alibi_sh] * kLog2e : 0.0f;
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
         if (j / Cfg::kBlockNT != (int)rank)
             continue; /* j stays a compile-time register index */
         const float4 d4 = reinterpret_cast<const float4 *>(dp)[(j % Cfg::kBlockNT) * 128 + ctid];
         const float dpv[4] = {d4.x, d4.y, d4.z, d4.w};
-        float pv[4], dsv[4];
+        float pv[4], g[4], dsv[4], sv[4], th[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        bool live[4];
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-            const int half = i >> 1, e = i & 1;
-            const int key = w.kb0 + warp * 16 + (lane >> 2) + 8 * half;
-            const int q = q0 + 8 * j + 2 * quad + e;
-            const bool live = key < w.seqlen_k && (!p.causal || key <= q + w.diag);
-            float sv = s[4 * j + i] * scale_log2;
-            if (kExtras && m.bias && live && q < w.seqlen_q)
-                sv += load_bias(m.bias, m.bias_dtype,
-                                (int64_t)w.b * m.bias_sb + (int64_t)h * m.bias_sh + (int64_t)q * m.bias_sn +
-                                    (int64_t)key * m.bias_sd) *
-                      kLog2e;
-            const float pr = live ? arch::exp2_fast(sv - rows[8 * j + 2 * quad + e]) : 0.0f;
+            const int key = w.kb0 + warp * 16 + (lane >> 2) + 8 * (i >> 1), q = q0 + 8 * j + 2 * quad + (i & 1);
+            live[i] = key < w.seqlen_k && (!p.causal || key <= q + w.diag);
+            sv[i] = s[4 * j + i] * scale_log2;
+        }
+        /* The variants: each test once per n8-block (uniform), not per
+         * element, so each step is straight-line code over its 4 values. */
+        if constexpr (kExtras) {
+            if (m.window)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    const int key = w.kb0 + warp * 16 + (lane >> 2) + 8 * (i >> 1), q = q0 + 8 * j + 2 * quad + (i & 1);
+                    live[i] = live[i] && key >= first_visible_col(m, q, w.diag) && key <= last_visible_col(m, q, w.diag);
+                }
+            if (m.softcap_out > 0.0f)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    th[i] = arch::tanh_fast(sv[i] * m.softcap_in);
+                    sv[i] = m.softcap_out * th[i];
+                }
+            if (m.bias)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    const int key = w.kb0 + warp * 16 + (lane >> 2) + 8 * (i >> 1), q = q0 + 8 * j + 2 * quad + (i & 1);
+                    if (live[i] && q < w.seqlen_q)
+                        sv[i] += load_bias(m.bias, m.bias_dtype,
+                                           (int64_t)w.b * m.bias_sb + (int64_t)h * m.bias_sh +
+                                               (int64_t)q * m.bias_sn + (int64_t)key * m.bias_sd) *
+                                 kLog2e;
+                }
+            if (m.alibi)
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    const int key = w.kb0 + warp * 16 + (lane >> 2) + 8 * (i >> 1), q = q0 + 8 * j + 2 * quad + (i & 1);
+                    sv[i] -= slope * (float)abs(q + w.diag - key);
+                }
+        }
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int e = i & 1;
+            const float pr = live[i] ? arch::exp2_fast(sv[i] - rows[8 * j + 2 * quad + e]) : 0.0f;
             const float z = (keep >> ((4 * j + i) & 31)) & 1 ? z_kept : 0.0f;
             pv[i] = pr * z;
-            dsv[i] = pr * (dpv[i] * z - rows[64 + 8 * j + 2 * quad + e]) * scale;
+            g[i] = pr * (dpv[i] * z - rows[64 + 8 * j + 2 * quad + e]); /* d(score) = dbias */
+            /* d(capped)/d(raw) = 1 - tanh^2 (th = 0 without softcap). */
+            dsv[i] = g[i] * scale * (1.0f - th[i] * th[i]);
         }
+        if (dbias)
+            db.add(q0 + 8 * j + 2 * quad, g, lane);
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
             const uint32_t off = swizzled_pair(warp * 16 + (lane >> 2) + 8 * half, j, quad);
@@ -126,6 +169,8 @@ FFPA_DEV void softmax_grad(const float (&s)[32], const float *dp, const float *r
             }
         }
     }
+    if (dbias)
+        db.flush(lane);
 }
 
 /* Consumer 1's dP^T into the fragment-order buffer softmax_grad reads. */

@@ -38,7 +38,8 @@ constexpr int kConsumerRegs = 240; /* 128 x 24 + 256 x 240 <= 64K registers */
 struct CtaWork {
     FwdWork w;
     int64_t q_start; /* packed row of the sequence's first query (varlen), else 0 */
-    int seqlen_q, seqlen_k, q0, rows_valid, n_tiles;
+    int seqlen_q, seqlen_k, q0, rows_valid;
+    int tile0, n_tiles; /* key tiles [tile0, tile0 + n_tiles) */
     TileCoords tc;
 };
 
@@ -59,14 +60,14 @@ template <class Cfg> FFPA_DEV bool cta_work(const ffpa_gpu_fwd_params &p, uint32
     if (cw.q0 >= cw.seqlen_q)
         return false; /* same answer in every CTA of the cluster */
     cw.rows_valid = min(Cfg::kBr, cw.seqlen_q - cw.q0);
-    cw.n_tiles = (cw.seqlen_k + Cfg::kBc - 1) / Cfg::kBc;
-    if (p.causal) {
-        const int last_col = cw.q0 + cw.rows_valid - 1 + cw.seqlen_k - cw.seqlen_q;
-        cw.n_tiles = min(cw.n_tiles, last_col < 0 ? 0 : last_col / Cfg::kBc + 1);
-    }
+    /* Only the key tiles some row of the block may see (causal, window):
+     * a window's cost scales with the window, not with seqlen_k. */
+    const int tile_end = visible_key_tiles(p, cw.q0, cw.q0 + cw.rows_valid - 1, cw.seqlen_k - cw.seqlen_q,
+                                           cw.seqlen_k, Cfg::kBc, &cw.tile0);
+    cw.n_tiles = max(0, tile_end - cw.tile0);
     TileCoords &tc = cw.tc;
     tc.q_row0 = (int)cw.q_start + cw.q0;
-    tc.k_row0 = (int)k_start;
+    tc.k_row0 = (int)k_start + cw.tile0 * Cfg::kBc; /* the producer's tile 0 is key tile tile0 */
     tc.h = cw.w.h;
     tc.kvh = cw.w.h / p.group;
     tc.b = p.cu_q ? 0 : cw.w.b;
@@ -104,9 +105,9 @@ FFPA_DEV void consumer(const ffpa_gpu_fwd_params &p, uint8_t *smem, RingBarriers
     ts.mc.row0 = cw.q0 + row_in_block;
     ts.mc.seqlen_q = cw.seqlen_q;
     ts.mc.seqlen_k = cw.seqlen_k;
-    ts.mc.b = cw.w.b;
-    ts.mc.h = cw.w.h;
+    ts.mc.set_head(p, cw.w.b, cw.w.h);
     ts.diag = cw.seqlen_k - cw.seqlen_q;
+    ts.tile0 = cw.tile0;
 
     const int n = cw.n_tiles;
     const uint32_t q_addr = smem_u32(smem + L::q + (size_t)consumer_idx * Cfg::kBoxes * kBoxBytes);

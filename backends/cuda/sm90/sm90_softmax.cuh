@@ -30,15 +30,17 @@ template <class Cfg> struct TileSoftmax {
     static constexpr int kBlockNT = Cfg::kBlockNT;
     MaskCtx mc;
     int diag;
+    int tile0; /* key tile of the loop's tile 0 (the first one a window leaves visible) */
     OnlineSoftmax sm;
-    /* Masks the n8-blocks [nt0, nt0 + kN) of the tile at key column col0. */
+    /* Masks the n8-blocks [nt0, nt0 + kN) of loop tile t's scores, at key
+     * column col0 of that tile. */
     template <int kN>
-    FFPA_DEV void mask(float (&s)[32], int nt0, int col0, const ffpa_gpu_fwd_params &p, int lane)
+    FFPA_DEV void mask(float (&s)[32], int nt0, int t, int col0, const ffpa_gpu_fwd_params &p, int lane)
     {
         arch::FragC(&sf)[kN] = *reinterpret_cast<arch::FragC(*)[kN]>(&s[4 * nt0]);
-        mc.col0 = col0;
-        mc.need_bounds = col0 + 8 * kN > mc.seqlen_k;
-        mc.need_causal = p.causal && col0 + 8 * kN - 1 > mc.row0 + diag;
+        mc.col0 = (tile0 + t) * Cfg::kBc + col0;
+        mc.need_bounds = mc.col0 + 8 * kN > mc.seqlen_k;
+        mc.need_diag = crosses_diag(p, mc.row0, mc.row0 + 15, mc.col0, mc.col0 + 8 * kN - 1, diag);
         mask_scores<kN>(sf, p, mc, lane);
     }
 
@@ -48,7 +50,7 @@ template <class Cfg> struct TileSoftmax {
     {
         OnlineSoftmax::rescale(reinterpret_cast<arch::FragC(&)[Cfg::kOAcc / 4]>(o), alpha);
         if (p.has_dropout) {
-            mc.col0 = t * Cfg::kBc;
+            mc.col0 = (tile0 + t) * Cfg::kBc;
             apply_dropout<Cfg::kNT>(reinterpret_cast<arch::FragC(&)[Cfg::kNT]>(s), p, mc, lane);
         }
 #pragma unroll
@@ -64,7 +66,7 @@ template <class Cfg> struct TileSoftmax {
     FFPA_DEV void whole_tile(float (&s)[32], float (&o)[Cfg::kOAcc], uint32_t (&pf)[4][4],
                              const ffpa_gpu_fwd_params &p, int lane, int t)
     {
-        mask<Cfg::kNT>(s, 0, t * Cfg::kBc, p, lane);
+        mask<Cfg::kNT>(s, 0, t, 0, p, lane);
         float alpha[2];
         sm.update<Cfg::kNT>(reinterpret_cast<arch::FragC(&)[Cfg::kNT]>(s), alpha);
         finish_tile(s, o, pf, alpha, p, lane, t);
@@ -78,7 +80,7 @@ template <class Cfg> struct TileSoftmax {
                             const ffpa_gpu_fwd_params &p, int lane, int t)
     {
         using X = ClusterExchange<Cfg>;
-        mask<kBlockNT>(s, b * kBlockNT, t * Cfg::kBc + b * 8 * kBlockNT, p, lane);
+        mask<kBlockNT>(s, b * kBlockNT, t, b * 8 * kBlockNT, p, lane);
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
             float mx = sm.m[half];

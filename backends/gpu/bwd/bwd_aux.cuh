@@ -60,7 +60,8 @@ template <typename T> __device__ __forceinline__ void delta_body(const ffpa_bwd_
         p.delta[(int64_t)h * p.total_q + (varlen ? g.q_start : (int64_t)b * p.nq) + row] = sum;
 }
 
-/* fp32 gradient buffer -> output view of dtype T; grid-stride over 8-column groups. */
+/* fp32 gradient buffer -> output view of dtype T; grid-stride over 8-column
+ * groups. acc NULL: zeros (an output the kernels then accumulate into). */
 template <typename T> __device__ __forceinline__ void convert_body(const ConvertJob &job)
 {
     const int groups = job.dim / 8;
@@ -71,8 +72,12 @@ template <typename T> __device__ __forceinline__ void convert_body(const Convert
         const int g8 = (int)(i % groups);
         const int64_t rest = i / groups, pr = rest % job.rows_total, h = rest / job.rows_total;
         const int64_t b = job.nlen ? pr / job.nlen : 0, n = job.nlen ? pr % job.nlen : pr;
-        const float *src = job.acc + (h * job.rows_total + pr) * job.dim + g8 * 8;
-        const float4 lo = *reinterpret_cast<const float4 *>(src), hi = *reinterpret_cast<const float4 *>(src + 4);
+        float4 lo = make_float4(0.f, 0.f, 0.f, 0.f), hi = lo;
+        if (job.acc) {
+            const float *src = job.acc + (h * job.rows_total + pr) * job.dim + g8 * 8;
+            lo = *reinterpret_cast<const float4 *>(src);
+            hi = *reinterpret_cast<const float4 *>(src + 4);
+        }
         T *dst = static_cast<T *>(job.out) + b * job.sb + h * job.sh + n * job.sn + (int64_t)g8 * 8 * job.sd;
         if (vec) {
             uint4 u;

@@ -95,12 +95,6 @@ __device__ __forceinline__ void recompute_p(arch::FragC (&s)[kNT], const float (
             s[nt].r[e] = arch::exp2_fast(s[nt].r[e] - lse2[e >> 1]);
 }
 
-/* Causal: first query row that sees key column j (may exceed the sequence). */
-__device__ __forceinline__ int first_row_seeing(int j, const SeqGeom &g)
-{
-    int r = j - (g.seqlen_k - g.seqlen_q);
-    return r < 0 ? 0 : r;
-}
 
 } /* namespace bwd */
 } /* namespace ffpa */

@@ -65,9 +65,13 @@ template <typename T, int kBc, class B> __device__ __forceinline__ void dkdv_bod
     const int64_t dk_base = acc_row0(p.dk, p.cu_k, b, hk) + (int64_t)kv0 * p.dk.sn;
     const int64_t dv_base = acc_row0(p.dv_acc, p.cu_k, b, hk) + (int64_t)kv0 * p.dv_acc.sn;
 
-    /* Query blocks that see this key block (causal: from the diagonal on). */
-    const int first_qb = p.causal ? first_row_seeing(kv0, g) / B::kBr : 0;
-    const int n_qb = max(0, (g.seqlen_q + B::kBr - 1) / B::kBr - first_qb);
+    /* Query blocks that see this key block (causal: from the diagonal on;
+     * window: up to the last row whose window reaches it); the rest are skipped. */
+    const int diag = g.seqlen_k - g.seqlen_q;
+    int row_begin;
+    const int row_end = visible_rows(p.mask, kv0, kv0 + kv_valid - 1, diag, g.seqlen_q, &row_begin);
+    const int first_qb = row_begin / B::kBr;
+    const int n_qb = row_end > row_begin ? (row_end + B::kBr - 1) / B::kBr - first_qb : 0;
     const int n_tiles = n_qb * p.group;
     if (n_tiles == 0) { /* no query row sees these keys: zero gradients */
         for (int i = tid; i < kv_valid * (p.dqk / 2); i += B::kThreads)
@@ -174,7 +178,19 @@ template <typename T, int kBc, class B> __device__ __forceinline__ void dkdv_bod
         at.commit(cc, acc, base, wm2 * 32, kv_valid, col0, dim, lane);
     };
 
-    const int diag = g.seqlen_k - g.seqlen_q;
+    /* A warp's fragments times mul into a 16-bit kBc-wide tile in shared memory. */
+    auto store_frags = [&](const arch::FragC(&f)[Cfg::kNT], T *tile, float mul) {
+#pragma unroll
+        for (int nt = 0; nt < Cfg::kNT; ++nt)
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+                const int r = warp * 16 + arch::frag_c_row(lane, 2 * half);
+                const int c = nt * 8 + arch::frag_c_col(lane, 0);
+                *reinterpret_cast<uint32_t *>(tile + ptile_off<kBc>(r, c)) =
+                    arch::pack_f32x2<T>(f[nt].r[2 * half] * mul, f[nt].r[2 * half + 1] * mul);
+            }
+    };
+
     int t = 0;
     for (int tile = 0; tile < n_tiles; ++tile) {
         const int h = hk * p.group + tile / n_qb;
@@ -208,10 +224,9 @@ template <typename T, int kBc, class B> __device__ __forceinline__ void dkdv_bod
         mc.col0 = kv0;
         mc.seqlen_q = g.seqlen_q;
         mc.seqlen_k = g.seqlen_k;
-        mc.b = b;
-        mc.h = h;
+        mc.set_head(p.mask, b, h);
         mc.need_bounds = kv0 + kBc > g.seqlen_k;
-        mc.need_causal = p.causal && kv0 + kBc - 1 > mc.row0 + diag;
+        mc.need_diag = crosses_diag(p.mask, mc.row0, mc.row0 + 15, kv0, kv0 + kBc - 1, diag);
         mask_scores<Cfg::kNT>(s, p.mask, mc, lane);
         float lse2[2], delta[2];
         row_stats(p, g, b, h, mc.row0, lane, lse2, delta);
@@ -223,15 +238,7 @@ template <typename T, int kBc, class B> __device__ __forceinline__ void dkdv_bod
                 pd[nt] = s[nt];
             if (p.has_dropout)
                 apply_dropout<Cfg::kNT>(pd, p.mask, mc, lane);
-#pragma unroll
-            for (int nt = 0; nt < Cfg::kNT; ++nt)
-#pragma unroll
-                for (int half = 0; half < 2; ++half) {
-                    const int r = warp * 16 + arch::frag_c_row(lane, 2 * half);
-                    const int c = nt * 8 + arch::frag_c_col(lane, 0);
-                    *reinterpret_cast<uint32_t *>(ps + ptile_off<kBc>(r, c)) =
-                        arch::pack_f32x2<T>(pd[nt].r[2 * half], pd[nt].r[2 * half + 1]);
-                }
+            store_frags(pd, ps, 1.0f);
         }
 
         /* dP = dO V^T over Dv chunks; dV += P_dropped^T dO chunk by chunk. */
@@ -255,8 +262,9 @@ template <typename T, int kBc, class B> __device__ __forceinline__ void dkdv_bod
             grad_chunk(p.dv_acc, dv_base, slot, ps, c, p.dv, first);
         }
 
-        /* dS = P (dP Z - Delta), Z = keep * dropout_scale (the kept P entries
-         * are the nonzero ones this lane wrote); scale * dS to shared memory. */
+        /* dS = P (dP Z - Delta) in place in dp, Z = keep * dropout_scale (the
+         * kept P entries are the nonzero ones this lane wrote); with softcap
+         * times its derivative; scale * dS to shared memory. */
 #pragma unroll
         for (int nt = 0; nt < Cfg::kNT; ++nt)
 #pragma unroll
@@ -270,11 +278,12 @@ template <typename T, int kBc, class B> __device__ __forceinline__ void dkdv_bod
                     z0 = arch::to_f32<T>(pv[0]) != 0.f ? p.mask.dropout_scale : 0.f;
                     z1 = arch::to_f32<T>(pv[1]) != 0.f ? p.mask.dropout_scale : 0.f;
                 }
-                const float ds0 = s[nt].r[2 * half] * (dp[nt].r[2 * half] * z0 - delta[half]);
-                const float ds1 = s[nt].r[2 * half + 1] * (dp[nt].r[2 * half + 1] * z1 - delta[half]);
-                *reinterpret_cast<uint32_t *>(dss + ptile_off<kBc>(r, c)) =
-                    arch::pack_f32x2<T>(ds0 * p.scale, ds1 * p.scale);
+                dp[nt].r[2 * half] = s[nt].r[2 * half] * (dp[nt].r[2 * half] * z0 - delta[half]);
+                dp[nt].r[2 * half + 1] = s[nt].r[2 * half + 1] * (dp[nt].r[2 * half + 1] * z1 - delta[half]);
             }
+        if (p.mask.softcap_out > 0.0f)
+            softcap_grad<Cfg::kNT>(dp, s, lse2, p.mask, mc, lane);
+        store_frags(dp, dss, p.scale);
 
         /* dK += scale dS^T Q chunk by chunk (Q streamed again). */
         for (int c = 0; c < nq2; ++c, ++t) {

@@ -97,12 +97,10 @@ __device__ __forceinline__ void dq_item(const ffpa_bwd_params &p, int b, int h, 
     const int diag = g.seqlen_k - g.seqlen_q;
     const int64_t dq_base = acc_row0(p.dq, p.cu_q, b, h) + (int64_t)q0 * p.dq.sn;
 
-    int tile_end = (g.seqlen_k + kDqBc - 1) / kDqBc;
-    if (p.causal) {
-        const int last_col = q0 + rows_valid - 1 + diag;
-        tile_end = min(tile_end, last_col < 0 ? 0 : last_col / kDqBc + 1);
-    }
-    if (tile_end == 0) { /* these rows see no key: dQ = 0 (dS = 0: no dbias) */
+    /* Key tiles the rows may see (causal, window); the rest are skipped. */
+    int tile_begin;
+    const int tile_end = visible_key_tiles(p.mask, q0, q0 + rows_valid - 1, diag, g.seqlen_k, kDqBc, &tile_begin);
+    if (tile_end <= tile_begin) { /* these rows see no key: dQ = 0 (dS = 0: no dbias) */
         for (int i = tid; i < rows_valid * (p.dqk / 2); i += B::kThreads)
             AccPair<T>::store(p.dq, dq_base + (int64_t)(i / (p.dqk / 2)) * p.dq.sn + 2 * (i % (p.dqk / 2)), 0.f, 0.f);
         return;
@@ -121,11 +119,11 @@ __device__ __forceinline__ void dq_item(const ffpa_bwd_params &p, int b, int h, 
     float *rowsum = dst + B::kBr * kDbLd;
 
     const int items_per_tile = 2 * nq2 + nv2;
-    const int total_items = tile_end * items_per_tile;
+    const int total_items = (tile_end - tile_begin) * items_per_tile;
 
     /* Slot = [query-side chunk: kBr x kChunk][key-side chunk: kDqBc x kChunk]. */
     auto load_item = [&](int t) {
-        const int tile = t / items_per_tile, it = t % items_per_tile;
+        const int tile = tile_begin + t / items_per_tile, it = t % items_per_tile;
         const int kv0 = tile * kDqBc;
         T *slot = ring + (t % p.stages) * kSlotElems;
         T *kslot = slot + B::kBr * B::kChunk;
@@ -173,13 +171,12 @@ __device__ __forceinline__ void dq_item(const ffpa_bwd_params &p, int b, int h, 
     mc.row0 = q0 + warp * 16;
     mc.seqlen_q = g.seqlen_q;
     mc.seqlen_k = g.seqlen_k;
-    mc.b = b;
-    mc.h = h;
+    mc.set_head(p.mask, b, h);
     float lse2[2], delta[2];
     row_stats(p, g, b, h, mc.row0, lane, lse2, delta);
 
     int t = 0;
-    for (int tile = 0; tile < tile_end; ++tile) {
+    for (int tile = tile_begin; tile < tile_end; ++tile) {
         const int kv0 = tile * kDqBc;
         arch::FragC s[kDqNT];
 #pragma unroll
@@ -199,7 +196,7 @@ __device__ __forceinline__ void dq_item(const ffpa_bwd_params &p, int b, int h, 
         }
         mc.col0 = kv0;
         mc.need_bounds = kv0 + kDqBc > g.seqlen_k;
-        mc.need_causal = p.causal && kv0 + kDqBc - 1 > mc.row0 + diag;
+        mc.need_diag = crosses_diag(p.mask, mc.row0, mc.row0 + 15, kv0, kv0 + kDqBc - 1, diag);
         mask_scores<kDqNT>(s, p.mask, mc, lane);
         recompute_p<kDqNT>(s, lse2);
 
@@ -255,6 +252,9 @@ __device__ __forceinline__ void dq_item(const ffpa_bwd_params &p, int b, int h, 
             /* The next writes of dst follow at least one item barrier. */
         }
 
+        if (p.mask.softcap_out > 0.0f) /* dS of the capped score -> of the scaled one */
+            softcap_grad<kDqNT>(dp, s, lse2, p.mask, mc, lane);
+
         /* scale * dS as A fragments (FragC pairs = FragA). */
         uint32_t af[kDqBc / 16][4];
 #pragma unroll
@@ -274,7 +274,7 @@ __device__ __forceinline__ void dq_item(const ffpa_bwd_params &p, int b, int h, 
                 if (col0 >= p.dqk)
                     break;
                 AccTile<T, 1, kSlab / 8> at;
-                at.prefetch(p.dq, dq_base, warp * 16, rows_valid, col0, p.dqk, tile == 0, lane);
+                at.prefetch(p.dq, dq_base, warp * 16, rows_valid, col0, p.dqk, tile == tile_begin, lane);
                 arch::FragC o[1][kSlab / 8];
 #pragma unroll
                 for (int nt = 0; nt < kSlab / 8; ++nt)

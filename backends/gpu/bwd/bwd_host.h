@@ -323,6 +323,7 @@ inline void fill_params(const ffpa_problem *pb, unsigned char *base, const Layou
     memset(&p, 0, sizeof p);
     p.mask.scale_log2 = pb->scale * 1.4426950408889634f;
     p.mask.hq = (int)pb->hq;
+    p.mask.causal = pb->causal; /* the visible tiles and rows (masking.cuh) */
     if (pb->has_bias) {
         p.mask.bias = pb->bias.data;
         p.mask.bias_dtype = (int)pb->bias_dtype;
@@ -331,6 +332,7 @@ inline void fill_params(const ffpa_problem *pb, unsigned char *base, const Layou
         p.mask.bias_sn = pb->bias.sn;
         p.mask.bias_sd = pb->bias.sd;
     }
+    ffpa_gpu_fill_variants(&p.mask, pb);
     p.has_dropout = pb->dropout_p > 0.0f;
     p.mask.has_dropout = p.has_dropout;
     p.mask.dropout_threshold = pb->dropout_threshold;
