@@ -149,7 +149,8 @@ typedef struct ffpa_options {
      * supported dtype, logical shape [B|1, Hq|1, Nq|1, Nkv|1] (dimensions of
      * size 1, or with stride 0, broadcast). Use -INFINITY to mask. With varlen
      * the bias is indexed by the position inside each sequence and its N
-     * dimensions are the longest query / key sequence (or 1). NULL: none. */
+     * dimensions are the longest query / key sequence (max_seqlen_q / _k
+     * with offsets in backend memory), or 1. NULL: none. */
     const ffpa_tensor *bias;
 
     /** Dropout on the attention probabilities, p in [0, 1). The keep mask is a
@@ -201,6 +202,20 @@ typedef struct ffpa_options {
      * column j (with the bias, after softcap); computed, never stored.
      * NULL: none. */
     const ffpa_tensor *alibi_slopes;
+
+    /** 1: cu_seqlens_q / cu_seqlens_k are in backend memory (ffpa_malloc's
+     * space: device memory on a GPU, host memory on the cpu backend), not
+     * host memory. The library then never reads them on the host, so a
+     * varlen call stays asynchronous and can be captured in a CUDA/HIP graph
+     * (FlashAttention's device cu_seqlens with max_seqlen). The caller gives
+     * the longest sequences in max_seqlen_q / max_seqlen_k (0 <= max <= the
+     * packed rows; at least every cu[b+1] - cu[b], since the launch is sized
+     * by them) and vouches for the offsets (0 first, non-decreasing, the
+     * packed rows last), which cannot be checked without a read-back.
+     * 0 (default): host arrays, checked; max_seqlen_* unused. */
+    int cu_seqlens_on_device;
+    int64_t max_seqlen_q; /**< longest query sequence (cu_seqlens_on_device) */
+    int64_t max_seqlen_k; /**< longest key sequence (cu_seqlens_on_device) */
 } ffpa_options;
 
 /** Default options (scale 1/sqrt(Dqk), no mask, no dropout, dense batch,

@@ -61,9 +61,13 @@ typedef struct ffpa_problem {
     float dropout_scale;
     uint64_t dropout_seed, dropout_offset;
 
-    /* Varlen: host arrays of batch+1 offsets, or NULL for dense batches. */
+    /* Varlen: arrays of batch+1 offsets, or NULL for dense batches; in host
+     * memory, or in the backend's memory when cu_on_device (then no host
+     * code may read them: GPU backends hand them to the kernels as they are,
+     * the cpu backend's memory is host memory). */
     const int32_t *cu_q;
     const int32_t *cu_k;
+    int cu_on_device;
     int64_t total_q, total_k; /* rows in the packed tensors (dense: batch*n) */
 
     ffpa_view q, k, v, o;

@@ -232,6 +232,15 @@ static ffpa_status check_cu_seqlens(const char *name, const int32_t *cu, int32_t
     return FFPA_OK;
 }
 
+/* A caller-given longest sequence (offsets in backend memory). */
+static ffpa_status check_max_seqlen(const char *name, int64_t max_len, int64_t total, char *err, size_t err_len)
+{
+    if (max_len < 0 || max_len > total)
+        return fail(err, err_len, "%s: %lld; expected 0 <= max <= %lld (rows of the packed tensor) with "
+                                  "opt.cu_seqlens_on_device", name, (long long)max_len, (long long)total);
+    return FFPA_OK;
+}
+
 static ffpa_status check_bias_shape(const char *name, const ffpa_tensor *t, const ffpa_problem *pb,
                                     char *err, size_t err_len)
 {
@@ -334,6 +343,11 @@ ffpa_status ffpa_validate_inputs(const ffpa_tensor *q, const ffpa_tensor *k, con
     pb->total_q = pb->batch * pb->nq;
     pb->total_k = pb->batch * pb->nkv;
 
+    if (opt->cu_seqlens_on_device != 0 && opt->cu_seqlens_on_device != 1)
+        return fail(err, err_len, "opt.cu_seqlens_on_device: %d; expected 0 or 1", opt->cu_seqlens_on_device);
+    if (opt->cu_seqlens_on_device && !varlen)
+        return fail(err, err_len, "opt.cu_seqlens_on_device: 1 without opt.cu_seqlens_q/k; expected offsets "
+                                  "in backend memory, or 0");
     if (varlen) {
         if (!opt->cu_seqlens_q || !opt->cu_seqlens_k)
             return fail(err, err_len, "%s: is NULL while %s is set; expected both or neither",
@@ -345,10 +359,20 @@ ffpa_status ffpa_validate_inputs(const ffpa_tensor *q, const ffpa_tensor *k, con
         if (q->shape[0] != 1)
             return fail(err, err_len, "q: shape[0] (B) = %lld with varlen; expected 1 (packed rows)",
                         (long long)q->shape[0]);
-        TRY(check_cu_seqlens("opt.cu_seqlens_q", opt->cu_seqlens_q, opt->varlen_batch, q->shape[2],
-                             &pb->nq, err, err_len));
-        TRY(check_cu_seqlens("opt.cu_seqlens_k", opt->cu_seqlens_k, opt->varlen_batch, k->shape[2],
-                             &pb->nkv, err, err_len));
+        if (opt->cu_seqlens_on_device) {
+            /* Backend memory: the caller's maxima size the launch; the
+             * offsets themselves stay unread (no host synchronisation). */
+            TRY(check_max_seqlen("opt.max_seqlen_q", opt->max_seqlen_q, q->shape[2], err, err_len));
+            TRY(check_max_seqlen("opt.max_seqlen_k", opt->max_seqlen_k, k->shape[2], err, err_len));
+            pb->nq = opt->max_seqlen_q;
+            pb->nkv = opt->max_seqlen_k;
+            pb->cu_on_device = 1;
+        } else {
+            TRY(check_cu_seqlens("opt.cu_seqlens_q", opt->cu_seqlens_q, opt->varlen_batch, q->shape[2],
+                                 &pb->nq, err, err_len));
+            TRY(check_cu_seqlens("opt.cu_seqlens_k", opt->cu_seqlens_k, opt->varlen_batch, k->shape[2],
+                                 &pb->nkv, err, err_len));
+        }
         pb->batch = opt->varlen_batch;
         pb->cu_q = opt->cu_seqlens_q;
         pb->cu_k = opt->cu_seqlens_k;
@@ -593,10 +617,13 @@ ffpa_status ffpa_validate_kv_inputs(const ffpa_tensor *q, const ffpa_kv_cache *c
                     q->shape[3] > FFPA_MAX_HEAD_DIM ? "q" : "cache.v",
                     (long long)(q->shape[3] > FFPA_MAX_HEAD_DIM ? q->shape[3] : v->shape[3]),
                     FFPA_MAX_HEAD_DIM);
-    if (opt->bias || opt->dropout_p != 0.0f || opt->cu_seqlens_q || opt->cu_seqlens_k)
+    if (opt->bias || opt->dropout_p != 0.0f || opt->cu_seqlens_q || opt->cu_seqlens_k || opt->cu_seqlens_on_device)
         return fail(err, err_len, "%s: is set; expected it unset for a KV-cache call (no bias, "
                                   "dropout or varlen there: lengths come from cache_seqlens)",
-                    opt->bias ? "opt.bias" : opt->dropout_p != 0.0f ? "opt.dropout_p" : "opt.cu_seqlens");
+                    opt->bias                   ? "opt.bias"
+                    : opt->dropout_p != 0.0f    ? "opt.dropout_p"
+                    : opt->cu_seqlens_on_device ? "opt.cu_seqlens_on_device"
+                                                : "opt.cu_seqlens");
     if (opt->window || opt->softcap != 0.0f || opt->alibi_slopes)
         return fail(err, err_len, "%s: is set; a KV-cache call does not take window, softcap or ALiBi yet",
                     opt->window ? "opt.window" : opt->softcap != 0.0f ? "opt.softcap" : "opt.alibi_slopes");

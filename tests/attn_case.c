@@ -72,6 +72,7 @@ attn_case attn_case_random(uint64_t seed, int for_backward)
             c.lens_q[0] = 3;
         if (total_k == 0)
             c.lens_k[c.nseq - 1] = 5;
+        c.cu_on_device = (int)((seed >> 3) % 3); /* from the seed: the other draws stay as they were */
     } else {
         c.batch = 1 + (int64_t)pick(&rng, 3);
         c.nq = lengths[pick(&rng, 9)];
@@ -223,6 +224,9 @@ void attn_case_describe(const attn_case *c, char *buf, size_t len)
         n += snprintf(buf + n, len - (size_t)n, " varlen q/k:");
         for (int s = 0; s < c->nseq && (size_t)n < len; ++s)
             n += snprintf(buf + n, len - (size_t)n, " %d/%d", c->lens_q[s], c->lens_k[s]);
+        if (c->cu_on_device && (size_t)n < len)
+            n += snprintf(buf + n, len - (size_t)n, " (offsets on device%s)",
+                          c->cu_on_device == 2 ? ", maxima +3" : "");
     } else {
         n += snprintf(buf + n, len - (size_t)n, " B %lld Nq %lld Nkv %lld", (long long)c->batch,
                       (long long)c->nq, (long long)c->nkv);
@@ -240,6 +244,7 @@ void attn_case_describe(const attn_case *c, char *buf, size_t len)
 typedef struct attn_run {
     int64_t shape0, rows_q, rows_k, nseq, max_q, max_k;
     int32_t cu_q[ATTN_MAX_SEQS + 1], cu_k[ATTN_MAX_SEQS + 1];
+    void *cu_dev_q, *cu_dev_k; /* the offsets in backend memory (cu_on_device) */
     th_tensor q, k, v, o, lse, bias, alibi;
     ffpa_options opt;      /* backend tensors */
     ffpa_options opt_host; /* same options over host tensors, for the oracle */
@@ -285,6 +290,22 @@ static void build_bias(const attn_case *c, attn_run *r)
     }
 }
 
+/* The offsets into backend memory; the oracle keeps the host arrays. */
+static void put_offsets_on_device(const attn_case *c, attn_run *r)
+{
+    ffpa_context *ctx = th_ctx();
+    const size_t bytes = (size_t)(c->nseq + 1) * sizeof(int32_t);
+    th_expect_ok(ctx, ffpa_malloc(ctx, &r->cu_dev_q, bytes), "ffpa_malloc (cu_seqlens_q)");
+    th_expect_ok(ctx, ffpa_malloc(ctx, &r->cu_dev_k, bytes), "ffpa_malloc (cu_seqlens_k)");
+    th_expect_ok(ctx, ffpa_memcpy(ctx, r->cu_dev_q, r->cu_q, bytes, FFPA_COPY_HOST_TO_DEVICE), "ffpa_memcpy");
+    th_expect_ok(ctx, ffpa_memcpy(ctx, r->cu_dev_k, r->cu_k, bytes, FFPA_COPY_HOST_TO_DEVICE), "ffpa_memcpy");
+    r->opt.cu_seqlens_q = r->cu_dev_q;
+    r->opt.cu_seqlens_k = r->cu_dev_k;
+    r->opt.cu_seqlens_on_device = 1;
+    r->opt.max_seqlen_q = r->max_q;
+    r->opt.max_seqlen_k = r->max_k;
+}
+
 static void build(const attn_case *c, attn_run *r)
 {
     memset(r, 0, sizeof *r);
@@ -303,6 +324,11 @@ static void build(const attn_case *c, attn_run *r)
         }
         r->rows_q = r->cu_q[c->nseq];
         r->rows_k = r->cu_k[c->nseq];
+        if (c->cu_on_device == 2) {
+            /* Caller's maxima above the longest sequences (the bias's N dims follow them). */
+            r->max_q = r->max_q + 3 < r->rows_q ? r->max_q + 3 : r->rows_q;
+            r->max_k = r->max_k + 3 < r->rows_k ? r->max_k + 3 : r->rows_k;
+        }
     } else {
         r->nseq = r->shape0 = c->batch;
         r->rows_q = r->max_q = c->nq;
@@ -331,6 +357,8 @@ static void build(const attn_case *c, attn_run *r)
         opt.varlen_batch = c->nseq;
     }
     r->opt = r->opt_host = opt;
+    if (c->nseq > 0 && c->cu_on_device)
+        put_offsets_on_device(c, r);
     if (c->bias) {
         build_bias(c, r);
         r->opt.bias = &r->bias.dev;
@@ -354,6 +382,10 @@ static void build(const attn_case *c, attn_run *r)
 static void release(attn_run *r)
 {
     oracle_problem_free(&r->oracle);
+    if (r->cu_dev_q || r->cu_dev_k) {
+        th_expect_ok(th_ctx(), ffpa_free(th_ctx(), r->cu_dev_q), "ffpa_free");
+        th_expect_ok(th_ctx(), ffpa_free(th_ctx(), r->cu_dev_k), "ffpa_free");
+    }
     th_tensor_free(&r->q);
     th_tensor_free(&r->k);
     th_tensor_free(&r->v);

@@ -25,6 +25,10 @@ typedef struct attn_case {
      * rows; batch, nq and nkv are then ignored. */
     int nseq;
     int32_t lens_q[ATTN_MAX_SEQS], lens_k[ATTN_MAX_SEQS];
+    /* Varlen offsets in backend memory (opt.cu_seqlens_on_device) with
+     * max_seqlen_* the longest sequences (1) or 3 rows more, within the
+     * packed rows (2); 0: host arrays. */
+    int cu_on_device;
 
     float scale; /* 0: default 1/sqrt(Dqk) */
     int causal;

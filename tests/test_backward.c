@@ -420,6 +420,27 @@ static void test_varlen(void **state)
     }
 }
 
+/* Offsets in backend memory, exact and larger maxima (see test_forward). */
+static void test_varlen_offsets_on_device(void **state)
+{
+    (void)state;
+    const int32_t lq[] = {5, 0, 33, 17, 4}, lk[] = {7, 3, 20, 17, 0};
+    for (int mode = 1; mode <= 2; ++mode) {
+        attn_case c = attn_case_default(FFPA_BF16, 0, 72);
+        set_lengths(&c, 5, lq, lk);
+        c.cu_on_device = mode;
+        c.causal = 1;
+        c.hq = 4;
+        c.hkv = 2;
+        attn_run_backward(&c);
+        c.window = 1;
+        c.window_left = 6;
+        c.window_right = 2;
+        c.dbias = c.bias = 1;
+        attn_run_backward(&c);
+    }
+}
+
 static void test_varlen_options(void **state)
 {
     (void)state;
@@ -617,6 +638,7 @@ int main(void)
         cmocka_unit_test(test_precision_fp32_buffer),
         cmocka_unit_test(test_large_scores),
         cmocka_unit_test(test_varlen),
+        cmocka_unit_test(test_varlen_offsets_on_device),
         cmocka_unit_test(test_varlen_options),
         cmocka_unit_test(test_everything_combined),
         cmocka_unit_test(test_tile_boundaries),

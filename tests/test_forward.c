@@ -401,6 +401,34 @@ static void test_varlen_large_d(void **state)
     attn_run_forward(&c);
 }
 
+/* Offsets in backend memory (no host read: graph capture): exact maxima and
+ * maxima larger than any sequence, cross lengths with empty sequences, causal
+ * and a window. */
+static void test_varlen_offsets_on_device(void **state)
+{
+    (void)state;
+    for (int mode = 1; mode <= 2; ++mode) {
+        attn_case c = varlen_case(FFPA_BF16, 72);
+        c.cu_on_device = mode;
+        attn_run_forward(&c);
+        c.nseq = 5;
+        const int32_t lq[] = {5, 0, 33, 17, 4}, lk[] = {7, 3, 20, 17, 0};
+        for (int s = 0; s < 5; ++s) {
+            c.lens_q[s] = lq[s];
+            c.lens_k[s] = lk[s];
+        }
+        c.causal = 1;
+        c.hq = 4;
+        c.hkv = 2;
+        attn_run_forward(&c);
+        c.window = 1;
+        c.window_left = 6;
+        c.window_right = -1;
+        c.dqk = c.dv = 320;
+        attn_run_forward(&c);
+    }
+}
+
 /* ------------------------------------------------------------ combinations */
 
 static void test_everything_combined(void **state)
@@ -600,6 +628,7 @@ int main(void)
         cmocka_unit_test(test_varlen_cross),
         cmocka_unit_test(test_varlen_options),
         cmocka_unit_test(test_varlen_large_d),
+        cmocka_unit_test(test_varlen_offsets_on_device),
         cmocka_unit_test(test_everything_combined),
         cmocka_unit_test(test_repeated_calls),
         cmocka_unit_test(test_decode_split_kv),

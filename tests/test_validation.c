@@ -755,6 +755,47 @@ static void test_cu_seqlens_non_monotonic(void **state)
     expect_forward_rejected(&fx, NAMES("opt.cu_seqlens_k"));
 }
 
+/* Offsets in backend memory: the flag is 0 or 1 and needs offsets; the
+ * caller's maxima lie in [0, packed rows]. (The offsets' values are the
+ * caller's promise then: they are never read on the host.) */
+static void test_cu_seqlens_on_device_checks(void **state)
+{
+    (void)state;
+    fixture fx;
+    make(&fx);
+    fx.opt.cu_seqlens_on_device = 1;
+    expect_forward_rejected(&fx, NAMES("opt.cu_seqlens_on_device"));
+    expect_backward_rejected(&fx, NAMES("opt.cu_seqlens_on_device"));
+    make_varlen(&fx);
+    fx.opt.cu_seqlens_on_device = 2;
+    expect_forward_rejected(&fx, NAMES("opt.cu_seqlens_on_device"));
+    const int64_t bad[] = {-1, TOTAL + 1};
+    for (int i = 0; i < 2; ++i) {
+        make_varlen(&fx);
+        fx.opt.cu_seqlens_on_device = 1;
+        fx.opt.max_seqlen_q = bad[i];
+        fx.opt.max_seqlen_k = TOTAL;
+        expect_forward_rejected(&fx, NAMES("opt.max_seqlen_q"));
+        expect_backward_rejected(&fx, NAMES("opt.max_seqlen_q"));
+        fx.opt.max_seqlen_q = TOTAL;
+        fx.opt.max_seqlen_k = bad[i];
+        expect_forward_rejected(&fx, NAMES("opt.max_seqlen_k"));
+    }
+    /* Valid: the maxima size the launch; the offsets are read where they are. */
+    make_varlen(&fx);
+    ffpa_context *ctx = th_ctx();
+    void *cu_dev = NULL;
+    th_expect_ok(ctx, ffpa_malloc(ctx, &cu_dev, 3 * sizeof(int32_t)), "ffpa_malloc");
+    th_expect_ok(ctx, ffpa_memcpy(ctx, cu_dev, fx.cu_q, 3 * sizeof(int32_t), FFPA_COPY_HOST_TO_DEVICE),
+                 "ffpa_memcpy");
+    fx.opt.cu_seqlens_q = fx.opt.cu_seqlens_k = cu_dev;
+    fx.opt.cu_seqlens_on_device = 1;
+    fx.opt.max_seqlen_q = fx.opt.max_seqlen_k = TOTAL - 5;
+    th_expect_ok(ctx, forward(&fx), "ffpa_forward (varlen, offsets on the device)");
+    th_expect_backward_ok(ctx, backward(&fx), "ffpa_backward (varlen, offsets on the device)");
+    th_expect_ok(ctx, ffpa_free(ctx, cu_dev), "ffpa_free");
+}
+
 static void test_cu_seqlens_bad_ends(void **state)
 {
     (void)state;
@@ -1015,6 +1056,7 @@ int main(void)
         cmocka_unit_test(test_variants_rejected),
         cmocka_unit_test(test_variants_accepted_or_refused_by_name),
         cmocka_unit_test(test_cu_seqlens_non_monotonic),
+        cmocka_unit_test(test_cu_seqlens_on_device_checks),
         cmocka_unit_test(test_cu_seqlens_bad_ends),
         cmocka_unit_test(test_cu_seqlens_only_one),
         cmocka_unit_test(test_varlen_batch_not_one),

@@ -189,7 +189,8 @@ inline ffpa_gpu_fwd_params params_of(const ffpa_problem *pb, const ffpa_plan &pl
     return p;
 }
 
-/* Points p at its workspace pieces and uploads the varlen offsets there. */
+/* Points p at its workspace pieces and uploads the varlen offsets there
+ * (offsets already in device memory go to the kernels as they are). */
 template <class Rt = FwdRt>
 ffpa_status attach_workspace(ffpa_gpu_fwd_params *p, const ffpa_problem *pb, const ffpa_plan &plan, void *ws,
                              size_t ws_bytes, typename Rt::Stream stream, char *err, size_t err_len)
@@ -198,7 +199,10 @@ ffpa_status attach_workspace(ffpa_gpu_fwd_params *p, const ffpa_problem *pb, con
     if (wl.total > 0 && (ws == NULL || ws_bytes < wl.total))
         return fail(FFPA_ERR_INTERNAL, err, err_len, "internal: forward workspace too small");
     char *wsb = static_cast<char *>(ws);
-    if (pb->cu_q) {
+    if (pb->cu_q && pb->cu_on_device) {
+        p->cu_q = pb->cu_q;
+        p->cu_k = pb->cu_k;
+    } else if (pb->cu_q) {
         size_t bytes = (size_t)(pb->batch + 1) * sizeof(int32_t);
         typename Rt::Error e = Rt::copy_to_device(wsb + wl.cu_q, pb->cu_q, bytes, stream);
         if (Rt::ok(e))

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "cl_memory.h"
 #include "dtype.h"
 
 /* A kernel argument for the tensor at p: its buffer (NULL for no tensor)
@@ -94,6 +95,22 @@ ffpa_status ffpa_cl_upload_offsets(cl_command_queue queue, const ffpa_problem *p
     }
     const size_t off = (size_t)in->p.cu_off * sizeof(int32_t);
     cl_int e;
+    if (pb->cu_on_device) {
+        /* Offsets in this backend's memory: a device-side copy, no host read. */
+        size_t q_off = 0, k_off = 0;
+        cl_mem q_buf = ffpa_cl_resolve(pb->cu_q, &q_off), k_buf = ffpa_cl_resolve(pb->cu_k, &k_off);
+        if (!q_buf || !k_buf) {
+            snprintf(err, err_len, "%s: is not this backend's memory (opt.cu_seqlens_on_device is 1)",
+                     q_buf ? "opt.cu_seqlens_k" : "opt.cu_seqlens_q");
+            return FFPA_ERR_INVALID_ARGUMENT;
+        }
+        if ((e = clEnqueueCopyBuffer(queue, q_buf, in->cu, q_off, off, n, 0, NULL, NULL)) != CL_SUCCESS ||
+            (e = clEnqueueCopyBuffer(queue, k_buf, in->cu, k_off, off + n, n, 0, NULL, NULL)) != CL_SUCCESS) {
+            snprintf(err, err_len, "opencl: copying cu_seqlens: %s", ffpa_cl_error_string(e));
+            return FFPA_ERR_DEVICE;
+        }
+        return FFPA_OK;
+    }
     if ((e = clEnqueueWriteBuffer(queue, in->cu, CL_TRUE, off, n, pb->cu_q, 0, NULL, NULL)) != CL_SUCCESS ||
         (e = clEnqueueWriteBuffer(queue, in->cu, CL_TRUE, off + n, n, pb->cu_k, 0, NULL, NULL)) != CL_SUCCESS) {
         snprintf(err, err_len, "opencl: uploading cu_seqlens: %s", ffpa_cl_error_string(e));

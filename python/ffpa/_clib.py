@@ -65,6 +65,9 @@ class Options(ctypes.Structure):
         ("window_right", ctypes.c_int64),
         ("softcap", ctypes.c_float),
         ("alibi_slopes", ctypes.POINTER(Tensor)),
+        ("cu_seqlens_on_device", ctypes.c_int),
+        ("max_seqlen_q", ctypes.c_int64),
+        ("max_seqlen_k", ctypes.c_int64),
     ]
 
 

@@ -203,7 +203,9 @@ def set_variants(opt, variants):
 NO_VARIANTS = (-1, -1, 0.0, None)
 
 
-def make_options(causal, scale, dropout_p, seed, bias_desc, cu_q, cu_k):
+def make_options(causal, scale, dropout_p, seed, bias_desc, cu_q, cu_k, max_seqlen=(-1, -1)):
+    """max_seqlen (q, k) >= 0: cu_q / cu_k are in the device's memory (never read
+    on the host, so the call can be captured in a CUDA graph)."""
     lib = _clib.library()
     opt = lib.ffpa_options_default()
     opt.scale = scale
@@ -217,6 +219,9 @@ def make_options(causal, scale, dropout_p, seed, bias_desc, cu_q, cu_k):
         opt.cu_seqlens_q = ctypes.cast(cu_q.data_ptr(), ctypes.POINTER(ctypes.c_int32))
         opt.cu_seqlens_k = ctypes.cast(cu_k.data_ptr(), ctypes.POINTER(ctypes.c_int32))
         opt.varlen_batch = cu_q.numel() - 1
+        if max_seqlen[0] >= 0:
+            opt.cu_seqlens_on_device = 1
+            opt.max_seqlen_q, opt.max_seqlen_k = int(max_seqlen[0]), int(max_seqlen[1])
     return opt
 
 
@@ -241,7 +246,7 @@ def _with_workspace(lib, ctx, size_fn, args, opt, device, run):
 # ------------------------------------------------------------------ calls
 
 def forward(q, k, v, out, lse, bias, cu_q, cu_k, seed, causal, scale, dropout_p,
-            variants=NO_VARIANTS):
+            variants=NO_VARIANTS, max_seqlen=(-1, -1)):
     """Fills out and lse. Tensors are [B, H, N, D] (lse [B, H, N]) or, when cu_q is
     given, packed [total, H, D] (lse [H, total]); bias is 4-D or None; cu_* are
     host int32 tensors; variants: (window_left, window_right, softcap, alibi_slopes)."""
@@ -252,7 +257,7 @@ def forward(q, k, v, out, lse, bias, cu_q, cu_k, seed, causal, scale, dropout_p,
     od = describe_qkv(out, "o", packed)
     ld = describe_lse(lse, packed)
     bd = describe_bias(bias, "bias") if bias is not None else None
-    opt = make_options(causal, scale, dropout_p, seed, bd, cu_q, cu_k)
+    opt = make_options(causal, scale, dropout_p, seed, bd, cu_q, cu_k, max_seqlen)
     alibi = set_variants(opt, variants)  # noqa: F841 (kept alive through the call)
     ctx = context_for(q.device)
     refs = (ctypes.byref(qd), ctypes.byref(kd), ctypes.byref(vd))
@@ -263,12 +268,12 @@ def forward(q, k, v, out, lse, bias, cu_q, cu_k, seed, causal, scale, dropout_p,
 
 
 def backward(dout, q, k, v, out, lse, dq, dk, dv, bias, dbias, cu_q, cu_k, seed, causal,
-             scale, dropout_p, deterministic=False, variants=NO_VARIANTS):
+             scale, dropout_p, deterministic=False, variants=NO_VARIANTS, max_seqlen=(-1, -1)):
     """Fills dq, dk, dv (and dbias when given, float32 shaped like bias)."""
     packed = cu_q is not None
     bd = describe_bias(bias, "bias") if bias is not None else None
     dbd = describe_bias(dbias, "dbias") if dbias is not None else None
-    opt = make_options(causal, scale, dropout_p, seed, bd, cu_q, cu_k)
+    opt = make_options(causal, scale, dropout_p, seed, bd, cu_q, cu_k, max_seqlen)
     if dbd is not None:
         opt.dbias = ctypes.pointer(dbd)
     opt.deterministic = 1 if deterministic else 0

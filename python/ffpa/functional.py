@@ -187,16 +187,41 @@ def _host_cu_seqlens(cu, name):
     return cu.to(device="cpu", dtype=torch.int32).contiguous()
 
 
+def _device_cu_seqlens(cu, name, query):
+    """Offsets already on query's (GPU) device as int32, or None: they go to the
+    kernels as they are, never to the host."""
+    if not isinstance(cu, torch.Tensor) or query.device.type == "cpu" or cu.device != query.device:
+        return None
+    if cu.dim() != 1 or cu.numel() < 2:
+        raise FFPAValueError("%s: has shape %s; expected [batch + 1] cumulative offsets"
+                             % (name, tuple(cu.shape)))
+    if cu.dtype.is_floating_point or cu.dtype == torch.bool:
+        raise FFPAValueError("%s: dtype %s; expected an integer tensor" % (name, cu.dtype))
+    return cu.to(dtype=torch.int32).contiguous()
+
+
+def _max_seqlen(value, name, rows):
+    value = int(value)
+    if value < 0 or value > rows:
+        raise FFPAValueError("%s: %d; expected 0 <= %s <= %d (the packed rows)" % (name, value, name, rows))
+    return value
+
+
 def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, causal=False, scale=None,
                      dropout_p=0.0, *, return_lse=False, dropout_seed=None, window_size=(-1, -1),
-                     softcap=0.0, alibi_slopes=None):
+                     softcap=0.0, alibi_slopes=None, max_seqlen_q=None, max_seqlen_k=None):
     """Attention over a batch of variable-length sequences packed along the rows.
 
     q [total_q, Hq, D], k [total_k, Hkv, D], v [total_k, Hkv, Dv] (like
     flash_attn_varlen_func); sequence b owns rows cu_seqlens_q[b] ..
-    cu_seqlens_q[b+1]-1 of q (likewise k/v with cu_seqlens_k). cu_seqlens may
-    live on any device; they are copied to the host (a synchronisation for
-    CUDA tensors). Hq must be a multiple of Hkv (GQA).
+    cu_seqlens_q[b+1]-1 of q (likewise k/v with cu_seqlens_k). With
+    max_seqlen_q and max_seqlen_k (the longest sequences, as
+    flash_attn_varlen_func takes them) and cu_seqlens on q's GPU, the offsets
+    stay there: no synchronisation, so the call can be captured in a CUDA
+    graph; they are trusted then (0 first, non-decreasing, the packed rows
+    last, no sequence longer than its maximum). Otherwise cu_seqlens may live
+    on any device; they are copied to the host and checked (a
+    synchronisation for CUDA tensors). Hq must be a multiple of Hkv (GQA).
     causal is bottom-right aligned per sequence (row i sees keys
     j <= i + len_k - len_q), as in FlashAttention.
     Returns out [total_q, Hq, Dv], and with return_lse=True (out, lse [Hq, total_q]).
@@ -209,14 +234,28 @@ def varlen_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, causal=False, scale=No
         if tensor.dim() != 3:
             raise FFPAValueError("%s: has %d dims; expected packed [total, H, D]"
                                  % (name, tensor.dim()))
-    cu_q = _host_cu_seqlens(cu_seqlens_q, "cu_seqlens_q")
-    cu_k = _host_cu_seqlens(cu_seqlens_k, "cu_seqlens_k")
+    if (max_seqlen_q is None) != (max_seqlen_k is None):
+        raise FFPAValueError("max_seqlen_q, max_seqlen_k: one is given; expected both or neither")
+    max_seqlen = (-1, -1)
+    cu_q = cu_k = None
+    if max_seqlen_q is not None:
+        cu_q = _device_cu_seqlens(cu_seqlens_q, "cu_seqlens_q", q)
+        cu_k = _device_cu_seqlens(cu_seqlens_k, "cu_seqlens_k", q)
+        if cu_q is not None and cu_k is not None:
+            if cu_q.numel() != cu_k.numel():
+                raise FFPAValueError("cu_seqlens_k: %d offsets; expected %d, as cu_seqlens_q"
+                                     % (cu_k.numel(), cu_q.numel()))
+            max_seqlen = (_max_seqlen(max_seqlen_q, "max_seqlen_q", q.shape[0]),
+                          _max_seqlen(max_seqlen_k, "max_seqlen_k", k.shape[0]))
+    if max_seqlen[0] < 0:
+        cu_q = _host_cu_seqlens(cu_seqlens_q, "cu_seqlens_q")
+        cu_k = _host_cu_seqlens(cu_seqlens_k, "cu_seqlens_k")
     dropout_p = float(dropout_p)
     seed = _seed_tensor(dropout_p, dropout_seed)
     window, softcap, slopes = _variants(window_size, softcap, alibi_slopes, q)
     out, lse = _ops.attention(_ops._no_zero_strides(q), _ops._no_zero_strides(k),
                               _ops._no_zero_strides(v), None, cu_q, cu_k, seed, bool(causal),
-                              _scale_arg(scale), dropout_p, window, softcap, slopes)
+                              _scale_arg(scale), dropout_p, window, softcap, slopes, max_seqlen)
     return (out, lse) if return_lse else out
 
 

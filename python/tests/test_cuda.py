@@ -192,6 +192,50 @@ def test_varlen_matches_sdpa_per_sequence(d):
         assert rel_error(g, g_r) <= 2 * FLOOR[dtype]
 
 
+@pytest.mark.parametrize("d", [128, 512])
+def test_varlen_device_offsets_in_a_cuda_graph(d):
+    """cu_seqlens on the GPU with max_seqlen: no host read, so the call is captured
+    in a CUDA graph; replays with new inputs and new offsets (same maxima) match the
+    host-offset call."""
+    dtype = torch.bfloat16
+    hq, hkv, total = 4, 2, 512
+    q = randn(total, hq, d, dtype=dtype, seed=11)
+    k = randn(total, hkv, d, dtype=dtype, seed=12)
+    v = randn(total, hkv, d, dtype=dtype, seed=13)
+    cu = torch.tensor([0, 100, 101, 357, 512], dtype=torch.int32, device="cuda")
+    max_len = 256
+
+    def call():
+        return ffpa.varlen_attention(q, k, v, cu, cu, causal=True, window_size=(64, -1),
+                                     max_seqlen_q=max_len, max_seqlen_k=max_len)
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        call()  # warm: the workspace and the library's state exist before capture
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = call()
+    for seed, offsets in ((21, [0, 100, 101, 357, 512]), (31, [0, 256, 256, 300, 512])):
+        q.copy_(randn(total, hq, d, dtype=dtype, seed=seed))
+        cu.copy_(torch.tensor(offsets, dtype=torch.int32, device="cuda"))
+        graph.replay()
+        torch.cuda.synchronize()
+        host = torch.tensor(offsets, dtype=torch.int32)
+        ref = ffpa.varlen_attention(q, k, v, host, host, causal=True, window_size=(64, -1))
+        assert torch.equal(out, ref)
+
+
+def test_varlen_device_offsets_bad_maxima_are_clear_errors():
+    q = randn(10, 2, 64, dtype=torch.bfloat16, seed=1)
+    cu = torch.tensor([0, 4, 10], dtype=torch.int32, device="cuda")
+    with pytest.raises(ffpa.FFPAValueError, match="max_seqlen_q"):
+        ffpa.varlen_attention(q, q, q, cu, cu, max_seqlen_q=11, max_seqlen_k=6)
+    with pytest.raises(ffpa.FFPAValueError, match="both or neither"):
+        ffpa.varlen_attention(q, q, q, cu, cu, max_seqlen_q=6)
+
+
 @pytest.mark.skipif(not ffpa.USES_CUSTOM_OP, reason="needs torch >= 2.4")
 def test_torch_compile_on_cuda():
     q, k, v = make(2, 4, 4, 256, 256, 512, torch.bfloat16)

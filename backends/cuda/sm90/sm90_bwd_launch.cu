@@ -111,7 +111,7 @@ extern "C" ffpa_status ffpa_cuda_sm90_backward(struct ffpa_cuda_state *st, const
 
     cudaStream_t stream = ffpa_cuda_stream(&st->gpu);
     cudaError_t e = cudaSuccess;
-    if (varlen) {
+    if (varlen && !pb->cu_on_device) { /* device offsets: fill_params points p at them */
         const size_t bytes = (size_t)(pb->batch + 1) * sizeof(int32_t);
         if ((e = cudaMemcpyAsync(base + lay.cu_q, pb->cu_q, bytes, cudaMemcpyHostToDevice, stream)) != cudaSuccess ||
             (e = cudaMemcpyAsync(base + lay.cu_k, pb->cu_k, bytes, cudaMemcpyHostToDevice, stream)) != cudaSuccess)

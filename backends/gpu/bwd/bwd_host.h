@@ -364,7 +364,10 @@ inline void fill_params(const ffpa_problem *pb, unsigned char *base, const Layou
     p.dv = (int)pb->dv;
     p.scale = pb->scale;
     p.causal = pb->causal;
-    if (varlen) {
+    if (varlen && pb->cu_on_device) { /* the caller's device offsets, as they are */
+        p.cu_q = pb->cu_q;
+        p.cu_k = pb->cu_k;
+    } else if (varlen) {
         p.cu_q = reinterpret_cast<const int32_t *>(base + lay.cu_q);
         p.cu_k = reinterpret_cast<const int32_t *>(base + lay.cu_k);
     }
@@ -448,7 +451,7 @@ ffpa_status run(typename Rt::Stream stream, const ffpa_device_limits &lim, const
     fill_params(pb, base, lay, t, p, g, dq_blocks);
 
     typename Rt::Error e;
-    if (varlen) {
+    if (varlen && !pb->cu_on_device) {
         const size_t bytes = (size_t)(pb->batch + 1) * sizeof(int32_t);
         if (!Rt::ok(e = Rt::copy_to_device(base + lay.cu_q, pb->cu_q, bytes, stream)) ||
             !Rt::ok(e = Rt::copy_to_device(base + lay.cu_k, pb->cu_k, bytes, stream)))
