@@ -104,7 +104,25 @@ typedef struct ffpa_problem {
     const ffpa_kv_problem *kv;
 } ffpa_problem;
 
-/* Query / key rows of sequence b. */
+/* The fp32 dbias accumulation grid every backend uses: a dense
+ * [g[0], g[1], g[2], g[3]] array over (batch, query head, query row, key),
+ * each dimension 1 where dbias broadcasts (stride 0), full otherwise. */
+static inline void ffpa_dbias_grid(const ffpa_problem *p, int64_t g[4])
+{
+    g[0] = p->dbias.sb ? p->batch : 1;
+    g[1] = p->dbias.sh ? p->hq : 1;
+    g[2] = p->dbias.sn ? p->nq : 1;
+    g[3] = p->dbias.sd ? p->nkv : 1;
+}
+
+/* A window bound (pb->window_left or _right) for 32-bit kernel arguments:
+ * -1 when unbounded, also past INT32_MAX (no sequence is that long). */
+static inline int ffpa_window_bound32(const ffpa_problem *p, int64_t bound)
+{
+    return p->window && bound >= 0 && bound <= INT32_MAX ? (int)bound : -1;
+}
+
+/* Query / key rows of sequence b (host offsets, or the cpu backend's own memory). */
 static inline int64_t ffpa_seqlen_q(const ffpa_problem *p, int64_t b)
 {
     return p->cu_q ? (int64_t)p->cu_q[b + 1] - p->cu_q[b] : p->nq;

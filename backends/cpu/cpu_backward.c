@@ -82,10 +82,9 @@ static dbias_grid dbias_grid_of(const ffpa_problem *pb)
 {
     dbias_grid g = {1, 1, 1, 1};
     if (pb->has_dbias) {
-        g.nb = pb->dbias.sb ? pb->batch : 1;
-        g.nh = pb->dbias.sh ? pb->hq : 1;
-        g.nn = pb->dbias.sn ? pb->nq : 1;
-        g.nk = pb->dbias.sd ? pb->nkv : 1;
+        int64_t n[4];
+        ffpa_dbias_grid(pb, n);
+        g.nb = n[0], g.nh = n[1], g.nn = n[2], g.nk = n[3];
     }
     return g;
 }

@@ -72,16 +72,14 @@ typedef struct ffpa_gpu_fwd_params {
     float *part_lse;
 } ffpa_gpu_fwd_params;
 
-/* The variant fields of p from pb (window bounds past INT_MAX are unbounded:
- * no sequence is that long). Shared by the forward's and the backward's
+/* The variant fields of p from pb. Shared by the forward's and the backward's
  * parameter fills of every GPU backend. */
 static inline void ffpa_gpu_fill_variants(ffpa_gpu_fwd_params *p, const struct ffpa_problem *pb)
 {
     const double log2e = 1.4426950408889634;
     p->window = pb->window;
-    p->window_left = pb->window && pb->window_left >= 0 && pb->window_left <= INT32_MAX ? (int)pb->window_left : -1;
-    p->window_right = pb->window && pb->window_right >= 0 && pb->window_right <= INT32_MAX ? (int)pb->window_right
-                                                                                            : -1;
+    p->window_left = ffpa_window_bound32(pb, pb->window_left);
+    p->window_right = ffpa_window_bound32(pb, pb->window_right);
     p->softcap_in = pb->softcap > 0.0f ? (float)(1.0 / (log2e * pb->softcap)) : 0.0f;
     p->softcap_out = pb->softcap > 0.0f ? (float)(log2e * pb->softcap) : 0.0f;
     p->alibi = pb->alibi;

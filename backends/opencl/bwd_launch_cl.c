@@ -26,15 +26,6 @@ static size_t take(size_t *off, size_t bytes)
     return at;
 }
 
-/* dbias's fp32 grid: 1 where it broadcasts. */
-static void dbias_grid(const ffpa_problem *pb, int64_t g[4])
-{
-    g[0] = pb->dbias.sb ? pb->batch : 1;
-    g[1] = pb->dbias.sh ? pb->hq : 1;
-    g[2] = pb->dbias.sn ? pb->nq : 1;
-    g[3] = pb->dbias.sd ? pb->nkv : 1;
-}
-
 static bwd_layout layout_of(const ffpa_problem *pb)
 {
     bwd_layout l;
@@ -49,7 +40,7 @@ static bwd_layout layout_of(const ffpa_problem *pb)
     }
     if (pb->has_dbias) {
         int64_t g[4];
-        dbias_grid(pb, g);
+        ffpa_dbias_grid(pb, g);
         l.dbias = take(&off, (size_t)(g[0] * g[1] * g[2] * g[3]) * sizeof(float));
     }
     l.total = off;
@@ -154,7 +145,7 @@ ffpa_status ffpa_cl_backward(ffpa_gpu_state *st, const ffpa_problem *pb, void *w
     bp.kv_blocks = (int)((pb->nkv + kKeys - 1) / kKeys);
     int64_t g[4] = {1, 1, 1, 1};
     if (pb->has_dbias) {
-        dbias_grid(pb, g);
+        ffpa_dbias_grid(pb, g);
         bp.has_dbias = 1;
         bp.dbias_off = ws_off + (int64_t)(lay.dbias / sizeof(float));
         bp.dbias_gb = g[0], bp.dbias_gh = g[1], bp.dbias_gn = g[2], bp.dbias_gk = g[3];

@@ -48,8 +48,8 @@ ffpa_cl_fwd_params ffpa_cl_params_of(const ffpa_problem *pb, int rows_per_block)
         p.bias_sb = pb->bias.sb, p.bias_sh = pb->bias.sh, p.bias_sn = pb->bias.sn, p.bias_sd = pb->bias.sd;
     }
     p.window = pb->window;
-    p.window_left = pb->window && pb->window_left >= 0 && pb->window_left <= INT32_MAX ? (int)pb->window_left : -1;
-    p.window_right = pb->window && pb->window_right >= 0 && pb->window_right <= INT32_MAX ? (int)pb->window_right : -1;
+    p.window_left = ffpa_window_bound32(pb, pb->window_left);
+    p.window_right = ffpa_window_bound32(pb, pb->window_right);
     p.softcap = pb->softcap;
     p.has_alibi = pb->alibi != NULL;
     p.alibi_sb = pb->alibi_sb, p.alibi_sh = pb->alibi_sh;

@@ -136,15 +136,37 @@ static ffpa_status from_source(const ffpa_cl_device *dev, const char *source, co
     return FFPA_OK;
 }
 
+/* The sources are the embedded static strings (embed_cl.py): each one's
+ * hash is taken once, not on every launch (tens of KiB per launch). Called
+ * with the lock held. */
+static uint64_t source_hash(const char *source)
+{
+    static struct {
+        const char *source;
+        uint64_t hash;
+    } known[8];
+    static int n_known;
+    for (int i = 0; i < n_known; ++i)
+        if (known[i].source == source)
+            return known[i].hash;
+    const uint64_t h = fnv1a(0xCBF29CE484222325ull, source);
+    if (n_known < (int)(sizeof known / sizeof known[0])) {
+        known[n_known].source = source;
+        known[n_known++].hash = h;
+    }
+    return h;
+}
+
 ffpa_status ffpa_cl_program(const ffpa_cl_device *dev, const char *source, const char *base_options, cl_program *out,
                             char *err, size_t err_len)
 {
     char options[512];
     const char *extra = ffpa_env_string("FFPA_OPENCL_BUILD_OPTIONS");
     snprintf(options, sizeof options, "%s%s%s", base_options, extra ? " " : "", extra ? extra : "");
-    const uint64_t key = fnv1a(fnv1a(fnv1a(0xCBF29CE484222325ull, dev->cache_key), options), source);
 
     pthread_mutex_lock(&lock);
+    const uint64_t src = source_hash(source);
+    const uint64_t key = fnv1a(fnv1a(src, dev->cache_key), options);
     for (int i = 0; i < n_programs; ++i)
         if (programs[i].key == key) {
             *out = programs[i].program;

@@ -40,13 +40,10 @@ inline size_t align_up(size_t x)
     return (x + kAlign - 1) / kAlign * kAlign;
 }
 
-/* Elements of the fp32 dbias buffer per dimension: 1 where dbias broadcasts. */
+/* Elements of the fp32 dbias buffer per dimension (common/problem.h). */
 inline void dbias_grid(const ffpa_problem *pb, int64_t (&g)[4])
 {
-    g[0] = pb->dbias.sb ? pb->batch : 1;
-    g[1] = pb->dbias.sh ? pb->hq : 1;
-    g[2] = pb->dbias.sn ? pb->nq : 1;
-    g[3] = pb->dbias.sd ? pb->nkv : 1;
+    ffpa_dbias_grid(pb, g);
 }
 
 /* Workspace: varlen offsets, Delta, the fp32 gradient buffers
