@@ -8,7 +8,8 @@
  *
  * Per pass and query tile:
  *   consumer 0: S^T = K Q^T (wgmma SS over all of Dqk)   consumer 1: dP^T = V dO^T
- *               waits for dP^T, writes P^T, dS^T ------>             waits for them
+ *   both (no cluster): swap halves, each writes half of P^T and dS^T
+ *   (cluster: consumer 0 writes its block, consumer 1 waits)
  *   both:       dV_c += P^T dO_c, dK_c += dS^T Q_c, dQ_c = dS K_c (own 128 columns c)
  * dK and dV are register accumulators across all query tiles of the pass
  * and are stored once; dQ is reduced per tile into the fp32 buffer (or the
@@ -66,7 +67,7 @@ FFPA_DEV void bwd_consumer(const ffpa_bwd_params &p, const BwdOutViews &out, uin
     const int total = items * Cfg::kPasses;
     if (items > 0)
         bwd_wait(&bars->kv_full, 0, false, 1, 0);
-    if (consumer == 1 && total > 0)
+    if (Cfg::kCluster > 1 && consumer == 1 && total > 0)
         named_barrier_arrive(kBarPdsEmpty, 256); /* the buffers start free */
 
     int n = 0, done = 0; /* slabs per ring so far (the same in both rings); tiles done */
@@ -108,23 +109,35 @@ FFPA_DEV void bwd_consumer(const ffpa_bwd_params &p, const BwdOutViews &out, uin
             if (!R::held(pass, Cfg::kSlabs - 1))
                 release(consumer, n + Cfg::kSlabs - 1);
 
-            if (consumer == 0) {
-                if constexpr (Cfg::kCluster > 1)
+            if constexpr (Cfg::kCluster > 1) {
+                /* Consumer 0 finishes the CTA's block of the pair's S^T. */
+                if (consumer == 0) {
                     xch.reduce_scores(acc, done);
-                named_barrier_sync(kBarRows, 128);
-                named_barrier_sync(kBarPdsEmpty, 256);
+                    named_barrier_sync(kBarRows, 128);
+                    named_barrier_sync(kBarPdsEmpty, 256);
+                    named_barrier_sync(kBarDpFull, 256);
+                    softmax_grad<Cfg, kExtras>(acc, dp, rows, smem + L::pt, smem + L::dst, p, w, h, q0, ctid,
+                                               rank, 0, &bars->ag_full, pass == 0);
+                    xch.gather_wait(done);
+                    fence_proxy_async_shared();
+                } else {
+                    xch.reduce_dp(acc, done);
+                    named_barrier_arrive(kBarDpFull, 256);
+                }
+            } else {
+                /* Both consumers finish half the tile (consumer 0 blocks 0-3
+                 * with its S^T, consumer 1 blocks 4-7 with its dP^T), each
+                 * reading the other's half from the buffer: the softmax
+                 * gradient between the GEMM phases takes half as long. One
+                 * barrier orders it all: each consumer reaches it after its
+                 * phase-2 wgmma of the last tile completed (P^T and dS^T are
+                 * free) and after writing its half and (consumer 0) the rows;
+                 * the halves' slots were last read before kBarPdsFull. */
+                store_half(acc, dp, consumer, ctid);
                 named_barrier_sync(kBarDpFull, 256);
                 softmax_grad<Cfg, kExtras>(acc, dp, rows, smem + L::pt, smem + L::dst, p, w, h, q0, ctid, rank,
-                                           &bars->ag_full, pass == 0);
-                if constexpr (Cfg::kCluster > 1)
-                    xch.gather_wait(done);
+                                           consumer, &bars->ag_full, pass == 0);
                 fence_proxy_async_shared();
-            } else {
-                if constexpr (Cfg::kCluster > 1)
-                    xch.reduce_dp(acc, done);
-                else
-                    store_dp(acc, dp, ctid);
-                named_barrier_arrive(kBarDpFull, 256);
             }
             named_barrier_sync(kBarPdsFull, 256);
             if constexpr (Cfg::kCluster > 1)
@@ -172,7 +185,7 @@ FFPA_DEV void bwd_consumer(const ffpa_bwd_params &p, const BwdOutViews &out, uin
                 if (turn)
                     dq_turn_pass(turn, mine, kBarDqTurn + consumer, ctid);
             }
-            if (consumer == 1 && done + 1 < total)
+            if (Cfg::kCluster > 1 && consumer == 1 && done + 1 < total)
                 named_barrier_arrive(kBarPdsEmpty, 256);
             n += Cfg::kSlabs;
         }

@@ -85,10 +85,10 @@ struct BwdBarriers {
 
 /* Named barriers between the two consumers (ids; 0 is __syncthreads). */
 enum BwdNamedBarrier {
-    kBarDpFull = 1,  /* consumer 1's dP^T is in shared memory */
-    kBarPdsFull = 2, /* consumer 0's P^T and dS^T are; the dP^T buffer is free */
-    kBarPdsEmpty = 3, /* consumer 1's wgmma no longer reads P^T / dS^T */
-    kBarRows = 4,    /* consumer 0 only: the tile's LSE and Delta are in shared memory */
+    kBarDpFull = 1,  /* consumer 1's dP^T (and without a cluster consumer 0's S^T half) is in shared memory */
+    kBarPdsFull = 2, /* P^T and dS^T are; the exchange buffer is free */
+    kBarPdsEmpty = 3, /* cluster: consumer 1's wgmma no longer reads P^T / dS^T */
+    kBarRows = 4,    /* cluster, consumer 0 only: the tile's LSE and Delta are in shared memory */
     kBarDqTurn = 5,  /* + consumer: its 4 warps, around a deterministic dQ reduction */
 };
 

@@ -54,16 +54,27 @@ FFPA_DEV uint32_t swizzled_pair(int row, int j, int quad)
     return (uint32_t)row * 128 + ((uint32_t)(j ^ (row & 7)) << 4) + (uint32_t)quad * 4;
 }
 
-/* Dropout keep bits of this thread's elements of the tile (bit 4j + i), in
- * a rolled loop: one Philox block live at a time. */
+/* The n8-blocks [first, first + count) of the tile a consumer finishes:
+ * with a cluster, consumer 0 finishes the CTA's block `rank` alone; without
+ * one, the two consumers split the 8 blocks (part 0: 0-3, part 1: 4-7). */
+template <class Cfg> struct GradBlocks {
+    static FFPA_DEV int first(uint32_t rank, int part)
+    {
+        return Cfg::kCluster > 1 ? (int)rank * Cfg::kBlockNT : 4 * part;
+    }
+    static constexpr int kCount = Cfg::kCluster > 1 ? Cfg::kBlockNT : 4;
+};
+
+/* Dropout keep bits of this thread's elements of blocks [j0, j0 + kCount)
+ * (bit 4j + i), in a rolled loop: one Philox block live at a time. */
 template <class Cfg>
-FFPA_DEV uint32_t keep_bits(const ffpa_gpu_fwd_params &m, const BwdWork &w, int h, int q0, int ctid, uint32_t rank)
+FFPA_DEV uint32_t keep_bits(const ffpa_gpu_fwd_params &m, const BwdWork &w, int h, int q0, int ctid, int j0)
 {
     const int warp = ctid >> 5, lane = ctid & 31, quad = lane & 3;
     uint32_t bits = 0;
 #pragma unroll 1
-    for (int k = 0; k < 4 * Cfg::kBlockNT; ++k) {
-        const int j = (int)rank * Cfg::kBlockNT + (k >> 2), i = k & 3;
+    for (int k = 0; k < 4 * GradBlocks<Cfg>::kCount; ++k) {
+        const int j = j0 + (k >> 2), i = k & 3;
         const int key = w.kb0 + warp * 16 + (lane >> 2) + 8 * (i >> 1);
         const int q = q0 + 8 * j + 2 * quad + (i & 1);
         bits |= (uint32_t)ffpa_dropout_keep(m.dropout_seed, m.dropout_offset, m.dropout_threshold, m.hq, w.b, h, q,
@@ -83,15 +94,16 @@ FFPA_DEV uint32_t keep_bits(const ffpa_gpu_fwd_params &m, const BwdWork &w, int 
  * registers and code cost the plain path ~10%), and with them dbias where
  * add_dbias (the CTA's first pass: later ones recompute the same dS). */
 template <class Cfg, bool kExtras>
-FFPA_DEV void softmax_grad(const float (&s)[32], const float *dp, const float *rows, uint8_t *pt, uint8_t *dst,
-                           const ffpa_bwd_params &p, const BwdWork &w, int h, int q0, int ctid, uint32_t rank,
-                           uint64_t *ag_full, bool add_dbias)
+FFPA_DEV void softmax_grad(const float (&mine)[32], const float *other, const float *rows, uint8_t *pt,
+                           uint8_t *dst, const ffpa_bwd_params &p, const BwdWork &w, int h, int q0, int ctid,
+                           uint32_t rank, int part, uint64_t *ag_full, bool add_dbias)
 {
     using T = typename Cfg::T;
     const int warp = ctid >> 5, lane = ctid & 31, quad = lane & 3;
     const float scale_log2 = p.mask.scale_log2, scale = p.scale;
     const ffpa_gpu_fwd_params &m = p.mask;
-    const uint32_t keep = kExtras && m.has_dropout ? keep_bits<Cfg>(m, w, h, q0, ctid, rank) : 0xFFFFFFFFu;
+    const int j0 = GradBlocks<Cfg>::first(rank, part);
+    const uint32_t keep = kExtras && m.has_dropout ? keep_bits<Cfg>(m, w, h, q0, ctid, j0) : 0xFFFFFFFFu;
     const float z_kept = kExtras && m.has_dropout ? m.dropout_scale : 1.0f;
     BwdDbias db{};
     if constexpr (kExtras)
@@ -100,17 +112,26 @@ FFPA_DEV void softmax_grad(const float (&s)[32], const float *dp, const float *r
     const float slope = kExtras && m.alibi ? m.alibi[(int64_t)w.b * m.alibi_sb + (int64_t)h * m.alibi_sh] * kLog2e : 0.0f;
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
-        if (j / Cfg::kBlockNT != (int)rank)
+        if (j < j0 || j >= j0 + GradBlocks<Cfg>::kCount)
             continue; /* j stays a compile-time register index */
-        const float4 d4 = reinterpret_cast<const float4 *>(dp)[(j % Cfg::kBlockNT) * 128 + ctid];
-        const float dpv[4] = {d4.x, d4.y, d4.z, d4.w};
+        /* Part 1 (consumer 1, no cluster) holds dP^T and reads S^T; the
+         * others hold S^T and read dP^T (slot j % kBlockNT). */
+        const float4 o4 = reinterpret_cast<const float4 *>(other)[(j % Cfg::kBlockNT) * 128 + ctid];
+        const float ov[4] = {o4.x, o4.y, o4.z, o4.w};
+        float dpv[4], sraw[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const bool holds_dp = Cfg::kCluster == 1 && part == 1;
+            dpv[i] = holds_dp ? mine[4 * j + i] : ov[i];
+            sraw[i] = holds_dp ? ov[i] : mine[4 * j + i];
+        }
         float pv[4], g[4], dsv[4], sv[4], th[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         bool live[4];
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
             const int key = w.kb0 + warp * 16 + (lane >> 2) + 8 * (i >> 1), q = q0 + 8 * j + 2 * quad + (i & 1);
             live[i] = key < w.seqlen_k && (!p.causal || key <= q + w.diag);
-            sv[i] = s[4 * j + i] * scale_log2;
+            sv[i] = sraw[i] * scale_log2;
         }
         /* The variants: each test once per n8-block (uniform), not per
          * element, so each step is straight-line code over its 4 values. */
@@ -173,12 +194,16 @@ FFPA_DEV void softmax_grad(const float (&s)[32], const float *dp, const float *r
         db.flush(lane);
 }
 
-/* Consumer 1's dP^T into the fragment-order buffer softmax_grad reads. */
-FFPA_DEV void store_dp(const float (&dpt)[32], float *dp, int ctid)
+/* Without a cluster the consumers exchange the halves the other finishes
+ * through the fragment-order buffer: consumer 1 its dP^T of blocks 0-3,
+ * consumer 0 its S^T of blocks 4-7 (slot j at float4 j * 128 + thread). */
+FFPA_DEV void store_half(const float (&acc)[32], float *buf, int consumer, int ctid)
 {
 #pragma unroll
     for (int j = 0; j < 8; ++j)
-        reinterpret_cast<float4 *>(dp)[j * 128 + ctid] = make_float4(dpt[4 * j], dpt[4 * j + 1], dpt[4 * j + 2], dpt[4 * j + 3]);
+        if ((j >= 4) == (consumer == 0))
+            reinterpret_cast<float4 *>(buf)[j * 128 + ctid] =
+                make_float4(acc[4 * j], acc[4 * j + 1], acc[4 * j + 2], acc[4 * j + 3]);
 }
 
 } /* namespace sm90 */
