@@ -374,6 +374,17 @@ static ffpa_status acquire_workspace(ffpa_context *ctx, size_t need, void **ws, 
 }
 
 /* What the backend's capabilities rule out, checked before any work. */
+/* Varlen offsets in backend memory are the caller's promise where reading
+ * them would synchronise with a device. The cpu backend's memory is host
+ * memory: there they are checked like host offsets (a bad one would
+ * otherwise be read past the tensors). */
+static ffpa_status check_readable_offsets(ffpa_context *ctx, const ffpa_problem *pb)
+{
+    if (!pb->cu_on_device || strcmp(ctx->backend->name, "cpu") != 0)
+        return FFPA_OK;
+    return ffpa_validate_offsets_values(pb, ctx->err, sizeof ctx->err);
+}
+
 static ffpa_status check_caps(ffpa_context *ctx, const ffpa_problem *pb)
 {
     const ffpa_backend_caps *caps = &ctx->backend->caps;
@@ -581,6 +592,8 @@ ffpa_status ffpa_forward(ffpa_context *ctx, const ffpa_tensor *q, const ffpa_ten
     ffpa_status st = ffpa_validate_forward(q, k, v, o, lse, opt, &pb, ctx->err, sizeof ctx->err);
     if (st == FFPA_OK)
         st = check_caps(ctx, &pb);
+    if (st == FFPA_OK)
+        st = check_readable_offsets(ctx, &pb);
     if (st != FFPA_OK || forward_degenerate(ctx, &pb, q, k, v, o, lse, opt, &st))
         return st;
     pb.tuning = ctx->tuning;
@@ -608,6 +621,8 @@ ffpa_status ffpa_backward(ffpa_context *ctx, const ffpa_tensor *dout, const ffpa
                                             sizeof ctx->err);
     if (st == FFPA_OK)
         st = check_caps(ctx, &pb);
+    if (st == FFPA_OK)
+        st = check_readable_offsets(ctx, &pb);
     if (st != FFPA_OK)
         return st;
     if (!ctx->backend->iface->backward || !ctx->backend->caps.has_backward)

@@ -211,7 +211,8 @@ typedef struct ffpa_options {
      * the longest sequences in max_seqlen_q / max_seqlen_k (0 <= max <= the
      * packed rows; at least every cu[b+1] - cu[b], since the launch is sized
      * by them) and vouches for the offsets (0 first, non-decreasing, the
-     * packed rows last), which cannot be checked without a read-back.
+     * packed rows last), which a GPU backend cannot check without a
+     * read-back (the cpu backend, whose memory is host memory, checks them).
      * 0 (default): host arrays, checked; max_seqlen_* unused. */
     int cu_seqlens_on_device;
     int64_t max_seqlen_q; /**< longest query sequence (cu_seqlens_on_device) */

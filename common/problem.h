@@ -122,6 +122,15 @@ static inline int ffpa_window_bound32(const ffpa_problem *p, int64_t bound)
     return p->window && bound >= 0 && bound <= INT32_MAX ? (int)bound : -1;
 }
 
+/* Logit softcap in the kernels' base-2 domain: s_log2 -> out * tanh(s_log2 * in)
+ * with in = 1 / (log2(e) * softcap), out = log2(e) * softcap; both 0 without. */
+static inline void ffpa_softcap_log2(const ffpa_problem *p, float *in, float *out)
+{
+    const double log2e = 1.4426950408889634;
+    *in = p->softcap > 0.0f ? (float)(1.0 / (log2e * p->softcap)) : 0.0f;
+    *out = p->softcap > 0.0f ? (float)(log2e * p->softcap) : 0.0f;
+}
+
 /* Query / key rows of sequence b (host offsets, or the cpu backend's own memory). */
 static inline int64_t ffpa_seqlen_q(const ffpa_problem *p, int64_t b)
 {

@@ -232,6 +232,20 @@ static ffpa_status check_cu_seqlens(const char *name, const int32_t *cu, int32_t
     return FFPA_OK;
 }
 
+ffpa_status ffpa_validate_offsets_values(const ffpa_problem *pb, char *err, size_t err_len)
+{
+    int64_t longest_q, longest_k;
+    TRY(check_cu_seqlens("opt.cu_seqlens_q", pb->cu_q, (int32_t)pb->batch, pb->total_q, &longest_q, err, err_len));
+    TRY(check_cu_seqlens("opt.cu_seqlens_k", pb->cu_k, (int32_t)pb->batch, pb->total_k, &longest_k, err, err_len));
+    if (longest_q > pb->nq || longest_k > pb->nkv)
+        return fail(err, err_len, "%s: %lld is below the longest sequence's %lld rows; expected >= every "
+                                  "cu_seqlens[b+1] - cu_seqlens[b]",
+                    longest_q > pb->nq ? "opt.max_seqlen_q" : "opt.max_seqlen_k",
+                    (long long)(longest_q > pb->nq ? pb->nq : pb->nkv),
+                    (long long)(longest_q > pb->nq ? longest_q : longest_k));
+    return FFPA_OK;
+}
+
 /* A caller-given longest sequence (offsets in backend memory). */
 static ffpa_status check_max_seqlen(const char *name, int64_t max_len, int64_t total, char *err, size_t err_len)
 {
@@ -624,9 +638,6 @@ ffpa_status ffpa_validate_kv_inputs(const ffpa_tensor *q, const ffpa_kv_cache *c
                     : opt->dropout_p != 0.0f    ? "opt.dropout_p"
                     : opt->cu_seqlens_on_device ? "opt.cu_seqlens_on_device"
                                                 : "opt.cu_seqlens");
-    if (opt->window || opt->softcap != 0.0f || opt->alibi_slopes)
-        return fail(err, err_len, "%s: is set; a KV-cache call does not take window, softcap or ALiBi yet",
-                    opt->window ? "opt.window" : opt->softcap != 0.0f ? "opt.softcap" : "opt.alibi_slopes");
     if (!isfinite(opt->scale))
         return fail(err, err_len, "opt.scale: %g is not finite; expected a finite number (0: 1/sqrt(D))",
                     (double)opt->scale);
@@ -681,6 +692,7 @@ ffpa_status ffpa_validate_kv_inputs(const ffpa_tensor *q, const ffpa_kv_cache *c
     pb->hq = q->shape[1];
     pb->hkv = k->shape[1];
     pb->nq = q->shape[2];
+    TRY(check_variants(opt, pb, err, err_len)); /* bottom-right aligned on each sequence's keys */
     /* Sizes that follow from the table's width: refused by name where they
      * do not fit int64 (a fuzzer finding), never wrapped. */
     int64_t table_entries;

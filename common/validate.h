@@ -21,6 +21,11 @@ ffpa_status ffpa_validate_inputs(const ffpa_tensor *q, const ffpa_tensor *k,
                                  const ffpa_tensor *v, const ffpa_options *opt,
                                  ffpa_problem *pb, char *err, size_t err_len);
 
+/* The values of varlen offsets given in backend memory (pb->cu_on_device),
+ * for a backend whose memory the host reads directly (the cpu backend): as
+ * host offsets are checked, plus no sequence longer than max_seqlen_*. */
+ffpa_status ffpa_validate_offsets_values(const ffpa_problem *pb, char *err, size_t err_len);
+
 /* opt->dbias (when set) against the bias already in *pb: fills pb's dbias
  * fields. Part of ffpa_validate_backward; the backward workspace query uses
  * it alone. */

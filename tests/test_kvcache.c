@@ -37,6 +37,12 @@ typedef struct kv_case {
     th_layout layout;    /* of the pools (BNHD is FlashAttention's) */
     int trusted;
     int table_pad;       /* block_table rows longer than max_pages by this much */
+    /* Variants (bottom-right aligned on each sequence's keys): window
+     * (bounds -1 = unbounded), logit softcap, ALiBi slopes [B, Hq]. */
+    int window;
+    int64_t window_left, window_right;
+    float softcap;
+    int alibi;
     uint64_t seed;
 } kv_case;
 
@@ -61,7 +67,7 @@ static kv_case kv_default(int64_t batch, int64_t hq, int64_t hkv, int64_t nq, in
 
 /* Everything one call needs, host and backend copies. */
 typedef struct kv_run {
-    th_tensor q, kpool, vpool, knew, vnew, o, lse;
+    th_tensor q, kpool, vpool, knew, vnew, o, lse, alibi;
     int32_t *table, *seqlens; /* host */
     void *dev_table, *dev_seqlens;
     int64_t max_pages, num_pages, bt_stride;
@@ -128,6 +134,10 @@ static void kv_setup(const kv_case *c, kv_run *r)
             th_tensor_random(&r->vnew, &rng, -1.0, 1.0, 0);
         }
     }
+    if (c->alibi) {
+        th_tensor_make(&r->alibi, FFPA_F32, TH_BHND, c->batch, c->hq, 1, 1);
+        th_tensor_random(&r->alibi, &rng, 0.0, 0.5, 0);
+    }
     th_tensor_make(&r->o, c->dtype, TH_BHND, c->batch, c->hq, c->nq, c->dv);
     th_tensor_lse(&r->lse, TH_BHND, c->batch, c->hq, c->nq);
     th_tensor_poison(&r->o);
@@ -156,7 +166,7 @@ static void kv_setup(const kv_case *c, kv_run *r)
 static void kv_free(kv_run *r)
 {
     ffpa_context *ctx = th_ctx();
-    th_tensor *ts[] = {&r->q, &r->kpool, &r->vpool, &r->knew, &r->vnew, &r->o, &r->lse};
+    th_tensor *ts[] = {&r->q, &r->kpool, &r->vpool, &r->knew, &r->vnew, &r->o, &r->lse, &r->alibi};
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; ++i)
         if (ts[i]->host_base)
             th_tensor_free(ts[i]);
@@ -166,10 +176,22 @@ static void kv_free(kv_run *r)
     free(r->seqlens);
 }
 
-static ffpa_status kv_call(const kv_case *c, kv_run *r)
+/* The case's options; ALiBi slopes from `slopes` (backend or host copy). */
+static ffpa_options kv_options(const kv_case *c, const ffpa_tensor *slopes)
 {
     ffpa_options opt = ffpa_options_default();
     opt.causal = c->causal;
+    opt.window = c->window;
+    opt.window_left = c->window_left;
+    opt.window_right = c->window_right;
+    opt.softcap = c->softcap;
+    opt.alibi_slopes = c->alibi ? slopes : NULL;
+    return opt;
+}
+
+static ffpa_status kv_call(const kv_case *c, kv_run *r)
+{
+    ffpa_options opt = kv_options(c, &r->alibi.dev);
     return ffpa_forward_kvcache(th_ctx(), &r->q.dev, &r->cache, c->append ? &r->knew.dev : NULL,
                                 c->append && !c->mla ? &r->vnew.dev : NULL, &r->o.dev, &r->lse.dev, &opt);
 }
@@ -243,8 +265,7 @@ static void kv_reference(const kv_case *c, kv_run *r, double *o_ref, double *lse
                          pool_row(c, r, vsrc, b, h, j), c->dv);
             }
     }
-    ffpa_options opt = ffpa_options_default();
-    opt.causal = c->causal;
+    ffpa_options opt = kv_options(c, &r->alibi.host);
     opt.cu_seqlens_q = cu_q;
     opt.cu_seqlens_k = cu_k;
     opt.varlen_batch = (int32_t)c->batch;
@@ -448,6 +469,46 @@ static void test_mla_awkward(void **state)
         c.causal = cases[i].nq > 1;
         kv_check(&c);
     }
+}
+
+/* Window, softcap and ALiBi on the KV-cache call: decode (windows shorter
+ * than a page and than the cache, one-sided), speculative causal append with
+ * all three, GQA, MLA (the generic kernel takes them). */
+static void test_variants(void **state)
+{
+    (void)state;
+    static const int64_t lens[] = {700, 5, 129, 0};
+    kv_case c = kv_default(4, 8, 2, 1, 128, 16, lens);
+    c.window = 1;
+    c.window_left = 40;
+    c.window_right = -1;
+    kv_check(&c);
+    c.window_left = 3;
+    c.softcap = 5.0f;
+    kv_check(&c);
+    c.window = 0;
+    c.softcap = 0.0f;
+    c.alibi = 1;
+    kv_check(&c);
+    kv_case s = kv_default(3, 8, 2, 4, 64, 32, lens);
+    s.append = s.causal = 1;
+    s.window = 1;
+    s.window_left = 9;
+    s.window_right = 0;
+    s.softcap = 20.0f;
+    s.alibi = 1;
+    kv_check(&s);
+    s.causal = 0;
+    s.window_right = 2; /* sees two keys past its own position: none exist for the last token */
+    kv_check(&s);
+    kv_case m = kv_default(2, 16, 1, 2, 576, 64, lens);
+    m.dv = 512;
+    m.mla = m.append = m.causal = 1;
+    m.window = 1;
+    m.window_left = 100;
+    m.window_right = -1;
+    m.alibi = 1;
+    kv_check(&m);
 }
 
 static void test_mla_long_cache(void **state)
@@ -768,6 +829,7 @@ int main(void)
         cmocka_unit_test(test_mla_v_in_k),
         cmocka_unit_test(test_mla_awkward),
         cmocka_unit_test(test_mla_long_cache),
+        cmocka_unit_test(test_variants),
         cmocka_unit_test(test_bad_tables),
         cmocka_unit_test(test_bad_shapes),
         cmocka_unit_test(test_bad_arguments),

@@ -781,6 +781,20 @@ static void test_cu_seqlens_on_device_checks(void **state)
         fx.opt.max_seqlen_k = bad[i];
         expect_forward_rejected(&fx, NAMES("opt.max_seqlen_k"));
     }
+    /* The cpu backend reads its memory directly: there the offsets are checked too. */
+    if (strcmp(th_backend(), "cpu") == 0) {
+        make_varlen(&fx);
+        fx.opt.cu_seqlens_on_device = 1;
+        fx.opt.max_seqlen_q = fx.opt.max_seqlen_k = TOTAL;
+        fx.cu_q[1] = TOTAL + 3;
+        expect_forward_rejected(&fx, NAMES("opt.cu_seqlens_q"));
+        expect_backward_rejected(&fx, NAMES("opt.cu_seqlens_q"));
+        make_varlen(&fx);
+        fx.opt.cu_seqlens_on_device = 1;
+        fx.opt.max_seqlen_q = TOTAL;
+        fx.opt.max_seqlen_k = 10; /* the sequences hold 5 and 11 keys */
+        expect_forward_rejected(&fx, NAMES("opt.max_seqlen_k"));
+    }
     /* Valid: the maxima size the launch; the offsets are read where they are. */
     make_varlen(&fx);
     ffpa_context *ctx = th_ctx();

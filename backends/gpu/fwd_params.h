@@ -76,12 +76,10 @@ typedef struct ffpa_gpu_fwd_params {
  * parameter fills of every GPU backend. */
 static inline void ffpa_gpu_fill_variants(ffpa_gpu_fwd_params *p, const struct ffpa_problem *pb)
 {
-    const double log2e = 1.4426950408889634;
     p->window = pb->window;
     p->window_left = ffpa_window_bound32(pb, pb->window_left);
     p->window_right = ffpa_window_bound32(pb, pb->window_right);
-    p->softcap_in = pb->softcap > 0.0f ? (float)(1.0 / (log2e * pb->softcap)) : 0.0f;
-    p->softcap_out = pb->softcap > 0.0f ? (float)(log2e * pb->softcap) : 0.0f;
+    ffpa_softcap_log2(pb, &p->softcap_in, &p->softcap_out);
     p->alibi = pb->alibi;
     p->alibi_sb = pb->alibi_sb;
     p->alibi_sh = pb->alibi_sh;

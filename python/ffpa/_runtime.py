@@ -315,7 +315,7 @@ def _kv_workspace(ctx, lib, size, device):
 
 
 def forward_kvcache(q, k_cache, v_cache, k, v, cache_seqlens, block_table, out, lse, causal, scale,
-                    check_tables):
+                    check_tables, variants=NO_VARIANTS):
     """Fills out [B, Nq, Hq, Dv] and lse [B, Hq, Nq] (may be None); q, k, v in
     [B, N, H, D], caches [pages, page_size, Hkv, D] (dense: [B, capacity, Hkv, D]);
     cache_seqlens int32 [B] and block_table int32 [B, max_pages] on q's device."""
@@ -337,6 +337,7 @@ def forward_kvcache(q, k_cache, v_cache, k, v, cache_seqlens, block_table, out, 
         b, h, n = lse.shape
         ld = describe(lse, "softmax_lse", (b, h, n, 1), tuple(lse.stride()) + (1,))
     opt = make_options(causal, scale, 0.0, 0, None, None, None)
+    alibi = set_variants(opt, variants)  # noqa: F841 (kept alive through the call)
     ctx = context_for(q.device)
     ref = lambda d: ctypes.byref(d) if d is not None else None  # noqa: E731
     with _call(ctx) as lib:

@@ -274,7 +274,7 @@ def _int32_on(t, name, query, dims):
 
 def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=None, block_table=None,
                             softmax_scale=None, causal=False, return_softmax_lse=False, *, out=None,
-                            check_tables=None):
+                            check_tables=None, window_size=(-1, -1), softcap=0.0, alibi_slopes=None):
     """Attention of new tokens against a (paged) KV cache, as FlashAttention's
     flash_attn_with_kvcache, for decode, speculative decode and chunked prefill.
 
@@ -287,6 +287,10 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=N
     new keys up to its own position (bottom-right aligned per sequence).
     Absorbed MLA: pass v_cache = k_cache[..., :Dv] (a view, no copy) and v=None.
     Hq must be a multiple of Hkv; the query heads of a KV head are computed together.
+
+    window_size, softcap, alibi_slopes (float32 [Hq] or [B, Hq]): FlashAttention's,
+    bottom-right aligned on each sequence's keys (token i of the step sits at
+    cache position cache_seqlens[b] + i).
 
     Returns out [B, Nq, Hq, Dv] (written into `out` when given), and with
     return_softmax_lse=True (out, lse float32 [B, Hq, Nq]).
@@ -323,8 +327,10 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=N
     lse = torch.empty((b, hq, nq), dtype=torch.float32, device=q.device) if return_softmax_lse else None
     if check_tables is None:
         check_tables = not (q.is_cuda and torch.cuda.is_current_stream_capturing())
+    window, softcap, slopes = _variants(window_size, softcap, alibi_slopes, q)
     _runtime.forward_kvcache(q, k_cache, v_cache, k, v, cache_seqlens, block_table, out, lse, bool(causal),
-                             _scale_arg(softmax_scale), bool(check_tables))
+                             _scale_arg(softmax_scale), bool(check_tables),
+                             (window[0], window[1], softcap, slopes))
     return (out, lse) if return_softmax_lse else out
 
 

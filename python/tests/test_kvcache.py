@@ -31,8 +31,10 @@ def tolerance(dtype):
     return 1e-4 if dtype == torch.float32 else 2e-2
 
 
-def reference(q, k_cache, v_cache, k, v, lens, block_table, scale, causal, mla):
-    """(out [B, Nq, Hq, Dv], lse [B, Hq, Nq], k_cache, v_cache after the append), float64 on the cpu."""
+def reference(q, k_cache, v_cache, k, v, lens, block_table, scale, causal, mla, window=(-1, -1), softcap=0.0,
+              alibi=None):
+    """(out [B, Nq, Hq, Dv], lse [B, Hq, Nq], k_cache, v_cache after the append), float64 on the cpu.
+    window / softcap / alibi ([B, Hq]): FlashAttention's, bottom-right aligned per sequence."""
     q = q.double().cpu()
     kc = k_cache.double().cpu().clone()
     vc = v_cache.double().cpu().clone()
@@ -66,10 +68,19 @@ def reference(q, k_cache, v_cache, k, v, lens, block_table, scale, causal, mla):
         values = torch.stack([vc[p, r] for p, r in rows])    # [L, Hkv, Dv]
         for h in range(hq):
             s = q[b, :, h] @ keys[:, h // group].T * scale  # [Nq, L]
+            i = torch.arange(nq).unsqueeze(1)
+            j = torch.arange(length).unsqueeze(0)
+            diag = i + length - nq
+            if softcap > 0:
+                s = softcap * torch.tanh(s / softcap)
+            if alibi is not None:
+                s = s - float(alibi[b, h]) * (diag - j).abs()
             if causal:
-                i = torch.arange(nq).unsqueeze(1)
-                j = torch.arange(length).unsqueeze(0)
-                s = s.masked_fill(j > i + length - nq, float("-inf"))
+                s = s.masked_fill(j > diag, float("-inf"))
+            if window[0] >= 0:
+                s = s.masked_fill(j < diag - window[0], float("-inf"))
+            if window[1] >= 0:
+                s = s.masked_fill(j > diag + window[1], float("-inf"))
             row_lse = torch.logsumexp(s, dim=1)
             seen = row_lse > float("-inf")
             p = torch.where(seen.unsqueeze(1), torch.exp(s - row_lse.unsqueeze(1)), torch.zeros_like(s))
@@ -104,20 +115,22 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("case", CASES)
-def test_against_reference(device, case):
+def check_against_reference(device, case, seed, window=(-1, -1), softcap=0.0, use_alibi=False):
+    """One call on fresh random inputs against the float64 reference: out, lse, the cache after the append."""
     batch, hq, hkv, nq, d, dv, page, lens, append, causal, paged, mla = case
     dtype = dtype_for(device)
-    gen = torch.Generator().manual_seed(7 + nq + d)
+    gen = torch.Generator().manual_seed(seed + nq + d)
     kc, vc, table, sl = make_cache(device, dtype, batch, hkv, d, dv, page, lens, nq if append else 0, paged,
                                    mla, gen)
     q = torch.randn(batch, nq, hq, d, generator=gen).to(dtype).to(device)
     k = torch.randn(batch, nq, hkv, d, generator=gen).to(dtype).to(device) if append else None
     v = None if not append or mla else torch.randn(batch, nq, hkv, dv, generator=gen).to(dtype).to(device)
-    ref_out, ref_lse, ref_kc, ref_vc = reference(q, kc, vc, k, v, sl, table, None, causal, mla)
+    slopes = torch.rand(batch, hq, generator=gen).mul(0.5).to(device) if use_alibi else None
+    ref_out, ref_lse, ref_kc, ref_vc = reference(q, kc, vc, k, v, sl, table, None, causal, mla, window, softcap,
+                                                 slopes.cpu() if slopes is not None else None)
     out, lse = ffpa.flash_attn_with_kvcache(q, kc, vc, k, v, cache_seqlens=sl, block_table=table, causal=causal,
-                                           return_softmax_lse=True)
+                                           return_softmax_lse=True, window_size=window, softcap=softcap,
+                                           alibi_slopes=slopes)
     tol = tolerance(dtype)
     assert torch.isfinite(out).all()
     assert (out.double().cpu() - ref_out).abs().max() <= tol * max(1.0, float(ref_out.abs().max()))
@@ -127,6 +140,28 @@ def test_against_reference(device, case):
     # the append landed, nothing else changed
     assert torch.equal(kc.double().cpu(), ref_kc)
     assert torch.equal(vc.double().cpu(), ref_vc)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("case", CASES)
+def test_against_reference(device, case):
+    check_against_reference(device, case, 7)
+
+
+VARIANT_CASES = [  # the CASES fields (paged always), then window, softcap, ALiBi
+    ((3, 8, 2, 1, 128, 128, 16, [300, 7, 0], False, False, True, False), (40, -1), 0.0, False),
+    ((3, 8, 2, 1, 64, 64, 16, [300, 7, 50], False, False, True, False), (3, -1), 5.0, True),
+    ((2, 4, 4, 4, 64, 64, 32, [90, 33], True, True, True, False), (9, 0), 20.0, True),
+    ((2, 4, 1, 3, 96, 96, 16, [40, 17], True, False, True, False), (5, 2), 0.0, False),
+    ((2, 16, 1, 2, 576, 512, 64, [200, 65], True, True, True, True), (100, -1), 0.0, True),
+]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("case", VARIANT_CASES)
+def test_variants_against_reference(device, case):
+    shape, window, softcap, use_alibi = case
+    check_against_reference(device, shape, 11, window, softcap, use_alibi)
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -62,6 +62,8 @@ const char *mla_accepts(const ffpa_problem *pb, const ffpa_device_limits &lim)
         return "FFPA_CUDA_KERNEL=generic";
     if (lim.arch != 90)
         return "the MLA kernel needs an sm_90 device (H100/H200)";
+    if (pb->window || pb->softcap > 0.0f || pb->alibi)
+        return "the MLA kernel has no window, softcap or ALiBi (the generic KV kernel does)";
     if (pb->dqk != Cfg::kDqk || pb->dv != Cfg::kDv)
         return "the MLA kernel covers Dqk 576 / Dv 512";
     if (pb->dtype != FFPA_F16 && pb->dtype != FFPA_BF16)

@@ -190,6 +190,13 @@ template <class K> ffpa_gpu_kv_params params(const ffpa_problem *pb, const Choic
     p.dv = (int)pb->dv;
     p.scale_log2 = pb->scale * 1.4426950408889634f;
     p.causal = pb->causal;
+    p.window = pb->window;
+    p.window_left = ffpa_window_bound32(pb, pb->window_left);
+    p.window_right = ffpa_window_bound32(pb, pb->window_right);
+    ffpa_softcap_log2(pb, &p.softcap_in, &p.softcap_out);
+    p.alibi = pb->alibi;
+    p.alibi_sb = pb->alibi_sb;
+    p.alibi_sh = pb->alibi_sh;
     p.rows = (int)c.rows;
     p.q_tiles = (int)c.q_tiles;
     p.bc = c.kernel->bc;

@@ -176,14 +176,26 @@ template <class Cfg> __device__ __forceinline__ void kv_attn_body(const ffpa_gpu
     const int rr0 = w.m * Cfg::kBr;
     const int rows_valid = min(Cfg::kBr, p.rows - rr0);
     const int shift = w.len - p.nq; /* token i sees keys j <= i + shift (causal) */
+    /* Keys token t sees: [first_col(t), last_col(t)] (causal, window; both
+     * grow with t), bottom-right aligned like the other kernels' masks. */
+    const int wl = p.window ? p.window_left : -1, wr = p.window ? p.window_right : -1;
+    auto first_col = [&](int t) { return wl >= 0 ? t + shift - wl : -(1 << 30); };
+    auto last_col = [&](int t) {
+        int last = w.len - 1;
+        if (p.causal)
+            last = min(last, t + shift);
+        if (wr >= 0)
+            last = min(last, t + shift + wr);
+        return last;
+    };
 
-    /* Causal: the tile's last token bounds the keys any of its rows sees. */
+    /* The block's first token bounds where its keys start, its last token
+     * where they end: the tiles outside are skipped, not masked. */
+    const int t_first = rr0 / p.group, t_last = (rr0 + rows_valid - 1) / p.group;
     int tile_end = w.tile_end;
-    if (p.causal) {
-        const int last_col = (rr0 + rows_valid - 1) / p.group + shift;
-        tile_end = min(tile_end, last_col < 0 ? 0 : last_col / Cfg::kBc + 1);
-    }
-    const int tile_begin = w.tile_begin;
+    const int block_end_col = last_col(t_last);
+    tile_end = min(tile_end, block_end_col < 0 ? 0 : block_end_col / Cfg::kBc + 1);
+    const int tile_begin = max(w.tile_begin, max(0, first_col(t_first)) / Cfg::kBc);
     tile_end = max(tile_end, tile_begin);
 
     const FwdRegions<Cfg> sh = fwd_regions<Cfg>(smem_raw, 1, p.qk_chunks, p.stages);
@@ -268,18 +280,27 @@ template <class Cfg> __device__ __forceinline__ void kv_attn_body(const ffpa_gpu
     OnlineSoftmax sm;
     sm.init();
 
-    /* Last key each of this lane's two rows sees. */
-    int last_key[2];
+    /* Keys each of this lane's two rows sees, their token's diagonal and
+     * their head's ALiBi slope (log2 domain). */
+    int first_key[2], last_key[2], diag_col[2];
+    float slope[2];
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
         const int rr = rr0 + wm * 16 + arch::frag_c_row(lane, 2 * half);
-        last_key[half] = p.causal ? min(w.len - 1, rr / p.group + shift) : w.len - 1;
+        first_key[half] = first_col(rr / p.group);
+        last_key[half] = last_col(rr / p.group);
+        diag_col[half] = rr / p.group + shift;
+        const int h = w.kvh * p.group + rr % p.group;
+        slope[half] = p.alibi ? p.alibi[(int64_t)w.b * p.alibi_sb + (int64_t)h * p.alibi_sh] * 1.4426950408889634f
+                              : 0.0f;
     }
-    const int block_last_key = p.causal ? min(w.len - 1, rr0 / p.group + shift) : w.len - 1;
+    /* A tile needs the per-element mask where it reaches past the block's
+     * first row's last key or before its last row's first key. */
+    const int block_last_key = last_col(t_first), block_first_key = first_col(t_last);
 
     for (int tile = tile_begin; tile < tile_end; ++tile) {
         const int col0 = tile * Cfg::kBc;
-        const bool need_mask = col0 + Cfg::kBc - 1 > block_last_key;
+        const bool need_mask = col0 + Cfg::kBc - 1 > block_last_key || col0 < block_first_key;
         fwd_key_tile<Cfg>(
             o, sm, sh.spart, p.qk_chunks, p.v_chunks, p.dqk, p.dv, wm, wn, lane, next_slab,
             [&](int c, const T *) { return q_region + c * Cfg::kBr * Cfg::kCols; },
@@ -289,13 +310,30 @@ template <class Cfg> __device__ __forceinline__ void kv_attn_body(const ffpa_gpu
 #pragma unroll
                     for (int e = 0; e < 4; ++e)
                         s[nt].r[e] *= p.scale_log2;
-                if (need_mask) {
+                if (p.softcap_out > 0.0f) {
 #pragma unroll
                     for (int nt = 0; nt < Cfg::kNT; ++nt)
 #pragma unroll
                         for (int e = 0; e < 4; ++e)
-                            if (col0 + nt * 8 + arch::frag_c_col(lane, e) > last_key[e >> 1])
+                            s[nt].r[e] = p.softcap_out * arch::tanh_fast(s[nt].r[e] * p.softcap_in);
+                }
+                if (p.alibi) {
+#pragma unroll
+                    for (int nt = 0; nt < Cfg::kNT; ++nt)
+#pragma unroll
+                        for (int e = 0; e < 4; ++e)
+                            s[nt].r[e] -= slope[e >> 1] *
+                                          (float)abs(diag_col[e >> 1] - (col0 + nt * 8 + arch::frag_c_col(lane, e)));
+                }
+                if (need_mask) {
+#pragma unroll
+                    for (int nt = 0; nt < Cfg::kNT; ++nt)
+#pragma unroll
+                        for (int e = 0; e < 4; ++e) {
+                            const int j = col0 + nt * 8 + arch::frag_c_col(lane, e);
+                            if (j > last_key[e >> 1] || j < first_key[e >> 1])
                                 s[nt].r[e] = -INFINITY;
+                        }
                 }
             },
             [](arch::FragC(&)[Cfg::kNT]) {});

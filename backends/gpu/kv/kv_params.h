@@ -40,6 +40,13 @@ typedef struct ffpa_gpu_kv_params {
     int batch, hq, hkv, group, nq, dqk, dv;
     float scale_log2;               /* softmax scale * log2(e) */
     int causal;
+    /* Variants, as in fwd_params.h: window bounds (-1 unbounded; window 0:
+     * none), softcap in the base-2 domain (0: none), ALiBi slopes of
+     * (sequence, query head) at b * alibi_sb + h * alibi_sh (NULL: none). */
+    int window, window_left, window_right;
+    float softcap_in, softcap_out;
+    const float *alibi;
+    int64_t alibi_sb, alibi_sh;
 
     /* Packed rows: the nq x group query rows of a (sequence, kv head), row
      * r = token * group + head within the group, cut into q_tiles tiles. */
