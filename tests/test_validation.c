@@ -758,6 +758,16 @@ static void test_cu_seqlens_non_monotonic(void **state)
 /* Offsets in backend memory: the flag is 0 or 1 and needs offsets; the
  * caller's maxima lie in [0, packed rows]. (The offsets' values are the
  * caller's promise then: they are never read on the host.) */
+/* The varlen fixture with its offsets declared in backend memory and the
+ * given maxima. */
+static void make_on_device(fixture *fx, int flag, int64_t max_q, int64_t max_k)
+{
+    make_varlen(fx);
+    fx->opt.cu_seqlens_on_device = flag;
+    fx->opt.max_seqlen_q = max_q;
+    fx->opt.max_seqlen_k = max_k;
+}
+
 static void test_cu_seqlens_on_device_checks(void **state)
 {
     (void)state;
@@ -765,49 +775,43 @@ static void test_cu_seqlens_on_device_checks(void **state)
     make(&fx);
     fx.opt.cu_seqlens_on_device = 1;
     expect_forward_rejected(&fx, NAMES("opt.cu_seqlens_on_device"));
+    make(&fx);
+    fx.opt.cu_seqlens_on_device = 1;
     expect_backward_rejected(&fx, NAMES("opt.cu_seqlens_on_device"));
-    make_varlen(&fx);
-    fx.opt.cu_seqlens_on_device = 2;
+    make_on_device(&fx, 2, TOTAL, TOTAL);
     expect_forward_rejected(&fx, NAMES("opt.cu_seqlens_on_device"));
     const int64_t bad[] = {-1, TOTAL + 1};
     for (int i = 0; i < 2; ++i) {
-        make_varlen(&fx);
-        fx.opt.cu_seqlens_on_device = 1;
-        fx.opt.max_seqlen_q = bad[i];
-        fx.opt.max_seqlen_k = TOTAL;
+        make_on_device(&fx, 1, bad[i], TOTAL);
         expect_forward_rejected(&fx, NAMES("opt.max_seqlen_q"));
+        make_on_device(&fx, 1, bad[i], TOTAL);
         expect_backward_rejected(&fx, NAMES("opt.max_seqlen_q"));
-        fx.opt.max_seqlen_q = TOTAL;
-        fx.opt.max_seqlen_k = bad[i];
+        make_on_device(&fx, 1, TOTAL, bad[i]);
         expect_forward_rejected(&fx, NAMES("opt.max_seqlen_k"));
     }
     /* The cpu backend reads its memory directly: there the offsets are checked too. */
     if (strcmp(th_backend(), "cpu") == 0) {
-        make_varlen(&fx);
-        fx.opt.cu_seqlens_on_device = 1;
-        fx.opt.max_seqlen_q = fx.opt.max_seqlen_k = TOTAL;
+        make_on_device(&fx, 1, TOTAL, TOTAL);
         fx.cu_q[1] = TOTAL + 3;
         expect_forward_rejected(&fx, NAMES("opt.cu_seqlens_q"));
+        make_on_device(&fx, 1, TOTAL, TOTAL);
+        fx.cu_q[1] = TOTAL + 3;
         expect_backward_rejected(&fx, NAMES("opt.cu_seqlens_q"));
-        make_varlen(&fx);
-        fx.opt.cu_seqlens_on_device = 1;
-        fx.opt.max_seqlen_q = TOTAL;
-        fx.opt.max_seqlen_k = 10; /* the sequences hold 5 and 11 keys */
+        make_on_device(&fx, 1, TOTAL, 10); /* the sequences hold 5 and 11 keys */
         expect_forward_rejected(&fx, NAMES("opt.max_seqlen_k"));
     }
     /* Valid: the maxima size the launch; the offsets are read where they are. */
-    make_varlen(&fx);
+    make_on_device(&fx, 1, TOTAL - 5, TOTAL - 5);
     ffpa_context *ctx = th_ctx();
     void *cu_dev = NULL;
     th_expect_ok(ctx, ffpa_malloc(ctx, &cu_dev, 3 * sizeof(int32_t)), "ffpa_malloc");
     th_expect_ok(ctx, ffpa_memcpy(ctx, cu_dev, fx.cu_q, 3 * sizeof(int32_t), FFPA_COPY_HOST_TO_DEVICE),
                  "ffpa_memcpy");
     fx.opt.cu_seqlens_q = fx.opt.cu_seqlens_k = cu_dev;
-    fx.opt.cu_seqlens_on_device = 1;
-    fx.opt.max_seqlen_q = fx.opt.max_seqlen_k = TOTAL - 5;
     th_expect_ok(ctx, forward(&fx), "ffpa_forward (varlen, offsets on the device)");
     th_expect_backward_ok(ctx, backward(&fx), "ffpa_backward (varlen, offsets on the device)");
     th_expect_ok(ctx, ffpa_free(ctx, cu_dev), "ffpa_free");
+    release(&fx);
 }
 
 static void test_cu_seqlens_bad_ends(void **state)
