@@ -13,7 +13,8 @@
 #   sdpa         PyTorch SDPA on the bench step's forward, backward and dense-decode rows and the GEMM
 #                ceiling (bf16 8192^3 matmul); the decode rows carry their own same-run copy ceiling
 #   mla          the Hopper MLA decode kernel: page sizes, fp16, beside the generic kernels
-#   profile      Nsight Compute on the forward kernels (PROFILE_SHAPES)
+#   profile      Nsight Compute on the forward kernels (PROFILE_SHAPES) and/or the Hopper backward
+#                (PROFILE_PASSES="fwd bwd", PROFILE_BWD_SHAPES)
 #   tune         ffpa-tune (forward and backward, TUNE_BUDGET s) into BUILD/ffpa/tuning; checks with it
 #   grid         the benchmark grid (with and without the tuning table, SDPA) in OUT/results/<device>
 #   reliability  device OOM x1000 and > 2^31 elements (py/reliability_gpu.py), the zero-size, thread,
@@ -224,15 +225,21 @@ fi
 
 if want profile && command -v ncu >/dev/null; then
   M=sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active
-  for k in sm90 generic; do
-    for s in ${PROFILE_SHAPES:-1,32,32,4096,4096,256,256 1,32,32,4096,4096,512,512}; do
-      tag=$k-$(echo "$s" | cut -d, -f6)
-      FFPA_CUDA_KERNEL=$k timeout 240 ncu -k regex:"fwd_kernel" -c 1 --section SpeedOfLight --section WarpStateStats \
-        --section MemoryWorkloadAnalysis --section Occupancy --metrics "$M" \
-        "$BENCH" --backend cuda --iters 1 --reps 1 --warmup 0 "$s" >"$OUT/ncu-$tag.txt" 2>&1
-      note "ncu $k $s: rc=$?"
-      grep -E "cycles_active|Duration|Compute \(SM\) Throughput|Memory Throughput|Achieved Occupancy|Registers Per|Warp Cycles Per Issued|Stall" \
-        "$OUT/ncu-$tag.txt" | head -16
+  M=$M,lts__t_bytes.sum.per_second,lts__t_sectors_op_red.sum,lts__t_sectors_op_read.sum,lts__throughput.avg.pct_of_peak_sustained_elapsed
+  # PROFILE_PASSES: fwd (the forward kernels, both families) and/or bwd (the Hopper backward).
+  for pass in ${PROFILE_PASSES:-fwd}; do
+    if [ "$pass" = fwd ]; then kernels="sm90 generic"; regex=fwd_kernel; extra=(); shapes=${PROFILE_SHAPES:-1,32,32,4096,4096,256,256 1,32,32,4096,4096,512,512}
+    else kernels=sm90; regex=sm90_bwd_kernel; extra=(--backward); shapes=${PROFILE_BWD_SHAPES:-1,32,32,4096,4096,128,128 1,32,32,4096,4096,512,512}; fi
+    for k in $kernels; do
+      for s in $shapes; do
+        tag=$pass-$k-$(echo "$s" | cut -d, -f6-)
+        FFPA_CUDA_KERNEL=$k timeout 300 ncu -k regex:"$regex" -c 1 --section SpeedOfLight --section WarpStateStats \
+          --section MemoryWorkloadAnalysis --section Occupancy --section SchedulerStats --section SourceCounters \
+          --metrics "$M" "$BENCH" --backend cuda "${extra[@]}" --iters 1 --reps 1 --warmup 0 "$s" >"$OUT/ncu-$tag.txt" 2>&1
+        note "ncu $pass $k $s: rc=$?"
+        grep -E "cycles_active|lts__|Duration|Compute \(SM\) Throughput|Memory Throughput|L2 Cache Throughput|Achieved Occupancy|Registers Per|Warp Cycles Per Issued|Issue Slots Busy|Stall" \
+          "$OUT/ncu-$tag.txt" | head -24
+      done
     done
   done
 fi

@@ -28,6 +28,17 @@ namespace sm90 {
 
 using arch::smem_u32;
 
+/* The dynamic shared memory aligned up to kAlign bytes (128-byte swizzled
+ * tiles want 1024-byte aligned atoms), as pointer arithmetic on the extern
+ * array rather than an integer round trip: the compiler then still knows
+ * the pointer is shared, and plain loads and stores through it become
+ * LDS/STS, not generic LD/ST (which wait on the long scoreboard). */
+template <unsigned kAlign> FFPA_DEV uint8_t *aligned_dynamic_smem()
+{
+    extern __shared__ uint8_t smem_dyn[];
+    return smem_dyn + ((kAlign - (smem_u32(smem_dyn) & (kAlign - 1u))) & (kAlign - 1u));
+}
+
 /* ------------------------------------------------------------ mbarrier */
 
 FFPA_DEV void mbar_init(uint64_t *bar, uint32_t count)

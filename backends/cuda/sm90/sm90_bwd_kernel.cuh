@@ -71,6 +71,8 @@ FFPA_DEV void bwd_consumer(const ffpa_bwd_params &p, const BwdOutViews &out, uin
         named_barrier_arrive(kBarPdsEmpty, 256); /* the buffers start free */
 
     int n = 0, done = 0; /* slabs per ring so far (the same in both rings); tiles done */
+    /* Consumer 0: this thread's LSE / Delta value of the next tile (fetch_row). */
+    float next_row = consumer == 0 && total > 0 ? fetch_row(p, w, w.head(0), w.q0(0), ctid) : 0.0f;
 #pragma unroll 1
     for (int pass = 0; pass < Cfg::kPasses; ++pass) {
         const int cols_slab = 2 * pass + consumer; /* this consumer's 128 columns */
@@ -88,7 +90,7 @@ FFPA_DEV void bwd_consumer(const ffpa_bwd_params &p, const BwdOutViews &out, uin
              * the pass's own column slabs (held for phase 2). */
             float acc[32];
             if (consumer == 0)
-                load_rows(p, w, h, q0, rows, ctid);
+                rows[ctid] = next_row; /* the previous tile's readers are past kBarPdsFull */
             const uint32_t kv = consumer == 0 ? k_addr : v_addr;
 #pragma unroll
             for (int s = 0; s < Cfg::kSlabs; ++s) {
@@ -142,6 +144,10 @@ FFPA_DEV void bwd_consumer(const ffpa_bwd_params &p, const BwdOutViews &out, uin
             named_barrier_sync(kBarPdsFull, 256);
             if constexpr (Cfg::kCluster > 1)
                 fence_proxy_async_shared(); /* the peer's blocks came through st.async */
+            if (consumer == 0 && done + 1 < total) {
+                const int next = it + 1 < items ? it + 1 : 0; /* the next pass starts over */
+                next_row = fetch_row(p, w, w.head(next), w.q0(next), ctid);
+            }
 
             /* Phase 2: this consumer's columns of dV, dK and dQ, from its own
              * slabs still in the rings (dO in ring 1, Q in ring 0). */
@@ -210,9 +216,7 @@ FFPA_DEV void bwd_consumer(const ffpa_bwd_params &p, const BwdOutViews &out, uin
 template <class Cfg, bool kExtras>
 FFPA_DEV void bwd_body(const BwdMaps &maps, const ffpa_bwd_params &p, const BwdOutViews &out)
 {
-    extern __shared__ uint8_t smem_dyn[];
-    /* 128-byte swizzled tiles want 1024-byte aligned atoms. */
-    uint8_t *smem = reinterpret_cast<uint8_t *>((reinterpret_cast<uintptr_t>(smem_dyn) + 1023) & ~(uintptr_t)1023);
+    uint8_t *smem = aligned_dynamic_smem<1024>();
     using L = BwdSmemLayout<Cfg>;
     BwdBarriers *bars = reinterpret_cast<BwdBarriers *>(smem + L::bars);
     const int tid = threadIdx.x;

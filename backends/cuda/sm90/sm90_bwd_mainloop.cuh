@@ -101,11 +101,18 @@ struct BwdWork {
     int t_first, n_qt, group;
     int tma_b; /* batch coordinate of the tensor maps (0 for varlen) */
     int col0;  /* first head-dim column of this CTA (cluster rank * kCols) */
+    int rot;   /* the CTA's items run from item rot, wrapping around (see bwd_work) */
 
     FFPA_DEV int tiles_per_head() const { return n_qt - t_first; }
     FFPA_DEV int items() const { return group * tiles_per_head(); }
-    FFPA_DEV int head(int item) const { return kvh * group + item / tiles_per_head(); }
-    FFPA_DEV int q0(int item) const { return (t_first + item % tiles_per_head()) * 64; }
+    /* The work item run at step `step` of a pass. */
+    FFPA_DEV int item_at(int step) const
+    {
+        const int i = step + rot;
+        return i < items() ? i : i - items();
+    }
+    FFPA_DEV int head(int step) const { return kvh * group + item_at(step) / tiles_per_head(); }
+    FFPA_DEV int q0(int step) const { return (t_first + item_at(step) % tiles_per_head()) * 64; }
     /* The highest key block that adds into query tile t: the one holding
      * the last key the tile's last row sees (causal, window). Only asked for
      * tiles this block adds into (so that key is >= 0). */
@@ -149,6 +156,13 @@ template <class Cfg> FFPA_DEV bool bwd_work(const ffpa_bwd_params &p, uint32_t r
     w.n_qt = max(w.t_first, (q_end + Cfg::kBr - 1) / Cfg::kBr);
     w.group = p.group;
     w.tma_b = p.cu_q ? 0 : w.b;
+    /* Without a causal or window bound every key block of a head runs the
+     * same tiles; started in step they would all reduce into the same dQ
+     * tile at the same moment, and the L2 serialises reductions to one
+     * address. Block j starts at its own item instead. Deterministic mode
+     * keeps the launch order its turns rely on. */
+    const int items = w.items();
+    w.rot = p.dq_turn || items == 0 ? 0 : j % items;
     return true;
 }
 

@@ -29,22 +29,21 @@ namespace ffpa {
 namespace sm90 {
 
 /* The query rows' lse2 (base-2 LSE; +inf past the sequence or for a row
- * with no keys, so P = 0 there) and Delta, into rows[0..63] and
- * rows[64..127]; one value per thread of consumer 0. */
-FFPA_DEV void load_rows(const ffpa_bwd_params &p, const BwdWork &w, int h, int q0, float *rows, int ctid)
+ * with no keys, so P = 0 there) and Delta: this thread's value of
+ * rows[0..127] (rows[0..63] the lse2, rows[64..127] Delta), one per thread
+ * of consumer 0. The kernel loads it a tile ahead and stores it at the
+ * tile's start, so the global load's latency is off the critical path. */
+FFPA_DEV float fetch_row(const ffpa_bwd_params &p, const BwdWork &w, int h, int q0, int ctid)
 {
     const int r = q0 + (ctid & 63);
-    float v;
     if (ctid < 64) {
         const float *lse =
             p.lse + (int64_t)h * p.lse_sh + (p.cu_q ? w.q_start * p.lse_sn : (int64_t)w.b * p.lse_sb);
         const float l = r < w.seqlen_q ? lse[(int64_t)r * p.lse_sn] : -INFINITY;
-        v = l == -INFINITY ? INFINITY : l * 1.4426950408889634f;
-    } else {
-        const float *dl = p.delta + (int64_t)h * p.total_q + (p.cu_q ? w.q_start : (int64_t)w.b * p.nq);
-        v = r < w.seqlen_q ? dl[r] : 0.0f;
+        return l == -INFINITY ? INFINITY : l * 1.4426950408889634f;
     }
-    rows[ctid] = v;
+    const float *dl = p.delta + (int64_t)h * p.total_q + (p.cu_q ? w.q_start : (int64_t)w.b * p.nq);
+    return r < w.seqlen_q ? dl[r] : 0.0f;
 }
 
 /* Byte offset of element (row, 2 * quad .. +1 of column chunk j) in a
