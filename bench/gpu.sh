@@ -22,7 +22,8 @@
 #                memcheck on a sample
 #   python       the package's tests on this GPU and the training check (python/train_check.py)
 #   hipnv        the HIP backend's sources on this GPU (__HIP_PLATFORM_NVIDIA__, backends/hip/nvidia-check.sh)
-#   diag         the sm90 forward's diagnostic builds (DIAG=1: no DSMEM exchange, timing only; 2: timeline)
+#   diag         the sm90 diagnostic builds, timing only (DIAG=1: forward without the DSMEM exchange;
+#                2: forward timeline; 3: backward without the dQ reductions)
 #
 # Logs and CSVs go to OUT (default /tmp/ffpa-gpu); each step prints "== ..." lines, a summary ends.
 # The machine has no apt: cmocka and cJSON travel in .deps/ (tools/device-deps.sh).
@@ -67,7 +68,8 @@ BWD_CHECK=(1,2,2,77,77,64,64 2,4,2,130,200,128,128,c 1,2,1,70,33,256,256,c 1,2,2
   1,2,2,200,260,512,512,o 1,2,1,300,500,512,512,cor 1,2,2,300,300,1024,1024,or 2,2,2,70,90,768,768,vgo
   1,2,2,200,300,512,512,gr 2,4,2,200,200,256,256,cgr 1,2,2,129,257,448,448,cgo
   1,2,2,300,300,128,128,w40.7 2,4,2,200,330,320,320,cw100 1,2,1,130,90,512,512,w5.0 1,2,2,200,200,256,256,s5
-  2,2,2,150,150,512,512,cs30g 1,4,2,200,260,128,128,a 3,2,2,100,120,512,512,vcw33s20ad 1,2,2,200,200,1024,1024,cw64s10ar)
+  2,2,2,150,150,512,512,cs30g 1,4,2,200,260,128,128,a 3,2,2,100,120,512,512,vcw33s20ad 1,2,2,200,200,1024,1024,cw64s10ar
+  3,2,2,100,130,256,256 2,4,2,90,70,192,192,o 2,2,1,77,150,256,256,bd 1,2,2,150,150,256,256,r)
 # Decode: B,Hq,Hkv,Nq,Nkv,Dqk,Dv,page[,flags]: c causal, a append, m MLA, x mixed lengths, d dense.
 KV_CHECK=(1,8,2,1,1,64,64,16 3,8,2,1,17,128,128,16,x 2,32,8,1,5000,128,128,64 2,4,4,4,300,256,256,16,ca
   2,8,1,16,200,512,512,16,ca 2,4,2,1,3000,1024,1024,256 3,128,1,1,700,576,512,64,ma
@@ -79,7 +81,8 @@ FWD_SAN=(1,2,1,70,90,128,128,bdl 1,1,1,33,70,256,256,cl 1,1,1,40,70,320,320,l 1,
   2,2,2,20,40,128,128,vl 1,1,1,40,140,1024,1024,cl 1,4,1,1,300,512,512,l 1,2,1,70,130,320,320,cw20s10al)
 BWD_SAN=(1,2,1,70,130,320,320,c 1,1,1,40,140,1024,1024,c 1,1,1,90,200,768,768,c 2,2,2,20,40,128,128,v
   1,1,1,40,70,512,512,bd 1,2,1,200,260,512,512,cr 1,1,1,130,200,1024,1024,r 1,2,1,70,130,512,512,cg
-  1,1,1,40,140,1024,1024,go 2,2,2,60,70,256,256,gr 1,2,1,70,130,320,320,cw20s10a)
+  1,1,1,40,140,1024,1024,go 2,2,2,60,70,256,256,gr 1,2,1,70,130,320,320,cw20s10a 1,2,1,70,130,256,256,c
+  2,4,1,100,300,256,256,vc)
 KV_SAN=(1,8,2,1,300,128,128,16,x 1,32,1,2,200,576,512,64,mac 1,4,4,3,130,1024,1024,16,ca 2,8,8,1,100,64,64,16,d
   1,64,1,1,300,576,512,48,m 2,128,1,2,257,576,512,16,mc 3,16,1,1,130,576,512,256,mx)
 FWD_PERF=(${FWD_PERF:-1,32,32,8192,8192,128,128 1,32,32,8192,8192,256,256 1,32,32,8192,8192,320,320
@@ -144,8 +147,8 @@ if want check; then
   note "check backward (bf16) vs cpu: rc=$? $(fails "$OUT/check-bwd.log" ${#BWD_CHECK[@]})"
   timeout 120 "$BENCH" --backend cuda --dtype f16 --backward --check --no-time 1,2,2,90,150,320,320,c \
     1,2,1,70,150,1024,1024,c 2,4,2,130,200,128,128,vc 1,2,2,70,90,512,512,bd 1,2,2,70,90,512,512,go \
-    1,2,1,90,130,1024,1024,cgr >"$OUT/check-bwd-f16.log" 2>&1
-  note "check backward (f16) vs cpu: rc=$? $(fails "$OUT/check-bwd-f16.log" 6)"
+    1,2,1,90,130,1024,1024,cgr 2,2,2,100,100,256,256,c >"$OUT/check-bwd-f16.log" 2>&1
+  note "check backward (f16) vs cpu: rc=$? $(fails "$OUT/check-bwd-f16.log" 7)"
   timeout 200 "$BENCH" --backend cuda --decode --check --reps 10 "${KV_CHECK[@]}" >"$OUT/check-kv.log" 2>&1
   note "check decode vs cpu: rc=$? $(fails "$OUT/check-kv.log" ${#KV_CHECK[@]})"
   grep -h FAIL "$OUT"/check-*.log | head -10
@@ -333,12 +336,17 @@ if want hipnv; then
 fi
 
 if want diag; then
-  flag=$([ "${DIAG:-1}" = 2 ] && echo -DFFPA_SM90_DIAG_TIMELINE || echo -DFFPA_SM90_DIAG_SKIP_EXCHANGE)
+  case ${DIAG:-1} in
+    2) flag=-DFFPA_SM90_DIAG_TIMELINE ;;
+    3) flag=-DFFPA_SM90_BWD_DIAG_SKIP_DQ ;;
+    *) flag=-DFFPA_SM90_DIAG_SKIP_EXCHANGE ;;
+  esac
   D="$B-diag${DIAG:-1}"
   [ -f "$D/build.ninja" ] || meson setup "$D" -Dcuda=enabled -Dcuda-archs=90a -Dhip=disabled -Dcuda_args=$flag \
     >"$OUT/setup-diag.log" 2>&1
   ninja -C "$D" backends/cuda/libffpa-cuda.so bench/ffpa-bench >"$OUT/build-diag.log" 2>&1
   reps=$([ "${DIAG:-1}" = 2 ] && echo "--reps 1 --iters 1 --warmup 0" || echo "--reps 10")
+  [ "${DIAG:-1}" = 3 ] && reps="$reps --backward"
   FFPA_BACKEND_PATH="$PWD/$D/backends/cuda" FFPA_CUDA_KERNEL=sm90 timeout 120 "$D/bench/ffpa-bench" --backend cuda \
     $reps 1,32,32,8192,8192,256,256 1,32,32,8192,8192,512,512 1,32,32,8192,8192,1024,1024 >"$OUT/bench-diag.log" 2>&1
   note "diag ${DIAG:-1} ($flag): rc=$?"

@@ -58,6 +58,14 @@ FFPA_DEV void mbar_arrive(uint64_t *bar)
                  : "memory");
 }
 
+/* `count` arrivals at once (one thread standing for a consumer's warps). */
+FFPA_DEV void mbar_arrive_n(uint64_t *bar, uint32_t count)
+{
+    asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0], %1;\n}\n" ::"r"(smem_u32(bar)),
+                 "r"(count)
+                 : "memory");
+}
+
 /* Arrive and announce `bytes` of asynchronous transactions for this phase. */
 FFPA_DEV void mbar_arrive_expect_tx(uint64_t *bar, uint32_t bytes)
 {
@@ -112,6 +120,31 @@ FFPA_DEV void tma_load_4d(void *dst, const CUtensorMap *map, uint64_t *bar, int 
                  " [%0], [%1, {%2, %3, %4, %5}], [%6];\n" ::"r"(smem_u32(dst)),
                  "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(smem_u32(bar))
                  : "memory");
+}
+
+/* 4-D tile of fp32 in shared memory added element-wise into global memory
+ * by the TMA unit (elements outside the tensor are skipped); completes in
+ * this thread's bulk async-group (bulk_commit, bulk_wait*). */
+FFPA_DEV void tma_reduce_add_4d(const void *src, const CUtensorMap *map, int c0, int c1, int c2, int c3)
+{
+    asm volatile("cp.reduce.async.bulk.tensor.4d.global.shared::cta.add.tile.bulk_group"
+                 " [%0, {%1, %2, %3, %4}], [%5];\n" ::"l"(reinterpret_cast<uint64_t>(map)),
+                 "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(smem_u32(src))
+                 : "memory");
+}
+
+FFPA_DEV void bulk_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+
+/* This thread's bulk groups have read their shared-memory sources (they may be overwritten). */
+FFPA_DEV void bulk_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
+
+/* This thread's bulk groups are complete, their global writes performed;
+ * the proxy fence orders them before this thread's later generic accesses
+ * (a release that publishes them). */
+FFPA_DEV void bulk_wait_all()
+{
+    asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory");
+    asm volatile("fence.proxy.async.global;\n" ::: "memory");
 }
 
 /* --------------------------------------------------------------- wgmma */

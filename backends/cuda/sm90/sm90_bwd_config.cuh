@@ -76,6 +76,16 @@ template <typename T_, int kBoxes_, int kCluster_ = 1> struct BwdConfig {
     static constexpr int kSlots = slots_that_fit() / 2 * 2;
     static constexpr int kRingSlots = kSlots / 2; /* per consumer's ring (sm90_bwd_mainloop.cuh) */
     static constexpr size_t kSmemBytes = fixed_bytes() + kSlots * kSlabBytes;
+    /* dQ into the fp32 buffer by TMA reductions: a consumer stages its
+     * 64 x 128 fp32 tile in its two own ring slots and keeps them until the
+     * TMA has read them (sm90_bwd_kernel.cuh); otherwise red.global.add.v2
+     * from registers. H100, B=1 H=32 N=8192, bf16, TFLOP/s (TMA / red):
+     * D=128 201 / 203, D=256 304 / 266, D=512 193 / 198 (two ring slots:
+     * the held slots stall the next tile's loads), D=1024 153 / 175.
+     * D=320 and 768 (3 slots) gained 5% but compute-sanitizer racecheck
+     * reported hazards on the exchange buffer with a GQA causal shape there,
+     * not understood yet, so only D <= 256 at 4 boxes takes it. */
+    static constexpr bool kDqBulk = kBoxes == 4 && kCluster == 1;
 
     static_assert(kBoxes % 2 == 0 && kBoxes >= 2 && kBoxes <= 8, "2 to 8 boxes (512 columns) per CTA, whole slabs");
     static_assert(kCluster == 1 || kCluster == 2, "a cluster of 1 or 2");

@@ -44,7 +44,8 @@ constexpr int kBwdProducerRegs = 24;
 constexpr int kBwdConsumerRegs = 240;
 
 template <class Cfg, bool kExtras>
-FFPA_DEV void bwd_consumer(const ffpa_bwd_params &p, const BwdOutViews &out, uint8_t *smem, BwdBarriers *bars,
+FFPA_DEV void bwd_consumer(const BwdMaps &maps, const ffpa_bwd_params &p, const BwdOutViews &out, uint8_t *smem,
+                           BwdBarriers *bars,
                            const BwdWork &w, uint32_t rank, int consumer, int ctid)
 {
     using T = typename Cfg::T;
@@ -167,17 +168,23 @@ FFPA_DEV void bwd_consumer(const ffpa_bwd_params &p, const BwdOutViews &out, uin
                 wgmma_commit();
                 G::dq_gemm(dq, dst_addr, k_addr + (uint32_t)(2 * cols_slab) * kBoxBytes);
                 wgmma_commit();
-                wgmma_wait<2>();
-                release(1, own);
-                wgmma_wait<1>();
-                release(0, own);
+                /* kDqBulk: the fp32 buffer takes dQ through TMA reductions
+                 * staged in this consumer's two own slots, which it keeps
+                 * until the TMA has read them. Otherwise (and with
+                 * FFPA_GRAD_ACCUM_OUTPUT) dQ is reduced from registers and
+                 * the slots are freed as soon as their GEMMs are done. */
+                const bool bulk = Cfg::kDqBulk && p.dq.is_f32;
+                if (!bulk) {
+                    wgmma_wait<2>();
+                    release(1, own);
+                    wgmma_wait<1>();
+                    release(0, own);
+                }
                 wgmma_wait<0>();
                 fence_operands(dv);
                 fence_operands(dk);
                 fence_operands(dq);
                 const int rows_valid = min(Cfg::kBr, w.seqlen_q - q0);
-                const int64_t dq_row0 = (int64_t)h * p.dq.sh + (p.cu_q ? (w.q_start + q0) * p.dq.sn
-                                                                      : (int64_t)w.b * p.dq.sb + (int64_t)q0 * p.dq.sn);
                 /* Deterministic mode: this key block's turn at the tile's slab. */
                 int *turn = nullptr, mine = 0;
                 if (p.dq_turn) {
@@ -185,11 +192,48 @@ FFPA_DEV void bwd_consumer(const ffpa_bwd_params &p, const BwdOutViews &out, uin
                     turn = p.dq_turn + (((int64_t)w.b * p.hq + h) * p.dq_turn_tiles + t) * FFPA_BWD_DQ_TURN_SLABS +
                            (w.col0 / 128 + cols_slab);
                     mine = dq_turn_of(w.kb0 / 64, w.last_kb(t, p.mask));
-                    dq_turn_wait(turn, mine, kBarDqTurn + consumer, ctid);
                 }
-                reduce_dq<T>(dq, p.dq, dq_row0, rows_valid, w.col0 + cols_slab * 128, p.dqk, ctid);
-                if (turn)
-                    dq_turn_pass(turn, mine, kBarDqTurn + consumer, ctid);
+                const int dq_col = w.col0 + cols_slab * 128;
+                if (bulk) {
+                    uint8_t *lo = R::ptr(smem, 0, own), *hi = R::ptr(smem, 1, own);
+                    stage_dq(dq, lo, hi, rows_valid, ctid);
+                    fence_proxy_async_shared();
+                    named_barrier_sync(kBarDq + consumer, 128);
+                    if (ctid == 0) {
+                        if (turn)
+                            dq_turn_acquire(turn, mine);
+                        const int row = (int)w.q_start + q0, b = w.tma_b;
+#ifndef FFPA_SM90_BWD_DIAG_SKIP_DQ /* diagnostic builds (gpu.sh diag, DIAG=3): timing without dQ */
+#pragma unroll
+                        for (int k = 0; k < 4; ++k)
+                            tma_reduce_add_4d((k < 2 ? lo : hi) + (k & 1) * 8192, &maps.dq, dq_col + 32 * k, row, h, b);
+#endif
+                        bulk_commit();
+                        if (turn) {
+                            bulk_wait_all();
+                            st_release_gpu(turn, mine + 1);
+                        } else {
+                            bulk_wait_read();
+                        }
+                        mbar_arrive_n(R::empty(bars, 0, own), 4);
+                        mbar_arrive_n(R::empty(bars, 1, own), 4);
+                    }
+                    /* Warp 0 goes on converged: with lanes 1-31 a barrier
+                     * ahead of lane 0, racecheck saw the named barriers'
+                     * counts drift (hazards on the exchange buffers). */
+                    __syncwarp();
+                } else {
+                    const int64_t dq_row0 =
+                        (int64_t)h * p.dq.sh +
+                        (p.cu_q ? (w.q_start + q0) * p.dq.sn : (int64_t)w.b * p.dq.sb + (int64_t)q0 * p.dq.sn);
+                    if (turn)
+                        dq_turn_wait(turn, mine, kBarDq + consumer, ctid);
+#ifndef FFPA_SM90_BWD_DIAG_SKIP_DQ
+                    reduce_dq<T>(dq, p.dq, dq_row0, rows_valid, dq_col, p.dqk, ctid);
+#endif
+                    if (turn)
+                        dq_turn_pass(turn, mine, kBarDq + consumer, ctid);
+                }
             }
             if (Cfg::kCluster > 1 && consumer == 1 && done + 1 < total)
                 named_barrier_arrive(kBarPdsEmpty, 256);
@@ -263,7 +307,7 @@ FFPA_DEV void bwd_body(const BwdMaps &maps, const ffpa_bwd_params &p, const BwdO
         __syncwarp();
     } else {
         setmaxnreg_inc<kBwdConsumerRegs>();
-        bwd_consumer<Cfg, kExtras>(p, out, smem, bars, w, rank, wg - 1, tid - 128 * wg);
+        bwd_consumer<Cfg, kExtras>(maps, p, out, smem, bars, w, rank, wg - 1, tid - 128 * wg);
     }
     if (Cfg::kCluster > 1)
         cluster_sync(); /* no CTA leaves while its peer may still write into it */

@@ -90,11 +90,22 @@ extern "C" ffpa_status ffpa_cuda_sm90_backward(struct ffpa_cuda_state *st, const
         return unsupported(err, err_len,
                            "q/k/v/dout: strides not expressible as a TMA tensor map (e.g. broadcast stride 0)");
 
+    unsigned char *base = static_cast<unsigned char *>(ws);
+    /* The fp32 dQ buffer ([hq][total_q][Dqk], dense batches as [hq][B][nq]):
+     * the instantiations with kDqBulk add their 64 x 32 boxes with TMA
+     * reductions. */
+    if (pb->grad_accum == FFPA_GRAD_ACCUM_F32 && pb->nq > 0) {
+        const int64_t dims[4] = {pb->dqk, qrows, pb->hq, qb};
+        const int64_t strides[3] = {pb->dqk, pb->total_q * pb->dqk, pb->nq * pb->dqk};
+        if (!ffpa::sm90::encode_tiled(&maps.dq, base + lay.dq, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, dims, strides,
+                                      32, 64))
+            return unsupported(err, err_len, "the dQ buffer is too large for a TMA tensor map");
+    }
+
     host::Tiles t;
     memset(&t, 0, sizeof t);
     t.bc = 64;
     t.br = 64;
-    unsigned char *base = static_cast<unsigned char *>(ws);
     ffpa_bwd_params p;
     int64_t g[4], dq_blocks;
     host::fill_params(pb, base, lay, t, p, g, dq_blocks);

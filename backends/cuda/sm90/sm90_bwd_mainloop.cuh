@@ -72,9 +72,10 @@ FFPA_DEV void bwd_wait(uint64_t *bar, uint32_t parity, bool cluster_scope, int t
 #endif
 }
 
-/* [D, rows, heads, batch] views of Q, K, V and dO. */
+/* [D, rows, heads, batch] views of Q, K, V and dO (16-bit, 64-column boxes)
+ * and of the fp32 dQ buffer (32-column boxes; BwdConfig::kDqBulk). */
 struct BwdMaps {
-    CUtensorMap q, k, v, dout;
+    CUtensorMap q, k, v, dout, dq;
 };
 
 struct BwdBarriers {
@@ -89,7 +90,8 @@ enum BwdNamedBarrier {
     kBarPdsFull = 2, /* P^T and dS^T are; the exchange buffer is free */
     kBarPdsEmpty = 3, /* cluster: consumer 1's wgmma no longer reads P^T / dS^T */
     kBarRows = 4,    /* cluster, consumer 0 only: the tile's LSE and Delta are in shared memory */
-    kBarDqTurn = 5,  /* + consumer: its 4 warps, around a deterministic dQ reduction */
+    kBarDq = 5,      /* + consumer: its 4 warps, around its dQ reduction (a deterministic turn, or the
+                        tile staged for the TMA) */
 };
 
 /* One CTA's work: key block kb0..kb0+63 of (batch b, kv head kvh), against
@@ -101,18 +103,19 @@ struct BwdWork {
     int t_first, n_qt, group;
     int tma_b; /* batch coordinate of the tensor maps (0 for varlen) */
     int col0;  /* first head-dim column of this CTA (cluster rank * kCols) */
-    int rot;   /* the CTA's items run from item rot, wrapping around (see bwd_work) */
+    int rot;   /* each head's tiles run from tile t_first + rot, wrapping around (see bwd_work) */
 
     FFPA_DEV int tiles_per_head() const { return n_qt - t_first; }
     FFPA_DEV int items() const { return group * tiles_per_head(); }
-    /* The work item run at step `step` of a pass. */
-    FFPA_DEV int item_at(int step) const
+    /* Query head and first row of the work item run at step `step` of a
+     * pass: the group's heads one after the other, so the CTAs in flight
+     * share one head's dQ in L2. */
+    FFPA_DEV int head(int step) const { return kvh * group + step / tiles_per_head(); }
+    FFPA_DEV int q0(int step) const
     {
-        const int i = step + rot;
-        return i < items() ? i : i - items();
+        const int tiles = tiles_per_head(), t = step % tiles + rot;
+        return (t_first + (t < tiles ? t : t - tiles)) * 64;
     }
-    FFPA_DEV int head(int step) const { return kvh * group + item_at(step) / tiles_per_head(); }
-    FFPA_DEV int q0(int step) const { return (t_first + item_at(step) % tiles_per_head()) * 64; }
     /* The highest key block that adds into query tile t: the one holding
      * the last key the tile's last row sees (causal, window). Only asked for
      * tiles this block adds into (so that key is >= 0). */
@@ -159,10 +162,10 @@ template <class Cfg> FFPA_DEV bool bwd_work(const ffpa_bwd_params &p, uint32_t r
     /* Without a causal or window bound every key block of a head runs the
      * same tiles; started in step they would all reduce into the same dQ
      * tile at the same moment, and the L2 serialises reductions to one
-     * address. Block j starts at its own item instead. Deterministic mode
+     * address. Block j starts at its own tile instead. Deterministic mode
      * keeps the launch order its turns rely on. */
-    const int items = w.items();
-    w.rot = p.dq_turn || items == 0 ? 0 : j % items;
+    const int tiles = w.tiles_per_head();
+    w.rot = p.dq_turn || tiles == 0 ? 0 : j % tiles;
     return true;
 }
 
