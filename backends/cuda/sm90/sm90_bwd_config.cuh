@@ -18,8 +18,8 @@
  * dP^T = V dO^T; both then run dV += P^T dO, dK += dS^T Q and dQ = dS K for
  * their own 128 columns.
  *
- * D above 512 (K and V of 64 keys no longer fit next to the ring): a
- * cluster of kCluster = 2 CTAs splits the head dimension, CTA r holding
+ * D above 384 (sm90_bwd_kernels.cuh picks the widths): a cluster of
+ * kCluster = 2 CTAs splits the head dimension, CTA r holding
  * columns [r * kCols, (r + 1) * kCols) of K, V, Q, dO and of the gradients.
  * S^T and dP^T are then partial sums; the pair exchanges them through
  * distributed shared memory (sm90_bwd_exchange.cuh): a reduce-scatter over
@@ -83,9 +83,10 @@ template <typename T_, int kBoxes_, int kCluster_ = 1> struct BwdConfig {
      * D=128 201 / 203, D=256 304 / 266, D=512 193 / 198 (two ring slots:
      * the held slots stall the next tile's loads), D=1024 153 / 175.
      * D=320 and 768 (3 slots) gained 5% but compute-sanitizer racecheck
-     * reported hazards on the exchange buffer with a GQA causal shape there,
-     * not understood yet, so only D <= 256 at 4 boxes takes it. */
-    static constexpr bool kDqBulk = kBoxes == 4 && kCluster == 1;
+     * reported hazards on the exchange buffer with a GQA causal shape there
+     * (docs/notes/backward.md, v2.8), so only the 4-box kernels take it:
+     * D <= 256, and D <= 512 as a cluster of two. */
+    static constexpr bool kDqBulk = kBoxes == 4;
 
     static_assert(kBoxes % 2 == 0 && kBoxes >= 2 && kBoxes <= 8, "2 to 8 boxes (512 columns) per CTA, whole slabs");
     static_assert(kCluster == 1 || kCluster == 2, "a cluster of 1 or 2");

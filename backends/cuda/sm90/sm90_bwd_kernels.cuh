@@ -25,6 +25,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
 struct BwdKernelDesc {
     int boxes, cluster; /* max(Dqk, Dv) <= 64 * boxes * cluster */
+    int f32_dq_only;    /* skipped with FFPA_GRAD_ACCUM_OUTPUT (sm90_bwd_launch.cu) */
     size_t smem_bytes;
     const char *name;
     /* launch[0]: plain; launch[1]: with bias and/or dropout. */
@@ -40,14 +41,21 @@ cudaError_t bwd_launch(const BwdMaps &maps, const ffpa_bwd_params &p, const BwdO
                            maps, p, out);
 }
 
-template <class Cfg> constexpr BwdKernelDesc bwd_desc(const char *name)
+template <class Cfg> constexpr BwdKernelDesc bwd_desc(const char *name, int f32_dq_only = 0)
 {
-    return BwdKernelDesc{Cfg::kBoxes, Cfg::kCluster, Cfg::kSmemBytes, name,
+    return BwdKernelDesc{Cfg::kBoxes, Cfg::kCluster, f32_dq_only, Cfg::kSmemBytes, name,
                          {&bwd_launch<Cfg, false>, &bwd_launch<Cfg, true>}};
 }
 
-/* Widths, smallest first (sm90_bwd_launch.cu takes the first that covers D). */
-constexpr int kNumBwdShapes = 6;
+/* Widths in order of preference (sm90_bwd_launch.cu takes the first that
+ * covers max(Dqk, Dv)). D in (384, 512] runs on a cluster of two 4-box CTAs,
+ * not one 8-box CTA: one pass instead of two (no recomputed S^T / dP^T)
+ * and the TMA dQ path; H100 D=512 275 against 200 TFLOP/s. Without the fp32
+ * dQ buffer (FFPA_GRAD_ACCUM_OUTPUT) the pair reduces dQ from registers and
+ * loses (172 against 213), so that mode keeps the 8-box CTA. D <= 384
+ * stays on one CTA (D=320: 183 against 170 for the pair, whose second CTA
+ * would hold 64 columns). */
+constexpr int kNumBwdShapes = 7;
 extern const BwdKernelDesc bwd_f16[kNumBwdShapes], bwd_bf16[kNumBwdShapes];
 
 } /* namespace sm90 */

@@ -27,12 +27,13 @@ using ffpa::sm90::BwdOutViews;
 using ffpa::sm90::encode;
 using ffpa::sm90::unsupported;
 
-const BwdKernelDesc *pick(ffpa_dtype dtype, int64_t dqk, int64_t dv)
+const BwdKernelDesc *pick(const ffpa_problem *pb)
 {
-    const BwdKernelDesc *table = dtype == FFPA_F16 ? ffpa::sm90::bwd_f16 : ffpa::sm90::bwd_bf16;
-    const int64_t d = dqk > dv ? dqk : dv;
+    const BwdKernelDesc *table = pb->dtype == FFPA_F16 ? ffpa::sm90::bwd_f16 : ffpa::sm90::bwd_bf16;
+    const int64_t d = pb->dqk > pb->dv ? pb->dqk : pb->dv;
+    const bool f32_dq = pb->grad_accum == FFPA_GRAD_ACCUM_F32;
     for (int i = 0; i < ffpa::sm90::kNumBwdShapes; ++i)
-        if (d <= 64 * (int64_t)table[i].boxes * table[i].cluster)
+        if (d <= 64 * (int64_t)table[i].boxes * table[i].cluster && (f32_dq || !table[i].f32_dq_only))
             return &table[i];
     return NULL;
 }
@@ -69,7 +70,7 @@ extern "C" ffpa_status ffpa_cuda_sm90_backward(struct ffpa_cuda_state *st, const
     ffpa_status s = host::check(pb, "cuda", err, err_len);
     if (s != FFPA_OK)
         return s;
-    const BwdKernelDesc *kd = pick(pb->dtype, pb->dqk, pb->dv);
+    const BwdKernelDesc *kd = pick(pb);
     if (!kd)
         return unsupported(err, err_len, "q: the sm90 backward covers Dqk and Dv up to 1024");
     if (kd->smem_bytes > st->prop.sharedMemPerBlockOptin)
