@@ -7,9 +7,11 @@
  *      r. Each consumer sends the peer's block of its partial and adds the
  *      peer's partial of its own block (reduce_scores, reduce_dp; dP^T's
  *      sum goes to the dP^T buffer consumer 0 reads).
- *   2. all-gather (16-bit): consumer 0 writes the P^T and dS^T pairs of its
- *      block into its own tiles and, at the same offsets, into the peer's
- *      (sm90_bwd_softmax.cuh), then waits for the peer's (gather_wait).
+ *   2. all-gather (16-bit): each consumer finishes half of the block's
+ *      n8-blocks (the sums the other consumer needs go back to the receive
+ *      buffers) and writes their P^T and dS^T pairs into its own tiles and,
+ *      at the same offsets, into the peer's (sm90_bwd_softmax.cuh);
+ *      consumer 0 then waits for the peer's (gather_wait).
  * Bytes per CTA and query tile: 2 x 8 KiB fp32 out, 8 KiB of 16-bit pairs
  * out (the forward's probe: DSMEM moves about 8-11 bytes per cycle per SM).
  *
@@ -62,8 +64,9 @@ template <class Cfg> struct BwdExchange {
     }
 
     /* acc's block `rank` += buf (the peer's partial, fragment order); the
-     * sum also goes back to buf when store_sum (dP^T for consumer 0). */
-    FFPA_DEV void add_peer(float (&acc)[32], float4 *buf, bool store_sum) const
+     * sums of n8-blocks [store_from, store_to) of it go back to buf, for the
+     * other consumer, which finishes those (sm90_bwd_softmax.cuh). */
+    FFPA_DEV void add_peer(float (&acc)[32], float4 *buf, int store_from, int store_to) const
     {
 #pragma unroll
         for (int b = 0; b < Cfg::kCluster; ++b) {
@@ -77,28 +80,31 @@ template <class Cfg> struct BwdExchange {
                 acc[i + 1] += x.y;
                 acc[i + 2] += x.z;
                 acc[i + 3] += x.w;
-                if (store_sum)
+                if (q >= store_from && q < store_to)
                     buf[q * 128 + ctid] = make_float4(acc[i], acc[i + 1], acc[i + 2], acc[i + 3]);
             }
         }
     }
 
-    /* Consumer 0: block `rank` of s becomes the full S^T. */
+    /* Consumer 0: block `rank` of s becomes the full S^T; the second half
+     * of its n8-blocks also goes to the receive buffer (read by then) for
+     * consumer 1. */
     FFPA_DEV void reduce_scores(float (&s)[32], int tile) const
     {
         float4 *rs = reinterpret_cast<float4 *>(smem + BwdSmemLayout<Cfg>::rs);
         send_block(s, rs, &bars->rs_full[0]);
         wait_bytes(&bars->rs_full[0], (uint32_t)Cfg::kDpBytes, tile);
-        add_peer(s, rs, false);
+        add_peer(s, rs, kNT / 2, kNT);
     }
 
-    /* Consumer 1: the full dP^T of block `rank` into the dP^T buffer. */
+    /* Consumer 1: the full dP^T of block `rank`; its first half into the
+     * dP^T buffer for consumer 0. */
     FFPA_DEV void reduce_dp(float (&dpt)[32], int tile) const
     {
         float4 *dp = reinterpret_cast<float4 *>(smem + BwdSmemLayout<Cfg>::dp);
         send_block(dpt, dp, &bars->rs_full[1]);
         wait_bytes(&bars->rs_full[1], (uint32_t)Cfg::kDpBytes, tile);
-        add_peer(dpt, dp, true);
+        add_peer(dpt, dp, 0, kNT / 2);
     }
 
     /* Consumer 0, after sending its block: the peer's P^T and dS^T block. */

@@ -8,8 +8,8 @@
  *
  * Per pass and query tile:
  *   consumer 0: S^T = K Q^T (wgmma SS over all of Dqk)   consumer 1: dP^T = V dO^T
- *   both (no cluster): swap halves, each writes half of P^T and dS^T
- *   (cluster: consumer 0 writes its block, consumer 1 waits)
+ *   both: swap halves, each writes half of P^T and dS^T (of the CTA's
+ *   block with a cluster)
  *   both:       dV_c += P^T dO_c, dK_c += dS^T Q_c, dQ_c = dS K_c (own 128 columns c)
  * dK and dV are register accumulators across all query tiles of the pass
  * and are stored once; dQ is reduced per tile into the fp32 buffer (or the
@@ -68,8 +68,6 @@ FFPA_DEV void bwd_consumer(const BwdMaps &maps, const ffpa_bwd_params &p, const 
     const int total = items * Cfg::kPasses;
     if (items > 0)
         bwd_wait(&bars->kv_full, 0, false, 1, 0);
-    if (Cfg::kCluster > 1 && consumer == 1 && total > 0)
-        named_barrier_arrive(kBarPdsEmpty, 256); /* the buffers start free */
 
     int n = 0, done = 0; /* slabs per ring so far (the same in both rings); tiles done */
     /* Consumer 0: this thread's LSE / Delta value of the next tile (fetch_row). */
@@ -113,20 +111,28 @@ FFPA_DEV void bwd_consumer(const BwdMaps &maps, const ffpa_bwd_params &p, const 
                 release(consumer, n + Cfg::kSlabs - 1);
 
             if constexpr (Cfg::kCluster > 1) {
-                /* Consumer 0 finishes the CTA's block of the pair's S^T. */
+                /* The pair completes the CTA's block of S^T (consumer 0) and
+                 * dP^T (consumer 1); each consumer then finishes half of
+                 * that block: consumer 0 its first n8-blocks with the dP^T
+                 * sums consumer 1 left in the dP^T buffer, consumer 1 the
+                 * others with the S^T sums consumer 0 left in the (read)
+                 * receive buffer. One barrier orders it: each consumer
+                 * reaches it after its phase-2 wgmma of the last tile (P^T
+                 * and dS^T free), after its sums and (consumer 0) the rows. */
+                float *other;
                 if (consumer == 0) {
                     xch.reduce_scores(acc, done);
-                    named_barrier_sync(kBarRows, 128);
-                    named_barrier_sync(kBarPdsEmpty, 256);
-                    named_barrier_sync(kBarDpFull, 256);
-                    softmax_grad<Cfg, kExtras>(acc, dp, rows, smem + L::pt, smem + L::dst, p, w, h, q0, ctid,
-                                               rank, 0, &bars->ag_full, pass == 0);
-                    xch.gather_wait(done);
-                    fence_proxy_async_shared();
+                    other = dp;
                 } else {
                     xch.reduce_dp(acc, done);
-                    named_barrier_arrive(kBarDpFull, 256);
+                    other = reinterpret_cast<float *>(smem + L::rs);
                 }
+                named_barrier_sync(kBarDpFull, 256);
+                softmax_grad<Cfg, kExtras>(acc, other, rows, smem + L::pt, smem + L::dst, p, w, h, q0, ctid, rank,
+                                           consumer, &bars->ag_full, pass == 0);
+                if (consumer == 0)
+                    xch.gather_wait(done);
+                fence_proxy_async_shared();
             } else {
                 /* Both consumers finish half the tile (consumer 0 blocks 0-3
                  * with its S^T, consumer 1 blocks 4-7 with its dP^T), each
@@ -235,8 +241,6 @@ FFPA_DEV void bwd_consumer(const BwdMaps &maps, const ffpa_bwd_params &p, const 
                         dq_turn_pass(turn, mine, kBarDq + consumer, ctid);
                 }
             }
-            if (Cfg::kCluster > 1 && consumer == 1 && done + 1 < total)
-                named_barrier_arrive(kBarPdsEmpty, 256);
             n += Cfg::kSlabs;
         }
 

@@ -88,8 +88,6 @@ struct BwdBarriers {
 enum BwdNamedBarrier {
     kBarDpFull = 1,  /* consumer 1's dP^T (and without a cluster consumer 0's S^T half) is in shared memory */
     kBarPdsFull = 2, /* P^T and dS^T are; the exchange buffer is free */
-    kBarPdsEmpty = 3, /* cluster: consumer 1's wgmma no longer reads P^T / dS^T */
-    kBarRows = 4,    /* cluster, consumer 0 only: the tile's LSE and Delta are in shared memory */
     kBarDq = 5,      /* + consumer: its 4 warps, around its dQ reduction (a deterministic turn, or the
                         tile staged for the TMA) */
 };

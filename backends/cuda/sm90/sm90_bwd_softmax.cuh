@@ -53,15 +53,12 @@ FFPA_DEV uint32_t swizzled_pair(int row, int j, int quad)
     return (uint32_t)row * 128 + ((uint32_t)(j ^ (row & 7)) << 4) + (uint32_t)quad * 4;
 }
 
-/* The n8-blocks [first, first + count) of the tile a consumer finishes:
- * with a cluster, consumer 0 finishes the CTA's block `rank` alone; without
- * one, the two consumers split the 8 blocks (part 0: 0-3, part 1: 4-7). */
+/* The n8-blocks [first, first + kCount) of the tile a consumer (part)
+ * finishes: half of the CTA's kBlockNT (all 8 without a cluster, block
+ * `rank` with one); part 0 the first half. */
 template <class Cfg> struct GradBlocks {
-    static FFPA_DEV int first(uint32_t rank, int part)
-    {
-        return Cfg::kCluster > 1 ? (int)rank * Cfg::kBlockNT : 4 * part;
-    }
-    static constexpr int kCount = Cfg::kCluster > 1 ? Cfg::kBlockNT : 4;
+    static constexpr int kCount = Cfg::kBlockNT / 2;
+    static FFPA_DEV int first(uint32_t rank, int part) { return (int)rank * Cfg::kBlockNT + part * kCount; }
 };
 
 /* Dropout keep bits of this thread's elements of blocks [j0, j0 + kCount)
@@ -83,12 +80,12 @@ FFPA_DEV uint32_t keep_bits(const ffpa_gpu_fwd_params &m, const BwdWork &w, int 
     return bits;
 }
 
-/* s: S^T accumulator of consumer 0 (wgmma m64n64 fragment) for query head
- * h and the tile's first row q0; dp: dP^T of this CTA's query block in
- * fragment order (float4 q of thread t at (q * 128 + t) * 16, q counted
- * from the block's first n8-block). With a cluster, only block `rank`
- * (n8-blocks 4 * rank ..) is finished here; its pairs also go to the peer's
- * tiles (the all-gather, completing on the peer's ag_full). kExtras: bias,
+/* mine: this consumer's accumulator (wgmma m64n64 fragment) for query head
+ * h and the tile's first row q0, S^T for part 0, dP^T for part 1; other:
+ * the other one's values of the n8-blocks this part finishes (GradBlocks),
+ * in fragment order (float4 q of thread t at (q * 128 + t) * 16, q counted
+ * from the CTA's first n8-block). With a cluster the pairs written also go
+ * to the peer's tiles (the all-gather, completing on the peer's ag_full). kExtras: bias,
  * dropout, window, softcap or ALiBi (a separate kernel instantiation: in the same kernel their
  * registers and code cost the plain path ~10%), and with them dbias where
  * add_dbias (the CTA's first pass: later ones recompute the same dS). */
@@ -113,14 +110,14 @@ FFPA_DEV void softmax_grad(const float (&mine)[32], const float *other, const fl
     for (int j = 0; j < 8; ++j) {
         if (j < j0 || j >= j0 + GradBlocks<Cfg>::kCount)
             continue; /* j stays a compile-time register index */
-        /* Part 1 (consumer 1, no cluster) holds dP^T and reads S^T; the
-         * others hold S^T and read dP^T (slot j % kBlockNT). */
+        /* Part 1 (consumer 1) holds dP^T and reads S^T; part 0 holds S^T
+         * and reads dP^T (slot j % kBlockNT). */
         const float4 o4 = reinterpret_cast<const float4 *>(other)[(j % Cfg::kBlockNT) * 128 + ctid];
         const float ov[4] = {o4.x, o4.y, o4.z, o4.w};
         float dpv[4], sraw[4];
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-            const bool holds_dp = Cfg::kCluster == 1 && part == 1;
+            const bool holds_dp = part == 1;
             dpv[i] = holds_dp ? mine[4 * j + i] : ov[i];
             sraw[i] = holds_dp ? ov[i] : mine[4 * j + i];
         }
