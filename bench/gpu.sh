@@ -22,17 +22,18 @@
 #                memcheck on a sample
 #   python       the package's tests on this GPU and the training check (python/train_check.py)
 #   hipnv        the HIP backend's sources on this GPU (__HIP_PLATFORM_NVIDIA__, backends/hip/nvidia-check.sh)
+#   ab           same-run A/B: this tree against a fresh build of it with AB_BASE's files laid over
+#                (AB_SHAPES, default the backward rows; AB_FLAGS, default --backward; AB_ROUNDS) in OUT/ab.txt
 #   diag         the sm90 diagnostic builds, timing only (DIAG=1: forward without the DSMEM exchange;
 #                2: forward timeline; 3: backward without the dQ reductions)
 #
 # Logs and CSVs go to OUT (default /tmp/ffpa-gpu); each step prints "== ..." lines, a summary ends.
 # The machine has no apt: cmocka and cJSON travel in .deps/ (tools/device-deps.sh).
 set -u
+OUT=$(mkdir -p "${OUT:-/tmp/ffpa-gpu}" && cd "${OUT:-/tmp/ffpa-gpu}" && pwd) # absolute: steps change directory
 cd "$(dirname "$0")/.."
-OUT=${OUT:-/tmp/ffpa-gpu}
 B=${BUILD:-build-gpu}
 STEPS=${*:-build test check sanitize bench sdpa}
-mkdir -p "$OUT"
 [ -d .deps ] && . tools/device-env.sh
 export PYTHONUNBUFFERED=1
 BENCH="$B/bench/ffpa-bench"
@@ -115,8 +116,15 @@ if want build || [ ! -x "$BENCH" ]; then
     meson setup "$B" -Dcuda=enabled -Dcuda-archs="${ARCHS:-90a}" -Dhip=disabled >"$OUT/setup.log" 2>&1 ||
       { tail -20 "$OUT/setup.log"; exit 1; }
   fi
+  # Meson records no header dependencies for .cu objects: after a header change (a warm machine's
+  # second call), touch the CUDA sources so that ninja does not link stale kernels.
+  stamp="$B/.ffpa-built"
+  if [ -f "$stamp" ] && [ -n "$(find backends common api \( -name '*.cuh' -o -name '*.h' \) -newer "$stamp" -print -quit)" ]; then
+    find backends/cuda -name '*.cu' -exec touch {} +
+  fi
   t0=$(date +%s)
   ninja -C "$B" >"$OUT/build.log" 2>&1 || { grep -E "error" -A3 "$OUT/build.log" | head -40; exit 1; }
+  touch "$stamp"
   note "build: $(( $(date +%s) - t0 )) s (archs ${ARCHS:-90a}, $(nproc) cores)"
 fi
 export FFPA_BACKEND_PATH="$PWD/$B/backends/cuda"
@@ -333,6 +341,27 @@ if want hipnv; then
   note "HIP on NVIDIA build: rc=$? $(( $(date +%s) - t0 )) s"
   OUT="$OUT/hipnv" HIPNV_STEPS="${HIPNV_STEPS:-forward backward validation kvcache}" \
     bash backends/hip/nvidia-check.sh test build-hipnv 2>&1 | grep "^==" | while read -r l; do note "hipnv $l"; done
+fi
+
+if want ab; then
+  # Same-run baseline: a copy of this tree with AB_BASE's files laid over it (AB_BASE mirrors the
+  # repository, e.g. filled with `git show REV:path` for the files a change touches), built fresh,
+  # then both timed in alternation.
+  [ -d "${AB_BASE:-}" ] || { echo "ab: AB_BASE=${AB_BASE:-} is not a folder"; exit 2; }
+  BB=${AB_DIR:-/tmp/ffpa-ab-base}
+  rm -rf "$BB" && mkdir -p "$BB"
+  tar --exclude="./$B" --exclude=./.git -cf - . | tar -xf - -C "$BB" && cp -r "$AB_BASE"/. "$BB"/
+  (cd "$BB" && OUT="$OUT/ab-base" bash bench/gpu.sh build >/dev/null 2>&1)
+  [ -x "$BB/$B/bench/ffpa-bench" ] || { echo "ab: the base did not build (see $OUT/ab-base/build.log)"; exit 1; }
+  note "ab: base built from $AB_BASE ($(cd "$AB_BASE" && find . -type f | wc -l) files laid over this tree)"
+  for round in $(seq "${AB_ROUNDS:-2}"); do
+    for side in new base; do
+      R=$PWD/$B; [ $side = base ] && R=$BB/$B
+      FFPA_BACKEND_PATH=$R/backends/cuda timeout 400 "$R/bench/ffpa-bench" --backend cuda ${AB_FLAGS:---backward} \
+        --reps 5 ${AB_SHAPES:-${BWD_PERF[*]}} 2>&1 | grep -vE "^(#|shape |device)" | sed "s/^/$side$round /" |
+        tee -a "$OUT/ab.txt"
+    done
+  done
 fi
 
 if want diag; then
