@@ -224,9 +224,10 @@ FFPA_DEV void bwd_consumer(const BwdMaps &maps, const ffpa_bwd_params &p, const 
                         mbar_arrive_n(R::empty(bars, 0, own), 4);
                         mbar_arrive_n(R::empty(bars, 1, own), 4);
                     }
-                    /* Warp 0 goes on converged: with lanes 1-31 a barrier
-                     * ahead of lane 0, racecheck saw the named barriers'
-                     * counts drift (hazards on the exchange buffers). */
+                    /* Warp 0 goes on converged (lane 0 alone waited for
+                     * the TMA's read). Added while chasing the racecheck
+                     * report of docs/notes/backward.md (v2.8); it did not
+                     * change that report. */
                     __syncwarp();
                 } else {
                     const int64_t dq_row0 =
