@@ -36,7 +36,7 @@ struct ffpa_context {
     void *user_ws;         /* caller-provided workspace, when set */
     size_t user_ws_bytes;
     ffpa_tuning_table *tuning; /* this device's tuned plans, or NULL: heuristics */
-    int forwarded;         /* a forward has succeeded on this context */
+    int ran;               /* a pass has succeeded on this context (ffpa_last_kernel) */
 };
 
 /* Message of the last failed ffpa_create (or call with a NULL context). */
@@ -245,7 +245,7 @@ const char *ffpa_device_name(const ffpa_context *ctx)
 
 const char *ffpa_last_kernel(const ffpa_context *ctx)
 {
-    if (!ctx || !ctx->forwarded)
+    if (!ctx || !ctx->ran)
         return "";
     if (!ctx->backend->iface->last_kernel)
         return ctx->backend->iface->name; /* one kernel family: the backend */
@@ -604,7 +604,7 @@ ffpa_status ffpa_forward(ffpa_context *ctx, const ffpa_tensor *q, const ffpa_ten
         return st;
     st = ctx->backend->iface->forward(ctx->state, &pb, ws, ws_bytes, ctx->err, sizeof ctx->err);
     if (st == FFPA_OK)
-        ctx->forwarded = 1;
+        ctx->ran = 1;
     return st;
 }
 
@@ -636,7 +636,10 @@ ffpa_status ffpa_backward(ffpa_context *ctx, const ffpa_tensor *dout, const ffpa
     st = acquire_workspace(ctx, workspace_bytes(ctx, &pb, 1), &ws, &ws_bytes);
     if (st != FFPA_OK)
         return st;
-    return ctx->backend->iface->backward(ctx->state, &pb, ws, ws_bytes, ctx->err, sizeof ctx->err);
+    st = ctx->backend->iface->backward(ctx->state, &pb, ws, ws_bytes, ctx->err, sizeof ctx->err);
+    if (st == FFPA_OK)
+        ctx->ran = 1;
+    return st;
 }
 
 /* ------------------------------------------------------------------ KV cache */
@@ -709,7 +712,7 @@ ffpa_status ffpa_forward_kvcache(ffpa_context *ctx, const ffpa_tensor *q, const 
         return st;
     st = ctx->backend->iface->forward_kvcache(ctx->state, &pb, ws, ws_bytes, ctx->err, sizeof ctx->err);
     if (st == FFPA_OK)
-        ctx->forwarded = 1;
+        ctx->ran = 1;
     return st;
 }
 

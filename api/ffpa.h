@@ -267,10 +267,11 @@ FFPA_API void ffpa_destroy(ffpa_context *ctx);
 FFPA_API const char *ffpa_backend_name(const ffpa_context *ctx);
 /** Device description ("NVIDIA H100 80GB HBM3 (sm_90, 132 SMs)", "cpu (2 threads)"). */
 FFPA_API const char *ffpa_device_name(const ffpa_context *ctx);
-/** Kernel the last successful ffpa_forward on ctx ran ("sm90 wgmma d256x2
- * cluster", "generic split-d", "cpu", ...), or on the cuda backend the
- * last ffpa_backward's kernels ("bwd dkdv kv64 s3, dq big s2"); "" before
- * the first. For benchmarks, A/B runs (FFPA_CUDA_KERNEL) and the tuner. */
+/** Kernel the last successful pass on ctx ran: a forward's ("sm90 wgmma
+ * d256x2 cluster", "generic split-d", "cpu", ...) or, on the cuda backend,
+ * a backward's ("sm90 wgmma bwd d384", "bwd dkdv kv64 s3, dq big s2"); ""
+ * before the first. For benchmarks, A/B runs (FFPA_CUDA_KERNEL) and the
+ * tuner. */
 FFPA_API const char *ffpa_last_kernel(const ffpa_context *ctx);
 
 /** Message of the last failed call on ctx (or, with NULL, of the last failed

@@ -15,7 +15,8 @@
 #   mla          the Hopper MLA decode kernel: page sizes, fp16, beside the generic kernels
 #   profile      Nsight Compute on the forward kernels (PROFILE_SHAPES) and/or the Hopper backward
 #                (PROFILE_PASSES="fwd bwd", PROFILE_BWD_SHAPES)
-#   tune         ffpa-tune (forward and backward, TUNE_BUDGET s) into BUILD/ffpa/tuning; checks with it
+#   tune         ffpa-tune (TUNE_PASS fwd|bwd|both, default both; TUNE_BUDGET s) into BUILD/ffpa/tuning;
+#                checks with it
 #   grid         the benchmark grid (with and without the tuning table, SDPA) in OUT/results/<device>
 #   reliability  device OOM x1000 and > 2^31 elements (py/reliability_gpu.py), the zero-size, thread,
 #                validation suites, STRESS_FWD/STRESS_BWD random cases with device memory sampled, and
@@ -258,11 +259,14 @@ fi
 if want tune; then
   mkdir -p "$B/ffpa/tuning"
   t0=$(date +%s)
-  (cd "$B/ffpa/tuning" && ../../tuning/ffpa-tune --pass both --budget-s "${TUNE_BUDGET:-240}") >"$OUT/tune.log" 2>&1
+  (cd "$B/ffpa/tuning" && ../../tuning/ffpa-tune --pass "${TUNE_PASS:-both}" --budget-s "${TUNE_BUDGET:-240}") \
+    >"$OUT/tune.log" 2>&1
   note "ffpa-tune: rc=$? $(( $(date +%s) - t0 )) s; table(s): $(ls "$B/ffpa/tuning")"
   cp "$B"/ffpa/tuning/*.json "$OUT/" 2>/dev/null
   timeout 200 "$BENCH" --backend cuda --check --no-time "${FWD_CHECK[@]:0:12}" >"$OUT/check-tuned.log" 2>&1
   note "check forward with the new table: rc=$? $(fails "$OUT/check-tuned.log" 12)"
+  timeout 300 "$BENCH" --backend cuda --backward --check --no-time "${BWD_CHECK[@]}" >"$OUT/check-tuned-bwd.log" 2>&1
+  note "check backward with the new table: rc=$? $(fails "$OUT/check-tuned-bwd.log" ${#BWD_CHECK[@]})"
 fi
 
 if want grid; then

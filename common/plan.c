@@ -283,6 +283,20 @@ int ffpa_plan_sm90_covers(int64_t dqk, int64_t dv, int cluster)
     return 0;
 }
 
+/* The sm_90a backward widths (boxes x cluster), as instantiated in
+ * backends/cuda/sm90/sm90_bwd_inst_*.cu. */
+int ffpa_plan_sm90_bwd_covers(int64_t dqk, int64_t dv, int boxes, int cluster)
+{
+    static const struct {
+        int boxes, cluster;
+    } widths[] = {{2, 1}, {4, 1}, {6, 1}, {8, 1}, {4, 2}, {6, 2}, {8, 2}};
+    int64_t d = dqk > dv ? dqk : dv;
+    for (size_t i = 0; i < sizeof widths / sizeof widths[0]; ++i)
+        if (widths[i].boxes == boxes && widths[i].cluster == cluster)
+            return d <= 64 * (int64_t)boxes * cluster;
+    return 0;
+}
+
 ffpa_plan_input ffpa_plan_input_of(const ffpa_problem *pb, int backward)
 {
     ffpa_plan_input in;

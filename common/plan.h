@@ -85,8 +85,9 @@ typedef struct ffpa_plan {
     ffpa_work_order order;
     /* Tuned kernel choices, set only by a tuning table (0: default). The
      * launchers honour them where they can run the call, else fall back. */
-    ffpa_fwd_family family;  /* CUDA forward kernel family */
-    int cluster;             /* Hopper forward: CTAs per cluster (1, 2, 4) */
+    ffpa_fwd_family family;  /* CUDA kernel family (forward; backward too) */
+    int cluster;             /* Hopper: CTAs per cluster (forward 1, 2, 4; backward 1, 2) */
+    int bwd_boxes;           /* Hopper backward: 64-column boxes per CTA (2, 4, 6, 8) */
     ffpa_bwd_dkdv_kernel bwd_dkdv;
     ffpa_bwd_dq_kernel bwd_dq;
     int bwd_stages;          /* ring depth of both backward kernels (2, 3) */
@@ -140,6 +141,11 @@ int ffpa_plan_use_fwd_tile(const ffpa_plan_input *in, int br, int bc, int chunk,
  * covers Dqk and Dv (backends/cuda/sm90: slice x cluster shapes). */
 int ffpa_plan_sm90_covers(int64_t dqk, int64_t dv, int cluster);
 
+/* Whether the sm_90a backward has an instantiation of `boxes` 64-column
+ * boxes per CTA in clusters of `cluster` and it covers Dqk and Dv
+ * (backends/cuda/sm90/sm90_bwd_inst_*.cu: the width table). */
+int ffpa_plan_sm90_bwd_covers(int64_t dqk, int64_t dv, int boxes, int cluster);
+
 /* Query block that work item w of a causal-aware schedule runs: with
  * FFPA_ORDER_LONGEST_FIRST, item 0 is the last (longest) query block. */
 static inline int64_t ffpa_plan_q_block(const ffpa_plan *plan, int64_t w)
@@ -169,6 +175,7 @@ typedef struct ffpa_tuning_table_head {
  * Values illegal for the problem are ignored (stages outside 2..4, or 2..3
  * backward; kv_splits < 1; a tile no instantiation covering Dv has; the
  * Hopper family or a cluster off sm_90, on split-KV calls, or a cluster
+ * covering less than D; a Hopper backward width with no instantiation or
  * covering less than D) or clamped (kv_splits above the key blocks); an
  * entry whose plan would not fit the block's shared memory is not applied.
  * No-op for a NULL table, a CPU device or no matching entry.

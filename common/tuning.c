@@ -27,8 +27,9 @@ typedef struct tuning_entry {
     /* What config sets; 0 everywhere: keep the heuristic's. */
     int stages;    /* forward ring depth; backward: both kernels' (bwd_stages) */
     int kv_splits;
-    ffpa_fwd_family family;
-    int cluster;
+    ffpa_fwd_family family;   /* forward and backward */
+    int cluster;              /* forward; backward with boxes */
+    int boxes;                /* Hopper backward width: boxes x cluster */
     int br, bc, chunk, warps; /* generic forward tile (all or none) */
     ffpa_bwd_dkdv_kernel dkdv;
     ffpa_bwd_dq_kernel dq;
@@ -121,14 +122,27 @@ static void apply_forward(const tuning_entry *e, const ffpa_plan_input *in, cons
         t->cluster = e->cluster;
 }
 
-/* Backward choices: kept as asked; the launcher (bwd_host.h choose_tiles)
- * runs each kernel's choice where it fits shared memory, else its default. */
-static void apply_backward(const tuning_entry *e, ffpa_plan *t)
+/* Backward choices. The generic kernels' are kept as asked (the launcher,
+ * bwd_host.h choose_tiles, runs each kernel's choice where it fits shared
+ * memory, else its default); the family as the forward's; the Hopper width
+ * only on sm_90 where an instantiation of it covers D (the CUDA launcher
+ * still takes its default width where the chosen one cannot run a call). */
+static void apply_backward(const tuning_entry *e, const ffpa_plan_input *in, const ffpa_device_limits *lim,
+                           ffpa_plan *t)
 {
     if (e->stages == 2 || e->stages == 3)
         t->bwd_stages = e->stages;
     t->bwd_dkdv = e->dkdv;
     t->bwd_dq = e->dq;
+    int hopper_ok = lim->arch == 90;
+    if (e->family == FFPA_FAMILY_GENERIC || (e->family == FFPA_FAMILY_HOPPER && hopper_ok))
+        t->family = e->family;
+    int cluster = e->cluster ? e->cluster : 1;
+    if (e->boxes && hopper_ok && t->family != FFPA_FAMILY_GENERIC &&
+        ffpa_plan_sm90_bwd_covers(in->dqk, in->dv, e->boxes, cluster)) {
+        t->bwd_boxes = e->boxes;
+        t->cluster = cluster;
+    }
 }
 
 static void tuning_apply_impl(const ffpa_tuning_table *t, const ffpa_plan_input *in,
@@ -141,7 +155,7 @@ static void tuning_apply_impl(const ffpa_tuning_table *t, const ffpa_plan_input 
         return;
     ffpa_plan tuned = *plan;
     if (in->backward)
-        apply_backward(e, &tuned);
+        apply_backward(e, in, lim, &tuned);
     else
         apply_forward(e, in, lim, &tuned);
     ffpa_plan_derive(in, lim, &tuned);
@@ -239,7 +253,7 @@ static int config_member_known(const char *key, int version, int backward)
 {
     static const char *const both[] = {"stages", "kv_splits"};
     static const char *const fwd[] = {"kernel", "cluster", "br", "bc", "chunk", "warps"};
-    static const char *const bwd[] = {"dkdv", "dq"};
+    static const char *const bwd[] = {"dkdv", "dq", "kernel", "cluster", "boxes"};
     for (int i = 0; i < N_NAMES(both); ++i)
         if (!strcmp(key, both[i]))
             return 1;
@@ -266,7 +280,7 @@ static int parse_config(const cJSON *cfg, int version, tuning_entry *e, char *wh
             return snprintf(why, why_len, "\"config\" has \"%.32s\", unknown to a version %d %s entry",
                             it->string ? it->string : "", version, e->backward ? "bwd" : "fwd"),
                    0;
-    double stages, splits, cluster, tile[4];
+    double stages, splits, cluster, boxes, tile[4];
     if (!get_int(cfg, "stages", 1, -1e9, 1e9, &stages) || !get_int(cfg, "kv_splits", 1, -1e9, 1e9, &splits))
         return snprintf(why, why_len, "\"config\" has a non-integer \"stages\" or \"kv_splits\""), 0;
     e->stages = (int)stages;
@@ -286,6 +300,13 @@ static int parse_config(const cJSON *cfg, int version, tuning_entry *e, char *wh
     if (cluster && e->family == FFPA_FAMILY_GENERIC)
         return snprintf(why, why_len, "\"cluster\" goes with \"kernel\": \"sm90\", not \"generic\""), 0;
     e->cluster = (int)cluster;
+    if (!get_int(cfg, "boxes", 1, 1, 64, &boxes))
+        return snprintf(why, why_len, "\"boxes\" is not an integer from 1 to 64"), 0;
+    if (boxes && e->family == FFPA_FAMILY_GENERIC)
+        return snprintf(why, why_len, "\"boxes\" goes with \"kernel\": \"sm90\", not \"generic\""), 0;
+    if (e->backward && cluster && !boxes)
+        return snprintf(why, why_len, "a bwd \"cluster\" goes with \"boxes\" (the Hopper backward width)"), 0;
+    e->boxes = (int)boxes;
     static const char *const tile_names[4] = {"br", "bc", "chunk", "warps"};
     int n_tile = 0;
     for (int i = 0; i < 4; ++i) {

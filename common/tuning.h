@@ -7,7 +7,8 @@
  * it to the backend in ffpa_problem.tuning; the planner (ffpa_plan_make)
  * applies it through the hook in plan.h (ffpa_tuning_apply). Only tunable fields change (forward: stages, kv_splits, the
  * generic tile, the CUDA kernel family and Hopper cluster size; backward:
- * the dK/dV and dQ kernels and their ring depth), and only to values the
+ * the dK/dV and dQ kernels and their ring depth, the CUDA kernel family and
+ * the Hopper width), and only to values the
  * kernels accept for the problem and the device's shared memory holds, so a
  * tuned plan satisfies every invariant an untuned one does.
  */

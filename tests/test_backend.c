@@ -381,7 +381,7 @@ static void test_failed_alloc_then_work(void **state)
     attn_run_backward(&c);
 }
 
-/* ffpa_last_kernel: "" before any forward, the kernel after one; on cuda,
+/* ffpa_last_kernel: "" before any pass, the kernel after a forward; on cuda,
  * FFPA_CUDA_KERNEL picks the family and a bogus value is refused, writing nothing. */
 static void test_last_kernel(void **state)
 {
@@ -496,6 +496,14 @@ static void test_last_kernel_backward(void **state)
     char kernel[128];
     snprintf(kernel, sizeof kernel, "%s", ffpa_last_kernel(ctx));
     print_message("# last backward kernel on %s: %s\n", th_backend(), kernel);
+    /* A context whose only pass is a backward names it too (the tuner's case). */
+    ffpa_context *fresh = NULL;
+    assert_int_equal(ffpa_create(&fresh, th_backend()), FFPA_OK);
+    assert_int_equal(ffpa_backward(fresh, &dout.dev, &q.dev, &k.dev, &v.dev, &o.dev, &lse.dev, &dq.dev, &dk.dev,
+                                   &dv.dev, &opt),
+                     FFPA_OK);
+    assert_string_equal(ffpa_last_kernel(fresh), kernel);
+    ffpa_destroy(fresh);
     if (strcmp(th_backend(), "cuda") == 0) {
         const int hopper = strncmp(kernel, "sm90 wgmma bwd", 14) == 0;
         if (!hopper && strncmp(kernel, "bwd dkdv", 8) != 0)

@@ -566,8 +566,14 @@ static void test_malformed_v2_fields(void **state)
         {FWD("\"br\": 64, \"bc\": 99999, \"chunk\": 64, \"warps\": 4"), "\"bc\""},
         {FWD("\"dkdv\": \"kv32\""), "unknown to a version 2 fwd entry"},
         {FWD("\"dq\": \"big\""), "unknown to a version 2 fwd entry"},
-        {BWD("\"kernel\": \"generic\""), "unknown to a version 2 bwd entry"},
-        {BWD("\"cluster\": 2"), "unknown to a version 2 bwd entry"},
+        {FWD("\"boxes\": 4"), "unknown to a version 2 fwd entry"},
+        {BWD("\"cluster\": 2"), "goes with \"boxes\""},
+        {BWD("\"kernel\": \"generic\", \"boxes\": 4"), "goes with"},
+        {BWD("\"kernel\": \"cuda\""), "\"kernel\""},
+        {BWD("\"boxes\": 0"), "\"boxes\""},
+        {BWD("\"boxes\": 65"), "\"boxes\""},
+        {BWD("\"boxes\": \"4\""), "\"boxes\""},
+        {BWD("\"boxes\": 4.5"), "\"boxes\""},
         {BWD("\"br\": 64, \"bc\": 64, \"chunk\": 64, \"warps\": 4"), "unknown to a version 2 bwd entry"},
         {BWD("\"dkdv\": \"kv16\""), "\"dkdv\""},
         {BWD("\"dkdv\": null"), "\"dkdv\""},
@@ -835,6 +841,67 @@ static void test_apply_backward(void **state)
     ffpa_tuning_free(t);
 }
 
+/* The Hopper backward's family and width (boxes x cluster): only on sm_90,
+ * only a width that is instantiated and covers D, never beside "generic". */
+static void test_apply_backward_hopper(void **state)
+{
+    (void)state;
+    ffpa_device_limits h100 = h100_limits(), a100 = sm80_limits();
+    static const struct {
+        const char *cfg;
+        int64_t d;
+        ffpa_fwd_family family; /* on sm_90 (elsewhere: generic stays, sm90 is dropped) */
+        int boxes, cluster;
+    } cases[] = {
+        {"\"kernel\": \"sm90\", \"boxes\": 4, \"cluster\": 2", 512, FFPA_FAMILY_HOPPER, 4, 2},
+        {"\"kernel\": \"sm90\", \"boxes\": 8", 512, FFPA_FAMILY_HOPPER, 8, 1},
+        {"\"kernel\": \"sm90\", \"boxes\": 6", 320, FFPA_FAMILY_HOPPER, 6, 1},
+        {"\"kernel\": \"sm90\", \"boxes\": 4", 320, FFPA_FAMILY_HOPPER, 0, 0}, /* 256 < 320 */
+        {"\"boxes\": 6, \"cluster\": 2", 768, FFPA_FAMILY_AUTO, 6, 2},
+        {"\"boxes\": 8, \"cluster\": 2", 1024, FFPA_FAMILY_AUTO, 8, 2},
+        {"\"boxes\": 6, \"cluster\": 2", 1024, FFPA_FAMILY_AUTO, 0, 0},         /* 768 < 1024 */
+        {"\"boxes\": 2, \"cluster\": 2", 128, FFPA_FAMILY_AUTO, 0, 0},          /* not instantiated */
+        {"\"boxes\": 8, \"cluster\": 4", 512, FFPA_FAMILY_AUTO, 0, 0},
+        {"\"boxes\": 5", 256, FFPA_FAMILY_AUTO, 0, 0},
+        {"\"kernel\": \"generic\", \"dkdv\": \"kv32\"", 512, FFPA_FAMILY_GENERIC, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
+        char entry[512];
+        snprintf(entry, sizeof entry,
+                 "{\"pass\": \"bwd\", \"dtype\": \"bf16\", \"path\": \"%s\", \"causal\": false, \"gqa\": "
+                 "false, \"d\": %lld, \"nq\": 8192, \"nkv\": 8192, \"config\": {%s}}",
+                 cases[i].d > 256 ? "split-d" : "small-d", (long long)cases[i].d, cases[i].cfg);
+        ffpa_plan_input in = fwd_input(cases[i].d, 8192, 8192, 0);
+        in.backward = 1;
+        ffpa_plan heur, p;
+        plans_with_entry(entry, &in, &h100, &heur, &p);
+        if (p.family != cases[i].family || p.bwd_boxes != cases[i].boxes || p.cluster != cases[i].cluster)
+            fail_msg("case %zu (%s, d %lld) on sm_90: family %d boxes %d cluster %d; expected %d, %d, %d", i,
+                     cases[i].cfg, (long long)cases[i].d, p.family, p.bwd_boxes, p.cluster, cases[i].family,
+                     cases[i].boxes, cases[i].cluster);
+        assert_same_tile(&p, &heur);
+        plans_with_entry(entry, &in, &a100, &heur, &p);
+        assert_int_equal(p.family, cases[i].family == FFPA_FAMILY_GENERIC ? FFPA_FAMILY_GENERIC : FFPA_FAMILY_AUTO);
+        assert_int_equal(p.bwd_boxes, 0);
+        assert_int_equal(p.cluster, 0);
+        /* A backward entry is not the forward's business. */
+        in.backward = 0;
+        plans_with_entry(entry, &in, &h100, &heur, &p);
+        assert_memory_equal(&p, &heur, sizeof p);
+    }
+
+    /* The widths the sm90 launcher's pick knows (sm90_bwd_inst_*.cu). */
+    assert_true(ffpa_plan_sm90_bwd_covers(128, 128, 2, 1));
+    assert_true(ffpa_plan_sm90_bwd_covers(320, 256, 6, 1));
+    assert_false(ffpa_plan_sm90_bwd_covers(320, 256, 4, 1));
+    assert_true(ffpa_plan_sm90_bwd_covers(576, 512, 6, 2));
+    assert_false(ffpa_plan_sm90_bwd_covers(576, 512, 4, 2));
+    assert_true(ffpa_plan_sm90_bwd_covers(1024, 1024, 8, 2));
+    assert_false(ffpa_plan_sm90_bwd_covers(1025, 1024, 8, 2));
+    assert_false(ffpa_plan_sm90_bwd_covers(64, 64, 2, 2));
+    assert_false(ffpa_plan_sm90_bwd_covers(64, 64, 3, 1));
+}
+
 /* Version 2: a tile some covering instantiation has, the Hopper family and
  * cluster only where legal, backward choices only on backward plans. */
 static void check_v2_plan(const ffpa_plan_input *in, const ffpa_device_limits *lim, const ffpa_plan *heur,
@@ -843,11 +910,19 @@ static void check_v2_plan(const ffpa_plan_input *in, const ffpa_device_limits *l
     if (in->backward) {
         assert_same_tile(p, heur);
         assert_int_equal(p->kv_splits, heur->kv_splits);
-        assert_int_equal(p->family, 0);
-        assert_int_equal(p->cluster, 0);
         assert_true(p->bwd_stages == 0 || p->bwd_stages == 2 || p->bwd_stages == 3);
+        if (p->family == FFPA_FAMILY_HOPPER)
+            assert_int_equal(lim->arch, 90);
+        if (p->bwd_boxes) {
+            assert_int_equal(lim->arch, 90);
+            assert_int_not_equal(p->family, FFPA_FAMILY_GENERIC);
+            assert_true(ffpa_plan_sm90_bwd_covers(in->dqk, in->dv, p->bwd_boxes, p->cluster));
+        } else {
+            assert_int_equal(p->cluster, 0);
+        }
         return;
     }
+    assert_int_equal(p->bwd_boxes, 0);
     assert_int_equal(p->bwd_dkdv, 0);
     assert_int_equal(p->bwd_dq, 0);
     assert_int_equal(p->bwd_stages, 0);
@@ -888,8 +963,13 @@ static void test_v2_plans_keep_invariants(void **state)
                 for (int pass = 0; pass < 2; ++pass, ++k) {
                     char cfg[256];
                     if (pass) {
-                        snprintf(cfg, sizeof cfg, "\"dkdv\": \"%s\", \"dq\": \"%s\", \"stages\": %d", dkdv[k % 4],
-                                 dq[k % 3], 1 + k % 4);
+                        int n = snprintf(cfg, sizeof cfg, "\"dkdv\": \"%s\", \"dq\": \"%s\", \"stages\": %d",
+                                         dkdv[k % 4], dq[k % 3], 1 + k % 4);
+                        int family = (k / 2) % 3, boxes = family == 1 ? 0 : 2 * (1 + k % 5); /* 10: none */
+                        n += snprintf(cfg + n, sizeof cfg - (size_t)n, ", \"kernel\": \"%s\"", kernels[family]);
+                        if (boxes)
+                            snprintf(cfg + n, sizeof cfg - (size_t)n, ", \"boxes\": %d, \"cluster\": %d", boxes,
+                                     1 + (k / 3) % 2);
                     } else {
                         const int *tile = tiles[k % 7];
                         int family = k % 3, cluster = family == 1 ? 0 : (int[]){0, 1, 2, 4}[k % 4];
@@ -1112,6 +1192,7 @@ int main(void)
         cmocka_unit_test(test_fwd_tiles),
         cmocka_unit_test(test_apply_family_cluster),
         cmocka_unit_test(test_apply_backward),
+        cmocka_unit_test(test_apply_backward_hopper),
         cmocka_unit_test(test_v2_plans_keep_invariants),
         cmocka_unit_test(test_backend_mismatch),
     };

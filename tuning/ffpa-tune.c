@@ -18,7 +18,9 @@
  *     size that covers D;
  *   backward: dK/dV kernel {kv64, kv32, small} x dQ kernel {big, small} x
  *     stages {3, 2} (each kernel falls back to its default where its choice
- *     does not fit).
+ *     does not fit); on sm_90 instead the Hopper kernel at each width
+ *     (boxes x cluster) that covers D and the generic kernels at their
+ *     defaults.
  * Candidates that plan like one already tried, or (Hopper and backward
  * kernels, told apart by ffpa_last_kernel) run the same kernels, are not
  * timed again.
@@ -226,9 +228,10 @@ static tune_shape sized_bwd(int64_t n, int64_t d, int causal, int gqa)
 
 static int make_bwd_shapes(tune_shape *out, int max, int quick)
 {
-    static const int64_t dims[] = {128, 256, 512, 1024};
+    /* 320 and 768: between the Hopper backward's widths (boxes x cluster). */
+    static const int64_t dims[] = {128, 256, 512, 1024, 320, 768};
     static const int64_t seqs[] = {8192, 4096};
-    int n = 0, nd = quick ? 2 : 4;
+    int n = 0, nd = quick ? 2 : 6;
     for (int si = quick ? 1 : 0; si < 2; ++si) {
         for (int i = 0; i < nd; ++i)
             for (int c = 0; c < 2; ++c)
@@ -270,7 +273,9 @@ static int plan_with(const shape_sweep *sw, const tune_cfg *c, ffpa_plan *plan)
 static int plan_takes(const ffpa_plan *p, const tune_cfg *c, int backward)
 {
     if (backward)
-        return p->bwd_dkdv == c->dkdv && p->bwd_dq == c->dq && p->bwd_stages == c->stages;
+        return p->bwd_dkdv == c->dkdv && p->bwd_dq == c->dq && p->bwd_stages == c->stages &&
+               (!c->family || p->family == c->family) && p->bwd_boxes == c->boxes &&
+               (!c->boxes || p->cluster == c->cluster);
     return (!c->stages || p->stages == c->stages) && (!c->family || p->family == c->family) &&
            (!c->cluster || p->cluster == c->cluster) &&
            (!c->br || (p->br == c->br && p->bc == c->bc && p->dqk_chunk == c->chunk && p->warps == c->warps));
@@ -308,7 +313,7 @@ static int same_forward(const ffpa_plan *a, const ffpa_plan *b, int arch)
  * cuda backward kernels and depths), so equal names are equal runs. */
 static int label_identifies(const char *ran, int backward)
 {
-    return backward ? !strncmp(ran, "bwd ", 4) : !strncmp(ran, "sm90", 4);
+    return (backward && !strncmp(ran, "bwd ", 4)) || !strncmp(ran, "sm90", 4);
 }
 
 /* Runs the candidate written to tmp_path by plan_with (heuristic != 0: the
@@ -407,10 +412,22 @@ static void sweep_backward(shape_sweep *sw)
 {
     static const ffpa_bwd_dkdv_kernel dkdv[] = {FFPA_BWD_DKDV_KV64, FFPA_BWD_DKDV_KV32, FFPA_BWD_DKDV_SMALL};
     static const ffpa_bwd_dq_kernel dq[] = {FFPA_BWD_DQ_BIG, FFPA_BWD_DQ_SMALL};
-    for (int i = 0; i < 3; ++i)
-        for (int j = 0; j < 2; ++j)
-            for (int st = 3; st >= 2; --st)
-                consider(sw, (tune_cfg){.dkdv = dkdv[i], .dq = dq[j], .stages = st});
+    if (sw->t->lim.arch != 90) {
+        for (int i = 0; i < 3; ++i)
+            for (int j = 0; j < 2; ++j)
+                for (int st = 3; st >= 2; --st)
+                    consider(sw, (tune_cfg){.dkdv = dkdv[i], .dq = dq[j], .stages = st});
+        return;
+    }
+    /* sm_90: the Hopper kernel's widths, and the generic kernels once at
+     * their defaults (3-4x slower at every shape measured; their own
+     * choices matter only where the Hopper kernel cannot run a call, and
+     * sweeping them would take most of the budget). */
+    for (int cluster = 1; cluster <= 2; ++cluster)
+        for (int boxes = 2; boxes <= 8; boxes += 2)
+            if (ffpa_plan_sm90_bwd_covers(sw->s->d, sw->s->d, boxes, cluster))
+                consider(sw, (tune_cfg){.family = FFPA_FAMILY_HOPPER, .boxes = boxes, .cluster = cluster});
+    consider(sw, (tune_cfg){.family = FFPA_FAMILY_GENERIC});
 }
 
 /* ------------------------------------------------------------ one shape */

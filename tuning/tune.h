@@ -25,6 +25,7 @@ typedef struct tune_cfg {
     int stages, kv_splits;
     ffpa_fwd_family family;
     int cluster;
+    int boxes;                /* Hopper backward width: boxes x cluster */
     int br, bc, chunk, warps; /* generic forward tile */
     ffpa_bwd_dkdv_kernel dkdv;
     ffpa_bwd_dq_kernel dq;

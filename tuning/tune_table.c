@@ -18,6 +18,8 @@ void tune_cfg_to_json(cJSON *obj, const tune_cfg *c, int backward)
         cJSON_AddStringToObject(obj, "kernel", kernels[c->family]);
     if (c->cluster)
         cJSON_AddNumberToObject(obj, "cluster", c->cluster);
+    if (c->boxes)
+        cJSON_AddNumberToObject(obj, "boxes", c->boxes);
     if (c->br) {
         cJSON_AddNumberToObject(obj, "br", c->br);
         cJSON_AddNumberToObject(obj, "bc", c->bc);

@@ -25,8 +25,9 @@ extern "C" size_t ffpa_cuda_backward_workspace(const ffpa_problem *pb)
 extern "C" ffpa_status ffpa_cuda_backward(ffpa_gpu_state *gpu, const ffpa_problem *pb, void *ws,
                                           size_t ws_bytes, char *err, size_t err_len)
 {
-    /* FFPA_CUDA_KERNEL=generic|sm90 forces one family (as in the forward);
-     * auto or unset: the Hopper kernel where it covers pb, else generic. */
+    /* FFPA_CUDA_KERNEL=generic|sm90 forces one family (as in the forward,
+     * over the tuning table); auto or unset: the plan's family (a table's
+     * choice, else the Hopper kernel where it covers pb, else generic). */
     const char *choice = ffpa_env_string("FFPA_CUDA_KERNEL");
     const bool force_sm90 = choice && strcmp(choice, "sm90") == 0;
     const bool force_generic = choice && strcmp(choice, "generic") == 0;
@@ -34,10 +35,12 @@ extern "C" ffpa_status ffpa_cuda_backward(ffpa_gpu_state *gpu, const ffpa_proble
         snprintf(err, err_len, "FFPA_CUDA_KERNEL: unknown kernel family; expected generic, sm90 or auto");
         return FFPA_ERR_INVALID_ARGUMENT;
     }
-    if (!force_generic) {
+    const ffpa_plan plan = host::tuned_plan(pb, gpu->caps.limits);
+    if (force_sm90 || (!force_generic && plan.family != FFPA_FAMILY_GENERIC)) {
         const char *kernel = NULL;
         char why[256] = "";
-        const ffpa_status s = ffpa_cuda_sm90_backward(ffpa_cuda_of(gpu), pb, ws, ws_bytes, &kernel, why, sizeof why);
+        const ffpa_status s = ffpa_cuda_sm90_backward(ffpa_cuda_of(gpu), pb, plan.bwd_boxes, plan.cluster, ws,
+                                                      ws_bytes, &kernel, why, sizeof why);
         if (s == FFPA_OK) {
             gpu->last_kernel = kernel;
             return FFPA_OK;

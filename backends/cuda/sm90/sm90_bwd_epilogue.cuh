@@ -5,7 +5,8 @@
  *   reduce_dq:  its dQ = dS K columns of one query tile into the dQ
  *               accumulator, the fp32 buffer or the output itself (every
  *               key block of the head adds into the same rows; in
- *               deterministic mode in a fixed order, through turn counters).
+ *               deterministic mode in a fixed order, through turn counters);
+ *   add_dq_bulk: the same into the fp32 buffer through TMA reductions.
  * Accumulators are wgmma m64n128 fragments: value 4j + 2h + e of a thread is
  * row 16 * warp + lane / 4 + 8h, column 8j + 2 * (lane % 4) + e.
  */
@@ -96,6 +97,12 @@ FFPA_DEV void stage_dq(const float (&acc)[64], uint8_t *lo, uint8_t *hi, int row
     }
 }
 
+#ifdef FFPA_SM90_BWD_DIAG_SKIP_DQ /* diagnostic builds (gpu.sh diag, DIAG=3): timing without dQ */
+constexpr bool kDiagSkipDq = true;
+#else
+constexpr bool kDiagSkipDq = false;
+#endif
+
 /* Deterministic dQ: the key blocks of a (batch, kv head) add into each dQ
  * tile in descending order, the last one that sees the tile first. Their
  * CTAs are launched in that order (bwd_work), so a CTA only ever waits for
@@ -117,23 +124,19 @@ FFPA_DEV void st_release_gpu(int *p, int v)
     asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(p), "r"(v) : "memory");
 }
 
+FFPA_DEV void dq_turn_spin(const int *turn, int mine)
+{
+    while (ld_acquire_gpu(turn) != mine)
+        __nanosleep(32);
+}
+
 /* One thread of the 128 waits for the turn; the named barrier `bar` holds
  * the others until it comes. */
 FFPA_DEV void dq_turn_wait(const int *turn, int mine, int bar, int ctid)
 {
     if (ctid == 0)
-        while (ld_acquire_gpu(turn) != mine)
-            __nanosleep(32);
+        dq_turn_spin(turn, mine);
     named_barrier_sync(bar, 128);
-}
-
-/* The same for the one thread that issues a consumer's TMA reductions:
- * the proxy fence keeps them (async proxy) after the acquire. */
-FFPA_DEV void dq_turn_acquire(const int *turn, int mine)
-{
-    while (ld_acquire_gpu(turn) != mine)
-        __nanosleep(32);
-    asm volatile("fence.proxy.async.global;\n" ::: "memory");
 }
 
 /* Every thread's reductions are performed before the turn passes on. */
@@ -143,6 +146,45 @@ FFPA_DEV void dq_turn_pass(int *turn, int mine, int bar, int ctid)
     named_barrier_sync(bar, 128);
     if (ctid == 0)
         st_release_gpu(turn, mine + 1);
+}
+
+/* A consumer's dQ columns added into the fp32 buffer by TMA reductions:
+ * staged in lo and hi (its two own ring slots, which it still holds), then
+ * thread 0 issues the four 64 x 32 boxes of `map` at (col, row, h, b) and
+ * frees the slots (4 warp arrivals on each empty barrier) once the TMA has
+ * read them. In deterministic mode (turn) it adds at this key block's turn
+ * and passes the turn once the reductions are performed; the proxy fence
+ * keeps them (async proxy) after the acquire. `bar`: the consumer's named
+ * barrier. */
+FFPA_DEV void add_dq_bulk(const float (&acc)[64], uint8_t *lo, uint8_t *hi, uint64_t *lo_empty, uint64_t *hi_empty,
+                          const CUtensorMap *map, int col, int row, int h, int b, int rows_valid, int *turn, int mine,
+                          int bar, int ctid)
+{
+    stage_dq(acc, lo, hi, rows_valid, ctid);
+    fence_proxy_async_shared();
+    named_barrier_sync(bar, 128);
+    if (ctid == 0) {
+        if (turn) {
+            dq_turn_spin(turn, mine);
+            asm volatile("fence.proxy.async.global;\n" ::: "memory");
+        }
+        if constexpr (!kDiagSkipDq) {
+#pragma unroll
+            for (int k = 0; k < 4; ++k)
+                tma_reduce_add_4d((k < 2 ? lo : hi) + (k & 1) * 8192, map, col + 32 * k, row, h, b);
+        }
+        bulk_commit();
+        if (turn) {
+            bulk_wait_all();
+            st_release_gpu(turn, mine + 1);
+        } else {
+            bulk_wait_read();
+        }
+        mbar_arrive_n(lo_empty, 4);
+        mbar_arrive_n(hi_empty, 4);
+    }
+    /* Warp 0 goes on converged (lane 0 alone waited for the TMA's read). */
+    __syncwarp();
 }
 
 } /* namespace sm90 */

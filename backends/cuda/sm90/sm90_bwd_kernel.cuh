@@ -201,43 +201,17 @@ FFPA_DEV void bwd_consumer(const BwdMaps &maps, const ffpa_bwd_params &p, const 
                 }
                 const int dq_col = w.col0 + cols_slab * 128;
                 if (bulk) {
-                    uint8_t *lo = R::ptr(smem, 0, own), *hi = R::ptr(smem, 1, own);
-                    stage_dq(dq, lo, hi, rows_valid, ctid);
-                    fence_proxy_async_shared();
-                    named_barrier_sync(kBarDq + consumer, 128);
-                    if (ctid == 0) {
-                        if (turn)
-                            dq_turn_acquire(turn, mine);
-                        const int row = (int)w.q_start + q0, b = w.tma_b;
-#ifndef FFPA_SM90_BWD_DIAG_SKIP_DQ /* diagnostic builds (gpu.sh diag, DIAG=3): timing without dQ */
-#pragma unroll
-                        for (int k = 0; k < 4; ++k)
-                            tma_reduce_add_4d((k < 2 ? lo : hi) + (k & 1) * 8192, &maps.dq, dq_col + 32 * k, row, h, b);
-#endif
-                        bulk_commit();
-                        if (turn) {
-                            bulk_wait_all();
-                            st_release_gpu(turn, mine + 1);
-                        } else {
-                            bulk_wait_read();
-                        }
-                        mbar_arrive_n(R::empty(bars, 0, own), 4);
-                        mbar_arrive_n(R::empty(bars, 1, own), 4);
-                    }
-                    /* Warp 0 goes on converged (lane 0 alone waited for
-                     * the TMA's read). Added while chasing the racecheck
-                     * report of docs/notes/backward.md (v2.8); it did not
-                     * change that report. */
-                    __syncwarp();
+                    add_dq_bulk(dq, R::ptr(smem, 0, own), R::ptr(smem, 1, own), R::empty(bars, 0, own),
+                                R::empty(bars, 1, own), &maps.dq, dq_col, (int)w.q_start + q0, h, w.tma_b, rows_valid,
+                                turn, mine, kBarDq + consumer, ctid);
                 } else {
                     const int64_t dq_row0 =
                         (int64_t)h * p.dq.sh +
                         (p.cu_q ? (w.q_start + q0) * p.dq.sn : (int64_t)w.b * p.dq.sb + (int64_t)q0 * p.dq.sn);
                     if (turn)
                         dq_turn_wait(turn, mine, kBarDq + consumer, ctid);
-#ifndef FFPA_SM90_BWD_DIAG_SKIP_DQ
-                    reduce_dq<T>(dq, p.dq, dq_row0, rows_valid, dq_col, p.dqk, ctid);
-#endif
+                    if constexpr (!kDiagSkipDq)
+                        reduce_dq<T>(dq, p.dq, dq_row0, rows_valid, dq_col, p.dqk, ctid);
                     if (turn)
                         dq_turn_pass(turn, mine, kBarDq + consumer, ctid);
                 }

@@ -26,6 +26,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 struct BwdKernelDesc {
     int boxes, cluster; /* max(Dqk, Dv) <= 64 * boxes * cluster */
     int f32_dq_only;    /* skipped with FFPA_GRAD_ACCUM_OUTPUT (sm90_bwd_launch.cu) */
+    int dq_bulk;        /* adds dQ with TMA reductions: reads BwdMaps::dq */
     size_t smem_bytes;
     const char *name;
     /* launch[0]: plain; launch[1]: with bias and/or dropout. */
@@ -43,7 +44,7 @@ cudaError_t bwd_launch(const BwdMaps &maps, const ffpa_bwd_params &p, const BwdO
 
 template <class Cfg> constexpr BwdKernelDesc bwd_desc(const char *name, int f32_dq_only = 0)
 {
-    return BwdKernelDesc{Cfg::kBoxes, Cfg::kCluster, f32_dq_only, Cfg::kSmemBytes, name,
+    return BwdKernelDesc{Cfg::kBoxes, Cfg::kCluster, f32_dq_only, Cfg::kDqBulk, Cfg::kSmemBytes, name,
                          {&bwd_launch<Cfg, false>, &bwd_launch<Cfg, true>}};
 }
 

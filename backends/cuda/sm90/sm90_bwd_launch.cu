@@ -27,15 +27,24 @@ using ffpa::sm90::BwdOutViews;
 using ffpa::sm90::encode;
 using ffpa::sm90::unsupported;
 
-const BwdKernelDesc *pick(const ffpa_problem *pb)
+/* The width for pb: the tuned one (boxes x cluster) where it can run pb,
+ * else the first in the table's order of preference that can. */
+const BwdKernelDesc *pick(const ffpa_problem *pb, int boxes, int cluster)
 {
     const BwdKernelDesc *table = pb->dtype == FFPA_F16 ? ffpa::sm90::bwd_f16 : ffpa::sm90::bwd_bf16;
     const int64_t d = pb->dqk > pb->dv ? pb->dqk : pb->dv;
     const bool f32_dq = pb->grad_accum == FFPA_GRAD_ACCUM_F32;
-    for (int i = 0; i < ffpa::sm90::kNumBwdShapes; ++i)
-        if (d <= 64 * (int64_t)table[i].boxes * table[i].cluster && (f32_dq || !table[i].f32_dq_only))
-            return &table[i];
-    return NULL;
+    const BwdKernelDesc *first = NULL;
+    for (int i = 0; i < ffpa::sm90::kNumBwdShapes; ++i) {
+        const BwdKernelDesc *kd = &table[i];
+        if (d > 64 * (int64_t)kd->boxes * kd->cluster || (!f32_dq && kd->f32_dq_only))
+            continue;
+        if (kd->boxes == boxes && kd->cluster == cluster)
+            return kd;
+        if (!first)
+            first = kd;
+    }
+    return first;
 }
 
 /* Contributions each dbias element sums: the product of the dimensions
@@ -53,11 +62,12 @@ int64_t dbias_contributions(const ffpa_problem *pb)
 
 } /* namespace */
 
-extern "C" ffpa_status ffpa_cuda_sm90_backward(struct ffpa_cuda_state *st, const ffpa_problem *pb, void *ws,
-                                               size_t ws_bytes, const char **kernel, char *err, size_t err_len)
+extern "C" ffpa_status ffpa_cuda_sm90_backward(struct ffpa_cuda_state *st, const ffpa_problem *pb, int boxes,
+                                               int cluster, void *ws, size_t ws_bytes, const char **kernel, char *err,
+                                               size_t err_len)
 {
 #ifndef FFPA_CUDA_HAVE_SM90A
-    (void)st, (void)pb, (void)ws, (void)ws_bytes, (void)kernel;
+    (void)st, (void)pb, (void)boxes, (void)cluster, (void)ws, (void)ws_bytes, (void)kernel;
     return unsupported(err, err_len, "the sm90 kernels were not built (-Dcuda-archs has no 90a)");
 #else
     namespace host = ffpa::bwd::host;
@@ -70,7 +80,7 @@ extern "C" ffpa_status ffpa_cuda_sm90_backward(struct ffpa_cuda_state *st, const
     ffpa_status s = host::check(pb, "cuda", err, err_len);
     if (s != FFPA_OK)
         return s;
-    const BwdKernelDesc *kd = pick(pb);
+    const BwdKernelDesc *kd = pick(pb, boxes, cluster);
     if (!kd)
         return unsupported(err, err_len, "q: the sm90 backward covers Dqk and Dv up to 1024");
     if (kd->smem_bytes > st->prop.sharedMemPerBlockOptin)
@@ -94,8 +104,8 @@ extern "C" ffpa_status ffpa_cuda_sm90_backward(struct ffpa_cuda_state *st, const
     unsigned char *base = static_cast<unsigned char *>(ws);
     /* The fp32 dQ buffer ([hq][total_q][Dqk], dense batches as [hq][B][nq]):
      * the instantiations with kDqBulk add their 64 x 32 boxes with TMA
-     * reductions. */
-    if (pb->grad_accum == FFPA_GRAD_ACCUM_F32 && pb->nq > 0) {
+     * reductions; the others never read the map. */
+    if (kd->dq_bulk && pb->grad_accum == FFPA_GRAD_ACCUM_F32 && pb->nq > 0) {
         const int64_t dims[4] = {pb->dqk, qrows, pb->hq, qb};
         const int64_t strides[3] = {pb->dqk, pb->total_q * pb->dqk, pb->nq * pb->dqk};
         if (!ffpa::sm90::encode_tiled(&maps.dq, base + lay.dq, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, dims, strides,

@@ -18,12 +18,14 @@ extern "C" {
 /* Runs the whole backward of pb on the WGMMA/TMA kernel: Delta, the fused
  * dK/dV/dQ kernel (dQ through the fp32 workspace buffer, with reductions;
  * in deterministic mode in a fixed order), the dQ conversion.
- * FFPA_ERR_UNSUPPORTED (reason in err, nothing launched) when this path does
- * not cover pb: another device, dbias, FFPA_GRAD_ACCUM_OUTPUT, layouts TMA
- * cannot express. *kernel names the
+ * boxes x cluster: the width a tuning table chose (ffpa_plan.bwd_boxes,
+ * .cluster; boxes 0: none), run where it covers pb, else the default
+ * width. FFPA_ERR_UNSUPPORTED (reason in err, nothing launched) when this
+ * path does not cover pb: another device, D above 1024, a broadcast dbias
+ * in deterministic mode, layouts TMA cannot express. *kernel names the
  * kernel that ran. */
-ffpa_status ffpa_cuda_sm90_backward(struct ffpa_cuda_state *st, const ffpa_problem *pb, void *ws, size_t ws_bytes,
-                                    const char **kernel, char *err, size_t err_len);
+ffpa_status ffpa_cuda_sm90_backward(struct ffpa_cuda_state *st, const ffpa_problem *pb, int boxes, int cluster,
+                                    void *ws, size_t ws_bytes, const char **kernel, char *err, size_t err_len);
 
 #ifdef __cplusplus
 }
