@@ -70,6 +70,7 @@ typedef enum ffpa_bwd_dq_kernel {
     FFPA_BWD_DQ_SMALL = 2    /* 64-row query tiles, 64-column chunks */
 } ffpa_bwd_dq_kernel;
 
+/* (A new member joins tests/test_tuning.c assert_same_plan too.) */
 typedef struct ffpa_plan {
     ffpa_kernel_path path;
     int br, bc;              /* query rows / key rows per tile */

@@ -132,6 +132,25 @@ static ffpa_plan_input fwd_input(int64_t d, int64_t nq, int64_t nkv, int causal)
     return in;
 }
 
+/* Every member of two plans agrees (member by member: the struct's tail
+ * padding is not theirs to compare). */
+static void assert_same_plan(const ffpa_plan *a, const ffpa_plan *b)
+{
+    const int ia[] = {a->path, a->br, a->bc, a->dqk_chunk, a->dv_chunk, a->n_qk_chunks, a->n_v_chunks,
+                      a->dqk_padded, a->dv_padded, a->stages, a->warps, a->kv_splits, a->order, a->family,
+                      a->cluster, a->bwd_boxes, a->bwd_dkdv, a->bwd_dq, a->bwd_stages};
+    const int ib[] = {b->path, b->br, b->bc, b->dqk_chunk, b->dv_chunk, b->n_qk_chunks, b->n_v_chunks,
+                      b->dqk_padded, b->dv_padded, b->stages, b->warps, b->kv_splits, b->order, b->family,
+                      b->cluster, b->bwd_boxes, b->bwd_dkdv, b->bwd_dq, b->bwd_stages};
+    for (size_t i = 0; i < sizeof ia / sizeof ia[0]; ++i)
+        if (ia[i] != ib[i])
+            fail_msg("plan member %zu: %d against %d", i, ia[i], ib[i]);
+    assert_int_equal(a->smem_bytes, b->smem_bytes);
+    assert_int_equal(a->q_blocks, b->q_blocks);
+    for (int i = 0; i < 3; ++i)
+        assert_int_equal(a->grid[i], b->grid[i]);
+}
+
 static ffpa_plan plan_of(const ffpa_plan_input *in, const ffpa_device_limits *lim)
 {
     ffpa_plan p;
@@ -346,7 +365,7 @@ static void test_illegal_entries(void **state)
     ffpa_plan heur = plan_of(&in, &lim);
     in.tuning = t;
     ffpa_plan tuned = plan_of(&in, &lim);
-    assert_memory_equal(&heur, &tuned, sizeof heur); /* stages 9 ignored */
+    assert_same_plan(&heur, &tuned); /* stages 9 ignored */
     in = fwd_input(512, 8192, 8192, 1);
     heur = plan_of(&in, &lim);
     in.tuning = t;
@@ -355,7 +374,7 @@ static void test_illegal_entries(void **state)
     heur = plan_of(&in, &lim);
     in.tuning = t;
     tuned = plan_of(&in, &lim);
-    assert_memory_equal(&heur, &tuned, sizeof heur); /* kv_splits outside decode ignored */
+    assert_same_plan(&heur, &tuned); /* kv_splits outside decode ignored */
     ffpa_tuning_free(t);
 
     /* Decode: kv_splits 0 ignored, huge clamped to the key blocks, 1 leaves split-KV. */
@@ -376,7 +395,7 @@ static void test_illegal_entries(void **state)
         switch (i) {
         case 0:
         case 4:
-            assert_memory_equal(&heur, &tuned, sizeof heur);
+            assert_same_plan(&heur, &tuned);
             break;
         case 1:
             assert_int_equal(tuned.kv_splits, kv_blocks);
@@ -408,7 +427,7 @@ static void test_illegal_entries(void **state)
                                                   .dqk_padded = tuned.dqk_padded, .dv_padded = tuned.dv_padded,
                                                   .warps = tuned.warps, .stages = 4, .kv_splits = 1},
                                      in.dtype, 0) > small.smem_per_block);
-    assert_memory_equal(&heur, &tuned, sizeof heur);
+    assert_same_plan(&heur, &tuned);
     ffpa_tuning_free(t);
 }
 
@@ -656,7 +675,7 @@ static void test_apply_tile(void **state)
     assert_int_equal(p.family, FFPA_FAMILY_GENERIC);
     plans_with_entry(ENTRY("split-d", "false", 512, 8192, "\"br\": 48, \"bc\": 64, \"chunk\": 128, \"warps\": 6"),
                      &in, &h100, &heur, &p);
-    assert_memory_equal(&p, &heur, sizeof p);
+    assert_same_plan(&p, &heur);
 
     /* The dv = 1024 tile with a 4-deep ring for D = 64 fits an H100, not a
      * 99 KiB part: there the entry is not applied at all. */
@@ -669,7 +688,7 @@ static void test_apply_tile(void **state)
     assert_int_equal(p.stages, 4);
     assert_int_equal(p.smem_bytes, 32 * 256 * 2 + 4 * 64 * 256 * 2 + 4 * 32 * 64 * 4);
     plans_with_entry(big, &in, &sm86, &heur, &p);
-    assert_memory_equal(&p, &heur, sizeof p);
+    assert_same_plan(&p, &heur);
 }
 
 static void test_fwd_tiles(void **state)
@@ -811,14 +830,14 @@ static void test_apply_backward(void **state)
     assert_int_equal(p.bwd_stages, 2);
     /* Nothing else moves (the backward launcher decides what fits). */
     p.bwd_dkdv = FFPA_BWD_DKDV_AUTO, p.bwd_dq = FFPA_BWD_DQ_AUTO, p.bwd_stages = 0;
-    assert_memory_equal(&p, &heur, sizeof p);
+    assert_same_plan(&p, &heur);
 
     in = fwd_input(128, 4096, 4096, 0); /* "auto" everywhere: the heuristics */
     in.backward = 1;
     heur = plan_of(&in, &lim);
     in.tuning = t;
     p = plan_of(&in, &lim);
-    assert_memory_equal(&p, &heur, sizeof p);
+    assert_same_plan(&p, &heur);
 
     in.causal = 1; /* a ring depth the kernels lack is ignored */
     in.tuning = NULL;
@@ -887,7 +906,7 @@ static void test_apply_backward_hopper(void **state)
         /* A backward entry is not the forward's business. */
         in.backward = 0;
         plans_with_entry(entry, &in, &h100, &heur, &p);
-        assert_memory_equal(&p, &heur, sizeof p);
+        assert_same_plan(&p, &heur);
     }
 
     /* The widths the sm90 launcher's pick knows (sm90_bwd_inst_*.cu). */
@@ -993,6 +1012,29 @@ static void test_v2_plans_keep_invariants(void **state)
     ffpa_device_limits lims[3] = {h100_limits(), sm80_limits(), sm86_limits()};
     sweep_tuned_plans(t, lims, 3, check_v2_plan);
     ffpa_tuning_free(t);
+}
+
+/* The tables the project ships load for their device and backend, and
+ * their plans keep every invariant. */
+static void test_shipped_tables(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *file, *device, *backend;
+        int entries;
+    } shipped[] = {{"NVIDIA_H100_80GB_HBM3.json", "NVIDIA H100 80GB HBM3 (sm_90, 132 SMs)", "cuda", 82}};
+    for (size_t i = 0; i < sizeof shipped / sizeof shipped[0]; ++i) {
+        char path[1024], warn[256] = "";
+        snprintf(path, sizeof path, "%s/%s", FFPA_SHIPPED_TUNING_DIR, shipped[i].file);
+        ffpa_tuning_table *t = ffpa_tuning_load(path, shipped[i].device, shipped[i].backend, warn, sizeof warn);
+        if (!t)
+            fail_msg("%s does not load: %s", path, warn);
+        assert_string_equal(warn, "");
+        assert_int_equal(ffpa_tuning_entry_count(t), shipped[i].entries);
+        ffpa_device_limits lim = h100_limits();
+        sweep_tuned_plans(t, &lim, 1, check_v2_plan);
+        ffpa_tuning_free(t);
+    }
 }
 
 /* ------------------------------------------------------------ the core */
@@ -1194,6 +1236,7 @@ int main(void)
         cmocka_unit_test(test_apply_backward),
         cmocka_unit_test(test_apply_backward_hopper),
         cmocka_unit_test(test_v2_plans_keep_invariants),
+        cmocka_unit_test(test_shipped_tables),
         cmocka_unit_test(test_backend_mismatch),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

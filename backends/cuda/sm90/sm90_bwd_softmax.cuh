@@ -62,20 +62,36 @@ template <class Cfg> struct GradBlocks {
 };
 
 /* Dropout keep bits of this thread's elements of blocks [j0, j0 + kCount)
- * (bit 4j + i), in a rolled loop: one Philox block live at a time. */
+ * (bit 4j + i). A Philox block covers 4 consecutive keys of one query row
+ * (common/philox.h), and in the m64 fragment those 4 keys sit in the 4
+ * lanes 16c + 4g + quad, g = 0..3, which hold the same 2 query rows and 2
+ * key halves: 4 blocks between them per n8-block. So lane g draws the one
+ * block of its element i = g (query 2 quad + (g & 1), key half g >> 1) and
+ * the 4 keep bits go round by shuffles: one Philox block per thread and
+ * n8-block instead of four, each of whose words but one went unused. */
 template <class Cfg>
 FFPA_DEV uint32_t keep_bits(const ffpa_gpu_fwd_params &m, const BwdWork &w, int h, int q0, int ctid, int j0)
 {
-    const int warp = ctid >> 5, lane = ctid & 31, quad = lane & 3;
-    uint32_t bits = 0;
+    constexpr int kCount = GradBlocks<Cfg>::kCount;
+    const int warp = ctid >> 5, lane = ctid & 31, quad = lane & 3, g = (lane >> 2) & 3;
+    const int key0 = w.kb0 + warp * 16 + 8 * (g >> 1) + 4 * (lane >> 4); /* a multiple of 4 */
+    uint32_t drawn = 0; /* bit 4 jj + k: key key0 + k of block j0 + jj */
 #pragma unroll 1
-    for (int k = 0; k < 4 * GradBlocks<Cfg>::kCount; ++k) {
-        const int j = j0 + (k >> 2), i = k & 3;
-        const int key = w.kb0 + warp * 16 + (lane >> 2) + 8 * (i >> 1);
-        const int q = q0 + 8 * j + 2 * quad + (i & 1);
-        bits |= (uint32_t)ffpa_dropout_keep(m.dropout_seed, m.dropout_offset, m.dropout_threshold, m.hq, w.b, h, q,
-                                            key)
-                << (4 * j + i);
+    for (int jj = 0; jj < kCount; ++jj) {
+        const int q = q0 + 8 * (j0 + jj) + 2 * quad + (g & 1);
+        const ffpa_u32x4 v = ffpa_dropout_words(m.dropout_seed, m.dropout_offset, m.hq, w.b, h, q, key0);
+        const uint32_t t = m.dropout_threshold;
+        drawn |= ((uint32_t)(v.x >= t) | (uint32_t)(v.y >= t) << 1 | (uint32_t)(v.z >= t) << 2 |
+                  (uint32_t)(v.w >= t) << 3)
+                 << (4 * jj);
+    }
+    uint32_t bits = 0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const uint32_t got = __shfl_sync(0xFFFFFFFFu, drawn, (lane & 0x13) | (i << 2));
+#pragma unroll
+        for (int jj = 0; jj < kCount; ++jj)
+            bits |= ((got >> (4 * jj + g)) & 1u) << (4 * (j0 + jj) + i);
     }
     return bits;
 }
