@@ -15,7 +15,9 @@
  * q = q0 + 8j + 2 * (lane % 4) + e (the S^T accumulator fragment).
  * Reductions are red.global.add.f32: deterministic only where each element
  * gets one contribution (sm90_bwd_launch.cu refuses the rest in
- * deterministic mode).
+ * deterministic mode). Where each element gets exactly one (dbias
+ * broadcasts over nothing: bwd_params dbias_atomic 0) it is a plain store,
+ * and the buffer may be the fp32 output itself (sm90_bwd_launch.cu).
  */
 #ifndef FFPA_CUDA_SM90_BWD_DBIAS_CUH
 #define FFPA_CUDA_SM90_BWD_DBIAS_CUH
@@ -30,6 +32,7 @@ namespace sm90 {
 struct BwdDbias {
     float *plane;         /* the (b, h) plane of the buffer; NULL without dbias */
     int64_t gn, gk;       /* its rows (queries or 1) and columns (keys or 1) */
+    bool atomic;          /* gn, gk > 1: other CTAs add into the same elements */
     int key[2];           /* this thread's two keys */
     bool key_ok[2];       /* ... inside the sequence */
     int seqlen_q;
@@ -45,6 +48,7 @@ struct BwdDbias {
         }
         d.gn = p.dbias_gn;
         d.gk = p.dbias_gk;
+        d.atomic = p.dbias_atomic != 0;
         const int lane = ctid & 31;
         for (int half = 0; half < 2; ++half) {
             d.key[half] = w.kb0 + (ctid >> 5) * 16 + (lane >> 2) + 8 * half;
@@ -62,8 +66,13 @@ struct BwdDbias {
         if (gn > 1 && gk > 1) {
 #pragma unroll
             for (int i = 0; i < 4; ++i)
-                if (key_ok[i >> 1] && q + (i & 1) < seqlen_q)
-                    red_add(plane + (int64_t)(q + (i & 1)) * gk + key[i >> 1], g[i]);
+                if (key_ok[i >> 1] && q + (i & 1) < seqlen_q) {
+                    float *at = plane + (int64_t)(q + (i & 1)) * gk + key[i >> 1];
+                    if (atomic)
+                        red_add(at, g[i]);
+                    else
+                        *at = g[i];
+                }
         } else if (gn > 1) {
 #pragma unroll
             for (int e = 0; e < 2; ++e) {

@@ -90,6 +90,10 @@ FFPA_DEV void bwd_consumer(const BwdMaps &maps, const ffpa_bwd_params &p, const 
             float acc[32];
             if (consumer == 0)
                 rows[ctid] = next_row; /* the previous tile's readers are past kBarPdsFull */
+            BwdBiasTile<Cfg> bias;
+            if constexpr (kExtras)
+                if (p.mask.bias)
+                    bias.load(p, w, h, q0, ctid, GradBlocks<Cfg>::first(rank, consumer));
             const uint32_t kv = consumer == 0 ? k_addr : v_addr;
 #pragma unroll
             for (int s = 0; s < Cfg::kSlabs; ++s) {
@@ -129,7 +133,7 @@ FFPA_DEV void bwd_consumer(const BwdMaps &maps, const ffpa_bwd_params &p, const 
                 }
                 named_barrier_sync(kBarDpFull, 256);
                 softmax_grad<Cfg, kExtras>(acc, other, rows, smem + L::pt, smem + L::dst, p, w, h, q0, ctid, rank,
-                                           consumer, &bars->ag_full, pass == 0);
+                                           consumer, &bars->ag_full, pass == 0, bias);
                 if (consumer == 0)
                     xch.gather_wait(done);
                 fence_proxy_async_shared();
@@ -145,7 +149,7 @@ FFPA_DEV void bwd_consumer(const BwdMaps &maps, const ffpa_bwd_params &p, const 
                 store_half(acc, dp, consumer, ctid);
                 named_barrier_sync(kBarDpFull, 256);
                 softmax_grad<Cfg, kExtras>(acc, dp, rows, smem + L::pt, smem + L::dst, p, w, h, q0, ctid, rank,
-                                           consumer, &bars->ag_full, pass == 0);
+                                           consumer, &bars->ag_full, pass == 0, bias);
                 fence_proxy_async_shared();
             }
             named_barrier_sync(kBarPdsFull, 256);

@@ -60,6 +60,26 @@ int64_t dbias_contributions(const ffpa_problem *pb)
     return n;
 }
 
+/* Whether the kernel can write dbias straight into the output: each
+ * element gets one contribution, a plain store (sm90_bwd_dbias.cuh, gn and
+ * gk > 1), and the output is fp32 laid out as the buffer [gb][gh][gn][gk]
+ * is, so no buffer and no conversion. */
+bool dbias_direct(const ffpa_problem *pb)
+{
+    if (!pb->has_dbias || pb->dbias_dtype != FFPA_F32 || dbias_contributions(pb) != 1)
+        return false;
+    int64_t g[4];
+    ffpa::bwd::host::dbias_grid(pb, g);
+    if (g[2] == 1 || g[3] == 1)
+        return false; /* one query row or key (stride 0): the kernel's row / key sums reduce */
+    const int64_t want[4] = {g[1] * g[2] * g[3], g[2] * g[3], g[3], 1};
+    const int64_t have[4] = {pb->dbias.sb, pb->dbias.sh, pb->dbias.sn, pb->dbias.sd};
+    for (int i = 0; i < 4; ++i)
+        if (g[i] > 1 && have[i] != want[i])
+            return false;
+    return true;
+}
+
 } /* namespace */
 
 extern "C" ffpa_status ffpa_cuda_sm90_backward(struct ffpa_cuda_state *st, const ffpa_problem *pb, int boxes,
@@ -124,6 +144,12 @@ extern "C" ffpa_status ffpa_cuda_sm90_backward(struct ffpa_cuda_state *st, const
         p.dq_turn = reinterpret_cast<int *>(base + lay.dq_turn);
         p.dq_turn_tiles = (int)host::dq_turn_tiles(pb);
     }
+    /* Reductions only where elements sum several contributions (fill_params
+     * counts a size-1 dimension's stride 0 as sharing: B = 1 would reduce). */
+    p.dbias_atomic = pb->has_dbias && dbias_contributions(pb) > 1;
+    const bool direct_dbias = dbias_direct(pb);
+    if (direct_dbias)
+        p.dbias = static_cast<float *>(pb->dbias.data);
 
     BwdOutViews out;
     out.dk = pb->grad_k.data;
@@ -143,7 +169,11 @@ extern "C" ffpa_status ffpa_cuda_sm90_backward(struct ffpa_cuda_state *st, const
     const bool dq_f32 = pb->grad_accum == FFPA_GRAD_ACCUM_F32;
     const int64_t nlen = varlen ? 0 : pb->nq;
     const size_t dbias_bytes = (size_t)(g[0] * g[1] * g[2] * g[3]) * sizeof(float);
-    if (pb->has_dbias && (e = cudaMemsetAsync(p.dbias, 0, dbias_bytes, stream)) != cudaSuccess)
+    /* Written straight into the output and with no bound on the query tiles
+     * a key block runs (causal, window) in a dense batch, every element of
+     * dbias is stored once: nothing to clear. */
+    const bool dbias_covered = direct_dbias && !pb->causal && !p.mask.window && !varlen;
+    if (pb->has_dbias && !dbias_covered && (e = cudaMemsetAsync(p.dbias, 0, dbias_bytes, stream)) != cudaSuccess)
         return ffpa_gpu_launch_error(e, "cuda backward: clearing the dbias buffer", err, err_len);
     if (pb->nq > 0) {
         if ((e = ffpa::bwd::launch_delta(dtype, p, stream)) != cudaSuccess)
@@ -173,7 +203,7 @@ extern "C" ffpa_status ffpa_cuda_sm90_backward(struct ffpa_cuda_state *st, const
         if ((e = ffpa::bwd::launch_convert(dtype, cj, stream)) != cudaSuccess)
             return ffpa_gpu_launch_error(e, "cuda backward: dQ conversion kernel", err, err_len);
     }
-    if (pb->has_dbias) {
+    if (pb->has_dbias && !direct_dbias) {
         const int64_t stride[4] = {pb->dbias.sb, pb->dbias.sh, pb->dbias.sn, pb->dbias.sd};
         if ((e = ffpa::bwd::launch_dbias_convert(p.dbias, g, pb->dbias.data, (int)pb->dbias_dtype, stride, stream)) !=
             cudaSuccess)

@@ -20,7 +20,7 @@
 #include <math.h>
 
 #include "bwd/bwd_params.h"
-#include "masking.cuh" /* load_bias, kLog2e; philox.h */
+#include "masking.cuh" /* kLog2e, the window bounds; philox.h */
 #include "sm90_arch.cuh"
 #include "sm90_bwd_dbias.cuh"
 #include "sm90_bwd_mainloop.cuh"
@@ -96,19 +96,73 @@ FFPA_DEV uint32_t keep_bits(const ffpa_gpu_fwd_params &m, const BwdWork &w, int 
     return bits;
 }
 
+/* With a bias: this thread's bias elements of the n8-blocks [j0, j0 +
+ * kCount) it finishes (element 4 (j % kCount) + i, j0 being a multiple of
+ * kCount), 0 outside the sequences and above the causal diagonal. Loaded
+ * before the tile's phase-1 GEMMs are issued and kept raw (fp32 bits, or
+ * the 16-bit value) until softmax_grad converts them: no load result is
+ * used before all are issued, so their latency overlaps each other and the
+ * GEMMs. (Loaded inside softmax_grad, each load met its use at once and the
+ * loads ran one after another: D=512 lost 40% of its speed to a bias.) */
+template <class Cfg> struct BwdBiasTile {
+    static constexpr int kValues = 4 * GradBlocks<Cfg>::kCount;
+    uint32_t raw[kValues];
+
+    FFPA_DEV void load(const ffpa_bwd_params &p, const BwdWork &w, int h, int q0, int ctid, int j0)
+    {
+        const ffpa_gpu_fwd_params &m = p.mask;
+        const int warp = ctid >> 5, lane = ctid & 31, quad = lane & 3;
+        const int64_t plane = (int64_t)w.b * m.bias_sb + (int64_t)h * m.bias_sh;
+        int64_t at[kValues];
+        bool ok[kValues];
+#pragma unroll
+        for (int k = 0; k < kValues; ++k) {
+            const int key = w.kb0 + warp * 16 + (lane >> 2) + 8 * ((k & 3) >> 1);
+            const int q = q0 + 8 * (j0 + k / 4) + 2 * quad + (k & 1);
+            ok[k] = key < w.seqlen_k && q < w.seqlen_q && (!p.causal || key <= q + w.diag);
+            at[k] = plane + (int64_t)q * m.bias_sn + (int64_t)key * m.bias_sd;
+        }
+        if (m.bias_dtype == FFPA_F32) {
+            const uint32_t *src = static_cast<const uint32_t *>(m.bias);
+#pragma unroll
+            for (int k = 0; k < kValues; ++k)
+                raw[k] = ok[k] ? src[at[k]] : 0u; /* fp32 bits of 0 */
+        } else {
+            const uint16_t *src = static_cast<const uint16_t *>(m.bias);
+#pragma unroll
+            for (int k = 0; k < kValues; ++k)
+                raw[k] = ok[k] ? src[at[k]] : 0u; /* 16-bit 0 */
+        }
+    }
+
+    /* Element k in log2 units. */
+    FFPA_DEV float log2_at(int k, int dtype) const
+    {
+        float v;
+        if (dtype == FFPA_F32)
+            v = __uint_as_float(raw[k]);
+        else if (dtype == FFPA_BF16)
+            v = __uint_as_float(raw[k] << 16);
+        else
+            v = __half2float(__ushort_as_half((unsigned short)raw[k]));
+        return v * kLog2e;
+    }
+};
+
 /* mine: this consumer's accumulator (wgmma m64n64 fragment) for query head
  * h and the tile's first row q0, S^T for part 0, dP^T for part 1; other:
  * the other one's values of the n8-blocks this part finishes (GradBlocks),
  * in fragment order (float4 q of thread t at (q * 128 + t) * 16, q counted
  * from the CTA's first n8-block). With a cluster the pairs written also go
- * to the peer's tiles (the all-gather, completing on the peer's ag_full). kExtras: bias,
+ * to the peer's tiles (the all-gather, completing on the peer's ag_full);
+ * bias: the tile's bias elements (BwdBiasTile, loaded with a bias). kExtras: bias,
  * dropout, window, softcap or ALiBi (a separate kernel instantiation: in the same kernel their
  * registers and code cost the plain path ~10%), and with them dbias where
  * add_dbias (the CTA's first pass: later ones recompute the same dS). */
 template <class Cfg, bool kExtras>
 FFPA_DEV void softmax_grad(const float (&mine)[32], const float *other, const float *rows, uint8_t *pt,
                            uint8_t *dst, const ffpa_bwd_params &p, const BwdWork &w, int h, int q0, int ctid,
-                           uint32_t rank, int part, uint64_t *ag_full, bool add_dbias)
+                           uint32_t rank, int part, uint64_t *ag_full, bool add_dbias, const BwdBiasTile<Cfg> &bias)
 {
     using T = typename Cfg::T;
     const int warp = ctid >> 5, lane = ctid & 31, quad = lane & 3;
@@ -160,16 +214,10 @@ FFPA_DEV void softmax_grad(const float (&mine)[32], const float *other, const fl
                     th[i] = arch::tanh_fast(sv[i] * m.softcap_in);
                     sv[i] = m.softcap_out * th[i];
                 }
-            if (m.bias)
+            if (m.bias) /* (a dead element's value never reaches P) */
 #pragma unroll
-                for (int i = 0; i < 4; ++i) {
-                    const int key = w.kb0 + warp * 16 + (lane >> 2) + 8 * (i >> 1), q = q0 + 8 * j + 2 * quad + (i & 1);
-                    if (live[i] && q < w.seqlen_q)
-                        sv[i] += load_bias(m.bias, m.bias_dtype,
-                                           (int64_t)w.b * m.bias_sb + (int64_t)h * m.bias_sh +
-                                               (int64_t)q * m.bias_sn + (int64_t)key * m.bias_sd) *
-                                 kLog2e;
-                }
+                for (int i = 0; i < 4; ++i)
+                    sv[i] += bias.log2_at(4 * (j % GradBlocks<Cfg>::kCount) + i, m.bias_dtype);
             if (m.alibi)
 #pragma unroll
                 for (int i = 0; i < 4; ++i) {
