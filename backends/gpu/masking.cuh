@@ -99,6 +99,46 @@ __device__ __forceinline__ float load_bias(const void *bias, int dtype, int64_t 
     return static_cast<const float *>(bias)[idx];
 }
 
+__device__ __forceinline__ float bias_value(float x) { return x; }
+template <typename T> __device__ __forceinline__ float bias_value(T x) { return arch::to_f32<T>(x); }
+template <typename T> __device__ __forceinline__ T bias_zero() { return arch::from_f32<T>(0.0f); }
+template <> __device__ __forceinline__ float bias_zero<float>() { return 0.0f; }
+
+/* s += log2(e) * bias on the tile's elements inside the sequences (0
+ * elsewhere: those are masked to -inf after), bias of element type B. Each
+ * pair of n8-blocks issues its 8 loads before it uses any: a load followed
+ * at once by its use (the conversion, the add) made a tile's loads run one
+ * after another, each paying the whole latency (the Hopper forward ran 2-4x
+ * slower with a bias). Pairs, not the whole tile: more values in flight
+ * spilled the Hopper kernels' registers and slowed their bias-free path. */
+template <int kNT, typename B>
+__device__ __forceinline__ void add_bias(arch::FragC (&s)[kNT], const B *bias, const ffpa_gpu_fwd_params &p,
+                                         const MaskCtx &mc, int lane)
+{
+    constexpr int kGroup = kNT < 2 ? kNT : 2;
+    static_assert(kNT % kGroup == 0, "whole groups of n8-blocks");
+    const B *plane = bias + (int64_t)mc.b * p.bias_sb + (int64_t)mc.h * p.bias_sh;
+#pragma unroll
+    for (int g0 = 0; g0 < kNT; g0 += kGroup) {
+        B raw[kGroup][4];
+#pragma unroll
+        for (int g = 0; g < kGroup; ++g)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int i = mc.row0 + arch::frag_c_row(lane, e);
+                const int j = mc.col0 + (g0 + g) * 8 + arch::frag_c_col(lane, e);
+                raw[g][e] = i < mc.seqlen_q && j < mc.seqlen_k
+                                ? plane[(int64_t)i * p.bias_sn + (int64_t)j * p.bias_sd]
+                                : bias_zero<B>();
+            }
+#pragma unroll
+        for (int g = 0; g < kGroup; ++g)
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+                s[g0 + g].r[e] += bias_value(raw[g][e]) * kLog2e;
+    }
+}
+
 /* s <- scale*log2(e)*s (softcapped) + log2(e)*bias + ALiBi, with -inf where
  * masked. The variant-free, bias-free, unmasked tile (the common one) is a
  * single multiply per score: the tests are made once per tile
@@ -121,19 +161,12 @@ __device__ __forceinline__ void mask_scores(arch::FragC (&s)[kNT], const ffpa_gp
                 s[nt].r[e] = p.softcap_out * arch::tanh_fast(s[nt].r[e] * p.softcap_in);
     }
     if (p.bias) {
-#pragma unroll
-        for (int nt = 0; nt < kNT; ++nt) {
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                int i = mc.row0 + arch::frag_c_row(lane, e);
-                int j = mc.col0 + nt * 8 + arch::frag_c_col(lane, e);
-                if (i < mc.seqlen_q && j < mc.seqlen_k) {
-                    int64_t idx = (int64_t)mc.b * p.bias_sb + (int64_t)mc.h * p.bias_sh +
-                                  (int64_t)i * p.bias_sn + (int64_t)j * p.bias_sd;
-                    s[nt].r[e] += load_bias(p.bias, p.bias_dtype, idx) * kLog2e;
-                }
-            }
-        }
+        if (p.bias_dtype == FFPA_F16)
+            add_bias<kNT>(s, static_cast<const arch::f16 *>(p.bias), p, mc, lane);
+        else if (p.bias_dtype == FFPA_BF16)
+            add_bias<kNT>(s, static_cast<const arch::bf16 *>(p.bias), p, mc, lane);
+        else
+            add_bias<kNT>(s, static_cast<const float *>(p.bias), p, mc, lane);
     }
     const int diag = mc.seqlen_k - mc.seqlen_q;
     if (p.alibi) {
