@@ -13,6 +13,9 @@ jobs=$(nproc)
 export CMOCKA_MESSAGE_OUTPUT=TAP
 
 passed=0 failed=0 skipped=0
+# Each stage's heading carries the seconds since the start (CI's time budget:
+# the breakdown shows where the build and test time goes).
+stage() { echo "== $* [at ${SECONDS} s]"; }
 # Adds meson's counts from a build's testlog.json (each cmocka case counts once).
 count_meson() {
   local log="$1/meson-logs/testlog.json"
@@ -21,17 +24,17 @@ count_meson() {
   passed=$((passed + p)); failed=$((failed + f)); skipped=$((skipped + s))
 }
 
-echo "== build (release, with every backend this machine can build)"
+stage "build (release, with every backend this machine can build)"
 if [ ! -f build-test/build.ninja ]; then meson setup build-test || exit 1; fi
 ninja -C build-test -j "$jobs" || exit 1
-echo "== tests"
+stage "tests"
 meson test -C build-test --print-errorlogs --num-processes "$jobs"
 count_meson build-test
 
-echo "== install check: a program outside the project, built against the installed library with pkg-config and with CMake"
+stage "install check: a program outside the project, built against the installed library with pkg-config and with CMake"
 if bash tests/install/run.sh build-test; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
 
-echo "== tests under -Db_sanitize=address,undefined (cpu backend), host allocation failures injected"
+stage "tests under -Db_sanitize=address,undefined (cpu backend), host allocation failures injected"
 if [ ! -f build-asan/build.ninja ]; then
   meson setup build-asan -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debugoptimized \
     -Dcuda=disabled -Dhip=disabled -Dopencl=disabled -Dalloc-failure-injection=true || exit 1
@@ -42,7 +45,7 @@ ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 UBSAN_OPTIONS=halt_on_er
     --suite oracle --suite alloc
 count_meson build-asan
 
-echo "== thread-safety test under ThreadSanitizer (cpu backend)"
+stage "thread-safety test under ThreadSanitizer (cpu backend)"
 if [ ! -f build-tsan/build.ninja ]; then
   meson setup build-tsan -Db_sanitize=thread -Db_lundef=false -Dbuildtype=debugoptimized \
     -Dcuda=disabled -Dhip=disabled -Dopencl=disabled -Dopenmp=disabled || exit 1
@@ -52,7 +55,7 @@ TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
   meson test -C build-tsan --no-rebuild --print-errorlogs threads
 count_meson build-tsan
 
-echo "== fuzzing the C API for 60 s (libFuzzer, ASan + UBSan, cpu backend; longer: bash tools/fuzz.sh SECONDS)"
+stage "fuzzing the C API for 60 s (libFuzzer, ASan + UBSan, cpu backend; longer: bash tools/fuzz.sh SECONDS)"
 if bash tools/fuzz.sh 60; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
 
 # Adds a pytest run's counts (its last line) to the totals; prints its output.
@@ -69,12 +72,12 @@ count_pytest() {
 }
 
 if [ -d python/tests ]; then
-  echo "== python package tests (cpu backend)"
+  stage "python package tests (cpu backend)"
   out=$(FFPA_LIBRARY="$PWD/build-test/libffpa.so" PYTHONPATH="$PWD/python" \
         /usr/bin/python3 -m pytest -q -p no:cacheprovider python/tests 2>&1)
   count_pytest "$out" $?
 
-  echo "== pip install ./python into a fresh virtual environment (system torch, offline; libffpa built into the"
+  stage "pip install ./python into a fresh virtual environment (system torch, offline; libffpa built into the"
   echo "   wheel by meson-python, cpu only here), then the package's tests against the installed package"
   venv="$(mktemp -d)/venv"
   if /usr/bin/python3 -m venv --system-site-packages "$venv" &&
@@ -92,5 +95,6 @@ if [ -d python/tests ]; then
   rm -rf "$(dirname "$venv")"
 fi
 
+stage "done"
 echo "$passed passed, $failed failed, $skipped skipped"
 [ "$failed" -eq 0 ]
