@@ -102,6 +102,14 @@ static void apply_kv_splits(const tuning_entry *e, const ffpa_plan_input *in, ff
     }
 }
 
+/* The entry's kernel family, both passes: generic anywhere, the Hopper
+ * kernels only where hopper_ok (the pass's own conditions). */
+static void take_family(const tuning_entry *e, int hopper_ok, ffpa_plan *t)
+{
+    if (e->family == FFPA_FAMILY_GENERIC || (e->family == FFPA_FAMILY_HOPPER && hopper_ok))
+        t->family = e->family;
+}
+
 /* Forward choices, each applied only where it is legal for this problem
  * (ignored otherwise): a tile of an instantiation covering Dv; the Hopper
  * family and its cluster size only on sm_90 for non-split-KV calls, a
@@ -115,8 +123,7 @@ static void apply_forward(const tuning_entry *e, const ffpa_plan_input *in, cons
         ffpa_plan_use_fwd_tile(in, e->br, e->bc, e->chunk, e->warps, t);
     apply_kv_splits(e, in, t);
     int hopper_ok = lim->arch == 90 && t->kv_splits == 1 && t->path != FFPA_PATH_DECODE;
-    if (e->family == FFPA_FAMILY_GENERIC || (e->family == FFPA_FAMILY_HOPPER && hopper_ok))
-        t->family = e->family;
+    take_family(e, hopper_ok, t);
     if (e->cluster && hopper_ok && t->family != FFPA_FAMILY_GENERIC &&
         ffpa_plan_sm90_covers(in->dqk, in->dv, e->cluster))
         t->cluster = e->cluster;
@@ -135,8 +142,7 @@ static void apply_backward(const tuning_entry *e, const ffpa_plan_input *in, con
     t->bwd_dkdv = e->dkdv;
     t->bwd_dq = e->dq;
     int hopper_ok = lim->arch == 90;
-    if (e->family == FFPA_FAMILY_GENERIC || (e->family == FFPA_FAMILY_HOPPER && hopper_ok))
-        t->family = e->family;
+    take_family(e, hopper_ok, t);
     int cluster = e->cluster ? e->cluster : 1;
     if (e->boxes && hopper_ok && t->family != FFPA_FAMILY_GENERIC &&
         ffpa_plan_sm90_bwd_covers(in->dqk, in->dv, e->boxes, cluster)) {
