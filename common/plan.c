@@ -289,7 +289,7 @@ int ffpa_plan_sm90_bwd_covers(int64_t dqk, int64_t dv, int boxes, int cluster)
 {
     static const struct {
         int boxes, cluster;
-    } widths[] = {{2, 1}, {4, 1}, {6, 1}, {8, 1}, {4, 2}, {6, 2}, {8, 2}};
+    } widths[] = {{2, 1}, {4, 1}, {6, 1}, {8, 1}, {4, 2}, {6, 2}, {8, 2}, {4, 3}, {4, 4}};
     int64_t d = dqk > dv ? dqk : dv;
     for (size_t i = 0; i < sizeof widths / sizeof widths[0]; ++i)
         if (widths[i].boxes == boxes && widths[i].cluster == cluster)

@@ -315,8 +315,9 @@ static void test_deterministic(void **state)
 
 /* Deterministic mode where many key blocks add into each dQ tile (on cuda
  * sm_90 the Hopper kernel, whose dQ reductions then go in a fixed order):
- * dense, causal with Nq < Nkv and Nq > Nkv, a cluster of two CTAs per key
- * block (D = 1024), GQA and varlen; each run twice, byte for byte. */
+ * dense, causal with Nq < Nkv and Nq > Nkv, clusters of four and three
+ * CTAs per key block (D = 1024, 704: the exchange's sums), GQA and varlen;
+ * each run twice, byte for byte. */
 static void test_deterministic_many_key_blocks(void **state)
 {
     (void)state;
@@ -341,6 +342,13 @@ static void test_deterministic_many_key_blocks(void **state)
 
     c = attn_case_default(FFPA_BF16, 150, 1024);
     c.causal = 1;
+    c.deterministic = 1;
+    attn_run_backward(&c);
+
+    c = attn_case_default(FFPA_BF16, 140, 704);
+    c.nkv = 90;
+    c.hq = 2;
+    c.hkv = 1;
     c.deterministic = 1;
     attn_run_backward(&c);
 

@@ -881,6 +881,9 @@ static void test_apply_backward_hopper(void **state)
         {"\"boxes\": 6, \"cluster\": 2", 1024, FFPA_FAMILY_AUTO, 0, 0},         /* 768 < 1024 */
         {"\"boxes\": 2, \"cluster\": 2", 128, FFPA_FAMILY_AUTO, 0, 0},          /* not instantiated */
         {"\"boxes\": 8, \"cluster\": 4", 512, FFPA_FAMILY_AUTO, 0, 0},
+        {"\"boxes\": 4, \"cluster\": 3", 768, FFPA_FAMILY_AUTO, 4, 3}, /* a bwd cluster may be 3 */
+        {"\"boxes\": 4, \"cluster\": 4", 1024, FFPA_FAMILY_AUTO, 4, 4},
+        {"\"boxes\": 4, \"cluster\": 3", 1024, FFPA_FAMILY_AUTO, 0, 0},
         {"\"boxes\": 5", 256, FFPA_FAMILY_AUTO, 0, 0},
         {"\"kernel\": \"generic\", \"dkdv\": \"kv32\"", 512, FFPA_FAMILY_GENERIC, 0, 0},
     };
@@ -917,6 +920,11 @@ static void test_apply_backward_hopper(void **state)
     assert_false(ffpa_plan_sm90_bwd_covers(576, 512, 4, 2));
     assert_true(ffpa_plan_sm90_bwd_covers(1024, 1024, 8, 2));
     assert_false(ffpa_plan_sm90_bwd_covers(1025, 1024, 8, 2));
+    assert_true(ffpa_plan_sm90_bwd_covers(1024, 576, 4, 4));
+    assert_true(ffpa_plan_sm90_bwd_covers(768, 576, 4, 3));
+    assert_false(ffpa_plan_sm90_bwd_covers(800, 576, 4, 3));
+    assert_false(ffpa_plan_sm90_bwd_covers(1088, 1024, 4, 4));
+    assert_false(ffpa_plan_sm90_bwd_covers(512, 512, 8, 4));
     assert_false(ffpa_plan_sm90_bwd_covers(64, 64, 2, 2));
     assert_false(ffpa_plan_sm90_bwd_covers(64, 64, 3, 1));
 }

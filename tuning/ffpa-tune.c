@@ -404,7 +404,7 @@ static void sweep_forward(shape_sweep *sw)
                                     .chunk = tiles[i].chunk, .warps = tiles[i].warps, .stages = st,
                                     .kv_splits = kv_splits});
     if (sw->t->lim.arch == 90 && hp->path != FFPA_PATH_DECODE)
-        for (int cluster = 1; cluster <= 4; cluster *= 2)
+        for (int cluster = 1; cluster <= 4; ++cluster)
             consider(sw, (tune_cfg){.family = FFPA_FAMILY_HOPPER, .cluster = cluster});
 }
 
@@ -423,7 +423,7 @@ static void sweep_backward(shape_sweep *sw)
      * their defaults (3-4x slower at every shape measured; their own
      * choices matter only where the Hopper kernel cannot run a call, and
      * sweeping them would take most of the budget). */
-    for (int cluster = 1; cluster <= 2; ++cluster)
+    for (int cluster = 1; cluster <= 4; cluster *= 2)
         for (int boxes = 2; boxes <= 8; boxes += 2)
             if (ffpa_plan_sm90_bwd_covers(sw->s->d, sw->s->d, boxes, cluster))
                 consider(sw, (tune_cfg){.family = FFPA_FAMILY_HOPPER, .boxes = boxes, .cluster = cluster});

@@ -19,12 +19,13 @@
  * their own 128 columns.
  *
  * D above 384 (sm90_bwd_kernels.cuh picks the widths): a cluster of
- * kCluster = 2 CTAs splits the head dimension, CTA r holding
+ * kCluster = 2 to 4 CTAs splits the head dimension, CTA r holding
  * columns [r * kCols, (r + 1) * kCols) of K, V, Q, dO and of the gradients.
- * S^T and dP^T are then partial sums; the pair exchanges them through
+ * S^T and dP^T are then partial sums; the CTAs exchange them through
  * distributed shared memory (sm90_bwd_exchange.cuh): a reduce-scatter over
- * the tile's query columns (CTA r finishes block r: 32 rows), then an
- * all-gather of the 16-bit P^T and dS^T blocks.
+ * the tile's query columns (CTA r finishes block r: about 64 / kCluster
+ * rows, whole n8-blocks), then an all-gather of the 16-bit P^T and dS^T
+ * blocks.
  */
 #ifndef FFPA_CUDA_SM90_BWD_CONFIG_CUH
 #define FFPA_CUDA_SM90_BWD_CONFIG_CUH
@@ -40,9 +41,18 @@ namespace sm90 {
 template <typename T_, int kBoxes_, int kCluster_ = 1> struct BwdConfig {
     using T = T_;
     static constexpr int kBoxes = kBoxes_;      /* 64-column boxes per CTA */
-    static constexpr int kCluster = kCluster_;  /* CTAs splitting D (1 or 2) */
+    static constexpr int kCluster = kCluster_;  /* CTAs splitting D (1 to 4) */
     static constexpr int kCols = kBoxes * kBoxCols; /* head-dim columns per CTA */
-    static constexpr int kBlockNT = 8 / kCluster;   /* n8-blocks (8 query rows) a CTA finishes */
+    /* n8-blocks (8 query rows) a CTA finishes: CTA r the blocks [r * kBlockNT,
+     * min((r + 1) * kBlockNT, 8)) (3, 3, 2 in a cluster of three); each of
+     * its consumers at most kPartNT of them (the first part the first ones). */
+    static constexpr int kBlockNT = (8 + kCluster - 1) / kCluster;
+    static constexpr int kPartNT = (kBlockNT + 1) / 2;
+    static constexpr bool kEvenBlocks = 8 % kCluster == 0;
+    __host__ __device__ static constexpr int blocks_of(int rank)
+    {
+        return kEvenBlocks || 8 - rank * kBlockNT >= kBlockNT ? kBlockNT : 8 - rank * kBlockNT;
+    }
     static constexpr int kSlabs = kBoxes / 2;   /* 128-column slabs of a Q or dO tile */
     static constexpr int kPassCols = 256;       /* dK/dV columns per pass (128 per consumer) */
     static constexpr int kPasses = (kBoxes * kBoxCols + kPassCols - 1) / kPassCols;
@@ -52,10 +62,14 @@ template <typename T_, int kBoxes_, int kCluster_ = 1> struct BwdConfig {
 
     static constexpr size_t kKVBytes = (size_t)kBoxes * kBoxBytes; /* K (or V) of the key block */
     static constexpr size_t kSlabBytes = 2 * (size_t)kBoxBytes;
-    /* dP^T of the CTA's query block, fp32, fragment order (with a cluster:
-     * first the peer's partial lands here, then the sum). */
-    static constexpr size_t kDpBytes = 64 * 64 * 4 / kCluster;
-    static constexpr size_t kRsBytes = (kCluster - 1) * kDpBytes; /* the peer's partial S^T block */
+    /* One CTA's query block of S^T or dP^T (at most), fp32, fragment order. */
+    static constexpr size_t kNTBytes = 128 * 16; /* one n8-block: a float4 per thread */
+    static constexpr size_t kBlockBytes = kBlockNT * kNTBytes;
+    /* Alone: the two consumers' halves of the tile (store_half). In a
+     * cluster: the peers' partial dP^T blocks land here (one slot each),
+     * then slot 0 takes the sums consumer 0 reads. */
+    static constexpr size_t kDpBytes = kCluster == 1 ? kBlockBytes : (kCluster - 1) * kBlockBytes;
+    static constexpr size_t kRsBytes = (kCluster - 1) * kBlockBytes; /* the peers' partial S^T blocks */
     static constexpr size_t kPdsBytes = 64 * 64 * 2; /* P^T or dS^T, 16-bit, swizzled */
     static constexpr size_t kRowBytes = 2 * 64 * 4;  /* LSE (base 2) and Delta of the tile's rows */
     static constexpr size_t kBarBytes = 256;
@@ -85,11 +99,11 @@ template <typename T_, int kBoxes_, int kCluster_ = 1> struct BwdConfig {
      * D=320 and 768 (3 slots) gained 5% but compute-sanitizer racecheck
      * reported hazards on the exchange buffer with a GQA causal shape there
      * (docs/notes/backward.md, v2.8), so only the 4-box kernels take it:
-     * D <= 256, and D <= 512 as a cluster of two. */
+     * D <= 256, and D <= 512, 768, 1024 as clusters of two, three, four. */
     static constexpr bool kDqBulk = kBoxes == 4;
 
     static_assert(kBoxes % 2 == 0 && kBoxes >= 2 && kBoxes <= 8, "2 to 8 boxes (512 columns) per CTA, whole slabs");
-    static_assert(kCluster == 1 || kCluster == 2, "a cluster of 1 or 2");
+    static_assert(kCluster >= 1 && kCluster <= 4, "a cluster of 1 to 4");
     static_assert(kSmemBytes <= kSmemLimit, "fits the opt-in shared memory");
     static_assert(kRingSlots >= 2, "a consumer holds one slab while the next one lands");
 };

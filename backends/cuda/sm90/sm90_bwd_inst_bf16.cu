@@ -9,7 +9,9 @@ const BwdKernelDesc bwd_bf16[kNumBwdShapes] = {
     bwd_desc<BwdConfig<arch::bf16, 6>>("sm90 wgmma bwd d384"),
     bwd_desc<BwdConfig<arch::bf16, 4, 2>>("sm90 wgmma bwd d256x2 cluster", 1),
     bwd_desc<BwdConfig<arch::bf16, 8>>("sm90 wgmma bwd d512"),
+    bwd_desc<BwdConfig<arch::bf16, 4, 3>>("sm90 wgmma bwd d256x3 cluster", 1),
     bwd_desc<BwdConfig<arch::bf16, 6, 2>>("sm90 wgmma bwd d384x2 cluster"),
+    bwd_desc<BwdConfig<arch::bf16, 4, 4>>("sm90 wgmma bwd d256x4 cluster", 1),
     bwd_desc<BwdConfig<arch::bf16, 8, 2>>("sm90 wgmma bwd d512x2 cluster"),
 };
 }

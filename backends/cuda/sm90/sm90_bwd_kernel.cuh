@@ -14,8 +14,8 @@
  * dK and dV are register accumulators across all query tiles of the pass
  * and are stored once; dQ is reduced per tile into the fp32 buffer (or the
  * output itself with FFPA_GRAD_ACCUM_OUTPUT), in a fixed key-block order in
- * deterministic mode. With a
- * cluster of two (D > 512) the pair completes S^T and dP^T through
+ * deterministic mode. In a
+ * cluster (D > 384) the CTAs complete S^T and dP^T through
  * sm90_bwd_exchange.cuh between the two phases.
  */
 #ifndef FFPA_CUDA_SM90_BWD_KERNEL_CUH
@@ -57,7 +57,7 @@ FFPA_DEV void bwd_consumer(const BwdMaps &maps, const ffpa_bwd_params &p, const 
     const uint32_t pt_addr = smem_u32(smem + L::pt), dst_addr = smem_u32(smem + L::dst);
     float *dp = reinterpret_cast<float *>(smem + L::dp);
     float *rows = reinterpret_cast<float *>(smem + L::rows);
-    const BwdExchange<Cfg> xch{smem, bars, rank, rank ^ 1u, ctid};
+    const BwdExchange<Cfg> xch{smem, bars, rank, ctid};
     auto release = [&](int ring, int n) {
         __syncwarp();
         if (lane == 0)
@@ -93,7 +93,8 @@ FFPA_DEV void bwd_consumer(const BwdMaps &maps, const ffpa_bwd_params &p, const 
             BwdBiasTile<Cfg> bias;
             if constexpr (kExtras)
                 if (p.mask.bias)
-                    bias.load(p, w, h, q0, ctid, GradBlocks<Cfg>::first(rank, consumer));
+                    bias.load(p, w, h, q0, ctid, GradBlocks<Cfg>::first(rank, consumer),
+                              GradBlocks<Cfg>::count(rank, consumer));
             const uint32_t kv = consumer == 0 ? k_addr : v_addr;
 #pragma unroll
             for (int s = 0; s < Cfg::kSlabs; ++s) {

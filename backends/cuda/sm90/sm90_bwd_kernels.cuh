@@ -55,8 +55,10 @@ template <class Cfg> constexpr BwdKernelDesc bwd_desc(const char *name, int f32_
  * dQ buffer (FFPA_GRAD_ACCUM_OUTPUT) the pair reduces dQ from registers and
  * loses (172 against 213), so that mode keeps the 8-box CTA. D <= 384
  * stays on one CTA (D=320: 183 against 170 for the pair, whose second CTA
- * would hold 64 columns). */
-constexpr int kNumBwdShapes = 7;
+ * would hold 64 columns). D in (512, 768] runs on a cluster of three and
+ * D in (768, 1024] on one of four 4-box CTAs for the same reasons (one
+ * pass, TMA dQ), with the same exception. */
+constexpr int kNumBwdShapes = 9;
 extern const BwdKernelDesc bwd_f16[kNumBwdShapes], bwd_bf16[kNumBwdShapes];
 
 } /* namespace sm90 */

@@ -53,15 +53,22 @@ FFPA_DEV uint32_t swizzled_pair(int row, int j, int quad)
     return (uint32_t)row * 128 + ((uint32_t)(j ^ (row & 7)) << 4) + (uint32_t)quad * 4;
 }
 
-/* The n8-blocks [first, first + kCount) of the tile a consumer (part)
- * finishes: half of the CTA's kBlockNT (all 8 without a cluster, block
- * `rank` with one); part 0 the first half. */
+/* The n8-blocks [first, first + count) of the tile a consumer (part)
+ * finishes: its part of the CTA's block (all 8 without a cluster, block
+ * `rank` with one), at most kCount; part 0 the first ones. Element arrays
+ * sized kCount hold block j at j % kCount: distinct within a part's
+ * consecutive blocks, and j stays a compile-time index. */
 template <class Cfg> struct GradBlocks {
-    static constexpr int kCount = Cfg::kBlockNT / 2;
+    static constexpr int kCount = Cfg::kPartNT;
     static FFPA_DEV int first(uint32_t rank, int part) { return (int)rank * Cfg::kBlockNT + part * kCount; }
+    static FFPA_DEV int count(uint32_t rank, int part)
+    {
+        const int n = Cfg::blocks_of((int)rank) - part * kCount;
+        return Cfg::kEvenBlocks ? kCount : n < 0 ? 0 : n < kCount ? n : kCount;
+    }
 };
 
-/* Dropout keep bits of this thread's elements of blocks [j0, j0 + kCount)
+/* Dropout keep bits of this thread's elements of blocks [j0, j0 + count)
  * (bit 4j + i). A Philox block covers 4 consecutive keys of one query row
  * (common/philox.h), and in the m64 fragment those 4 keys sit in the 4
  * lanes 16c + 4g + quad, g = 0..3, which hold the same 2 query rows and 2
@@ -70,14 +77,15 @@ template <class Cfg> struct GradBlocks {
  * the 4 keep bits go round by shuffles: one Philox block per thread and
  * n8-block instead of four, each of whose words but one went unused. */
 template <class Cfg>
-FFPA_DEV uint32_t keep_bits(const ffpa_gpu_fwd_params &m, const BwdWork &w, int h, int q0, int ctid, int j0)
+FFPA_DEV uint32_t keep_bits(const ffpa_gpu_fwd_params &m, const BwdWork &w, int h, int q0, int ctid, int j0,
+                           int count)
 {
     constexpr int kCount = GradBlocks<Cfg>::kCount;
     const int warp = ctid >> 5, lane = ctid & 31, quad = lane & 3, g = (lane >> 2) & 3;
     const int key0 = w.kb0 + warp * 16 + 8 * (g >> 1) + 4 * (lane >> 4); /* a multiple of 4 */
     uint32_t drawn = 0; /* bit 4 jj + k: key key0 + k of block j0 + jj */
 #pragma unroll 1
-    for (int jj = 0; jj < kCount; ++jj) {
+    for (int jj = 0; jj < count; ++jj) {
         const int q = q0 + 8 * (j0 + jj) + 2 * quad + (g & 1);
         const ffpa_u32x4 v = ffpa_dropout_words(m.dropout_seed, m.dropout_offset, m.hq, w.b, h, q, key0);
         const uint32_t t = m.dropout_threshold;
@@ -91,14 +99,15 @@ FFPA_DEV uint32_t keep_bits(const ffpa_gpu_fwd_params &m, const BwdWork &w, int 
         const uint32_t got = __shfl_sync(0xFFFFFFFFu, drawn, (lane & 0x13) | (i << 2));
 #pragma unroll
         for (int jj = 0; jj < kCount; ++jj)
-            bits |= ((got >> (4 * jj + g)) & 1u) << (4 * (j0 + jj) + i);
+            if (jj < count)
+                bits |= ((got >> (4 * jj + g)) & 1u) << (4 * (j0 + jj) + i);
     }
     return bits;
 }
 
 /* With a bias: this thread's bias elements of the n8-blocks [j0, j0 +
- * kCount) it finishes (element 4 (j % kCount) + i, j0 being a multiple of
- * kCount), 0 outside the sequences and above the causal diagonal. Loaded
+ * count) it finishes (element 4 (j % kCount) + i, GradBlocks), 0 outside
+ * the sequences and above the causal diagonal. Loaded
  * before the tile's phase-1 GEMMs are issued and kept raw (fp32 bits, or
  * the 16-bit value) until softmax_grad converts them: no load result is
  * used before all are issued, so their latency overlaps each other and the
@@ -108,8 +117,9 @@ template <class Cfg> struct BwdBiasTile {
     static constexpr int kValues = 4 * GradBlocks<Cfg>::kCount;
     uint32_t raw[kValues];
 
-    FFPA_DEV void load(const ffpa_bwd_params &p, const BwdWork &w, int h, int q0, int ctid, int j0)
+    FFPA_DEV void load(const ffpa_bwd_params &p, const BwdWork &w, int h, int q0, int ctid, int j0, int count)
     {
+        constexpr int kCount = GradBlocks<Cfg>::kCount;
         const ffpa_gpu_fwd_params &m = p.mask;
         const int warp = ctid >> 5, lane = ctid & 31, quad = lane & 3;
         const int64_t plane = (int64_t)w.b * m.bias_sb + (int64_t)h * m.bias_sh;
@@ -117,9 +127,11 @@ template <class Cfg> struct BwdBiasTile {
         bool ok[kValues];
 #pragma unroll
         for (int k = 0; k < kValues; ++k) {
+            /* block j0 + jj sits at (j0 + jj) % kCount = k / 4 (j0 a multiple of kCount unless a cluster of three) */
+            const int jj = Cfg::kEvenBlocks ? k / 4 : (k / 4 - j0 % kCount + kCount) % kCount;
             const int key = w.kb0 + warp * 16 + (lane >> 2) + 8 * ((k & 3) >> 1);
-            const int q = q0 + 8 * (j0 + k / 4) + 2 * quad + (k & 1);
-            ok[k] = key < w.seqlen_k && q < w.seqlen_q && (!p.causal || key <= q + w.diag);
+            const int q = q0 + 8 * (j0 + jj) + 2 * quad + (k & 1);
+            ok[k] = jj < count && key < w.seqlen_k && q < w.seqlen_q && (!p.causal || key <= q + w.diag);
             at[k] = plane + (int64_t)q * m.bias_sn + (int64_t)key * m.bias_sd;
         }
         if (m.bias_dtype == FFPA_F32) {
@@ -153,8 +165,8 @@ template <class Cfg> struct BwdBiasTile {
  * h and the tile's first row q0, S^T for part 0, dP^T for part 1; other:
  * the other one's values of the n8-blocks this part finishes (GradBlocks),
  * in fragment order (float4 q of thread t at (q * 128 + t) * 16, q counted
- * from the CTA's first n8-block). With a cluster the pairs written also go
- * to the peer's tiles (the all-gather, completing on the peer's ag_full);
+ * from the CTA's first n8-block). In a cluster the pairs written also go
+ * to every peer's tiles (the all-gather, completing on the peers' ag_full);
  * bias: the tile's bias elements (BwdBiasTile, loaded with a bias). kExtras: bias,
  * dropout, window, softcap or ALiBi (a separate kernel instantiation: in the same kernel their
  * registers and code cost the plain path ~10%), and with them dbias where
@@ -168,8 +180,8 @@ FFPA_DEV void softmax_grad(const float (&mine)[32], const float *other, const fl
     const int warp = ctid >> 5, lane = ctid & 31, quad = lane & 3;
     const float scale_log2 = p.mask.scale_log2, scale = p.scale;
     const ffpa_gpu_fwd_params &m = p.mask;
-    const int j0 = GradBlocks<Cfg>::first(rank, part);
-    const uint32_t keep = kExtras && m.has_dropout ? keep_bits<Cfg>(m, w, h, q0, ctid, j0) : 0xFFFFFFFFu;
+    const int j0 = GradBlocks<Cfg>::first(rank, part), count = GradBlocks<Cfg>::count(rank, part);
+    const uint32_t keep = kExtras && m.has_dropout ? keep_bits<Cfg>(m, w, h, q0, ctid, j0, count) : 0xFFFFFFFFu;
     const float z_kept = kExtras && m.has_dropout ? m.dropout_scale : 1.0f;
     BwdDbias db{};
     if constexpr (kExtras)
@@ -178,7 +190,7 @@ FFPA_DEV void softmax_grad(const float (&mine)[32], const float *other, const fl
     const float slope = kExtras && m.alibi ? m.alibi[(int64_t)w.b * m.alibi_sb + (int64_t)h * m.alibi_sh] * kLog2e : 0.0f;
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
-        if (j < j0 || j >= j0 + GradBlocks<Cfg>::kCount)
+        if (j < j0 || j >= j0 + count)
             continue; /* j stays a compile-time register index */
         /* Part 1 (consumer 1) holds dP^T and reads S^T; part 0 holds S^T
          * and reads dP^T (slot j % kBlockNT). */
@@ -244,9 +256,11 @@ FFPA_DEV void softmax_grad(const float (&mine)[32], const float *other, const fl
             const uint32_t dw = arch::pack_f32x2<T>(dsv[2 * half], dsv[2 * half + 1]);
             *reinterpret_cast<uint32_t *>(pt + off) = pw;
             *reinterpret_cast<uint32_t *>(dst + off) = dw;
-            if constexpr (Cfg::kCluster > 1) {
-                st_async_remote_b32(pt + off, ag_full, rank ^ 1u, pw);
-                st_async_remote_b32(dst + off, ag_full, rank ^ 1u, dw);
+#pragma unroll
+            for (int r = 1; r < Cfg::kCluster; ++r) {
+                const uint32_t to = (rank + (uint32_t)r) % Cfg::kCluster;
+                st_async_remote_b32(pt + off, ag_full, to, pw);
+                st_async_remote_b32(dst + off, ag_full, to, dw);
             }
         }
     }
