@@ -9,7 +9,7 @@ accumulators), so they are generated rather than written by hand.
 SS_N = [64]                 # S = Q K^T: A (Q) and B (K) from shared memory, both K-major
 RS_N = [64, 128, 192, 256]  # O += P V: A (P) from registers, B (V) MN-major (trans-b)
 SS_BT_N = [64, 128, 256]        # backward dV += P^T dO, dK += dS^T Q; MLA decode O += P V with P from shared memory (trans-b)
-SS_ABT_N = [128]            # backward dQ = dS K: A (dS^T stored) and B (K) MN-major (trans-a, trans-b)
+SS_ABT_N = [64, 128]        # backward dQ = dS K: A (dS^T stored) and B (K) MN-major (trans-a, trans-b)
 TYPES = [("f16", "f16"), ("bf16", "bf16")]
 
 

@@ -7,8 +7,9 @@
  *               key block of the head adds into the same rows; in
  *               deterministic mode in a fixed order, through turn counters);
  *   add_dq_bulk: the same into the fp32 buffer through TMA reductions.
- * Accumulators are wgmma m64n128 fragments: value 4j + 2h + e of a thread is
- * row 16 * warp + lane / 4 + 8h, column 8j + 2 * (lane % 4) + e.
+ * Accumulators are wgmma m64n128 (or m64n64: kRegs = 32) fragments: value
+ * 4j + 2h + e of a thread is row 16 * warp + lane / 4 + 8h, column
+ * 8j + 2 * (lane % 4) + e.
  */
 #ifndef FFPA_CUDA_SM90_BWD_EPILOGUE_CUH
 #define FFPA_CUDA_SM90_BWD_EPILOGUE_CUH
@@ -22,8 +23,8 @@ namespace sm90 {
 /* f(r, c, a, b) for each of this thread's value pairs (columns c, c + 1 of
  * row r) with r < rows_valid and c < dim (dim a multiple of 8, so c + 1 <
  * dim as well). */
-template <class F>
-FFPA_DEV void for_each_pair(const float (&acc)[64], int rows_valid, int col0, int dim, int ctid, F &&f)
+template <int kRegs, class F>
+FFPA_DEV void for_each_pair(const float (&acc)[kRegs], int rows_valid, int col0, int dim, int ctid, F &&f)
 {
     const int warp = ctid >> 5, lane = ctid & 31;
 #pragma unroll
@@ -32,7 +33,7 @@ FFPA_DEV void for_each_pair(const float (&acc)[64], int rows_valid, int col0, in
         if (r >= rows_valid)
             continue;
 #pragma unroll
-        for (int j = 0; j < 16; ++j) {
+        for (int j = 0; j < kRegs / 4; ++j) {
             const int c = col0 + 8 * j + 2 * (lane & 3);
             if (c < dim)
                 f(r, c, acc[4 * j + 2 * half], acc[4 * j + 2 * half + 1]);
@@ -58,8 +59,8 @@ FFPA_DEV void store_grad(const float (&acc)[64], T *out, int64_t sn, int64_t sd,
  * view of dtype T itself (16-bit pair reductions, each partial sum rounded).
  * row0: element offset of (row 0 of the tile, column 0); rows at stride
  * dq.sn (even), columns contiguous. */
-template <typename T>
-FFPA_DEV void reduce_dq(const float (&acc)[64], const ffpa_bwd_acc &dq, int64_t row0, int rows_valid, int col0,
+template <typename T, int kRegs>
+FFPA_DEV void reduce_dq(const float (&acc)[kRegs], const ffpa_bwd_acc &dq, int64_t row0, int rows_valid, int col0,
                         int dim, int ctid)
 {
     if (dq.is_f32) {

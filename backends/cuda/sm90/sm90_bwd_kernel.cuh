@@ -74,8 +74,11 @@ FFPA_DEV void bwd_consumer(const BwdMaps &maps, const ffpa_bwd_params &p, const 
     float next_row = consumer == 0 && total > 0 ? fetch_row(p, w, w.head(0), w.q0(0), ctid) : 0.0f;
 #pragma unroll 1
     for (int pass = 0; pass < Cfg::kPasses; ++pass) {
-        const int cols_slab = 2 * pass + consumer; /* this consumer's 128 columns */
-        const bool owns = R::owns(pass, consumer);
+        /* One slab in the pass (D <= 128; the last pass of 6 boxes): both
+         * consumers share its phase-2 GEMMs (below). */
+        const bool split = Cfg::kSlabs % 2 == 1 && pass == Cfg::kPasses - 1; /* R::n_own(pass) == 1 */
+        const int slab = split ? 2 * pass : 2 * pass + consumer; /* the 128 columns of its dK / dV */
+        const bool owns = split || R::owns(pass, consumer);
         float dv[64], dk[64];
 #pragma unroll
         for (int i = 0; i < 64; ++i)
@@ -162,63 +165,95 @@ FFPA_DEV void bwd_consumer(const BwdMaps &maps, const ffpa_bwd_params &p, const 
             }
 
             /* Phase 2: this consumer's columns of dV, dK and dQ, from its own
-             * slabs still in the rings (dO in ring 1, Q in ring 0). */
+             * slabs still in the rings (dO in ring 1, Q in ring 0). With one
+             * slab in the pass (split) the consumers share its GEMMs
+             * instead: consumer 0 dV (P^T, the dO slab), consumer 1 dK
+             * (dS^T, the Q slab), both into `dv`, and each half of dQ. */
             if (owns) {
-                float dq[64];
-                const int own = n + R::own_pos(pass, consumer);
-                /* One of the two was waited for by the other consumer: its phase is
-                 * complete and the slot stays until we release it. */
-                bwd_wait(R::full(bars, 1, own), R::parity(own), false, 3, own);
-                bwd_wait(R::full(bars, 0, own), R::parity(own), false, 4, own);
-                fence_operands(dv);
-                fence_operands(dk);
-                wgmma_fence();
-                G::grad_slab(dv, pt_addr, smem_u32(R::ptr(smem, 1, own)));
-                wgmma_commit();
-                G::grad_slab(dk, dst_addr, smem_u32(R::ptr(smem, 0, own)));
-                wgmma_commit();
-                G::dq_gemm(dq, dst_addr, k_addr + (uint32_t)(2 * cols_slab) * kBoxBytes);
-                wgmma_commit();
-                /* kDqBulk: the fp32 buffer takes dQ through TMA reductions
-                 * staged in this consumer's two own slots, which it keeps
-                 * until the TMA has read them. Otherwise (and with
-                 * FFPA_GRAD_ACCUM_OUTPUT) dQ is reduced from registers and
-                 * the slots are freed as soon as their GEMMs are done. */
-                const bool bulk = Cfg::kDqBulk && p.dq.is_f32;
-                if (!bulk) {
-                    wgmma_wait<2>();
-                    release(1, own);
-                    wgmma_wait<1>();
-                    release(0, own);
-                }
-                wgmma_wait<0>();
-                fence_operands(dv);
-                fence_operands(dk);
-                fence_operands(dq);
+                const int own = n + R::own_pos(pass, split ? 0 : consumer);
                 const int rows_valid = min(Cfg::kBr, w.seqlen_q - q0);
-                /* Deterministic mode: this key block's turn at the tile's slab. */
-                int *turn = nullptr, mine = 0;
-                if (p.dq_turn) {
-                    const int t = q0 / 64;
-                    turn = p.dq_turn + (((int64_t)w.b * p.hq + h) * p.dq_turn_tiles + t) * FFPA_BWD_DQ_TURN_SLABS +
-                           (w.col0 / 128 + cols_slab);
-                    mine = dq_turn_of(w.kb0 / 64, w.last_kb(t, p.mask));
-                }
-                const int dq_col = w.col0 + cols_slab * 128;
-                if (bulk) {
-                    add_dq_bulk(dq, R::ptr(smem, 0, own), R::ptr(smem, 1, own), R::empty(bars, 0, own),
-                                R::empty(bars, 1, own), &maps.dq, dq_col, (int)w.q_start + q0, h, w.tma_b, rows_valid,
-                                turn, mine, kBarDq + consumer, ctid);
-                } else {
+                /* Deterministic mode: this key block's turn at the tile's dQ columns. */
+                auto turn_of = [&](int dq_col, int *&turn, int &mine) {
+                    turn = nullptr, mine = 0;
+                    if (p.dq_turn) {
+                        const int t = q0 / 64;
+                        turn = p.dq_turn + (((int64_t)w.b * p.hq + h) * p.dq_turn_tiles + t) * FFPA_BWD_DQ_TURN_PARTS +
+                               dq_col / 64;
+                        mine = dq_turn_of(w.kb0 / 64, w.last_kb(t, p.mask));
+                    }
+                };
+                auto reduce = [&](const auto &dq, int dq_col) {
                     const int64_t dq_row0 =
                         (int64_t)h * p.dq.sh +
                         (p.cu_q ? (w.q_start + q0) * p.dq.sn : (int64_t)w.b * p.dq.sb + (int64_t)q0 * p.dq.sn);
+                    int *turn, mine;
+                    turn_of(dq_col, turn, mine);
                     if (turn)
                         dq_turn_wait(turn, mine, kBarDq + consumer, ctid);
                     if constexpr (!kDiagSkipDq)
                         reduce_dq<T>(dq, p.dq, dq_row0, rows_valid, dq_col, p.dqk, ctid);
                     if (turn)
                         dq_turn_pass(turn, mine, kBarDq + consumer, ctid);
+                };
+                if (split) {
+                    static_assert(!Cfg::kDqBulk || Cfg::kSlabs % 2 == 0, "no split pass where dQ goes by TMA");
+                    const int ring = consumer == 0 ? 1 : 0;
+                    float dq[32];
+                    /* Its phase is complete (the other consumer waited for it in phase 1). */
+                    bwd_wait(R::full(bars, ring, own), R::parity(own), false, 3, own);
+                    fence_operands(dv);
+                    wgmma_fence();
+                    G::grad_slab(dv, consumer == 0 ? pt_addr : dst_addr, smem_u32(R::ptr(smem, ring, own)));
+                    wgmma_commit();
+                    G::template dq_gemm<64>(dq, dst_addr, k_addr + (uint32_t)(2 * slab + consumer) * kBoxBytes);
+                    wgmma_commit();
+                    wgmma_wait<1>();
+                    release(ring, own);
+                    wgmma_wait<0>();
+                    fence_operands(dv);
+                    fence_operands(dq);
+                    reduce(dq, w.col0 + slab * 128 + 64 * consumer);
+                } else {
+                    float dq[64];
+                    /* One of the two was waited for by the other consumer: its phase is
+                     * complete and the slot stays until we release it. */
+                    bwd_wait(R::full(bars, 1, own), R::parity(own), false, 3, own);
+                    bwd_wait(R::full(bars, 0, own), R::parity(own), false, 4, own);
+                    fence_operands(dv);
+                    fence_operands(dk);
+                    wgmma_fence();
+                    G::grad_slab(dv, pt_addr, smem_u32(R::ptr(smem, 1, own)));
+                    wgmma_commit();
+                    G::grad_slab(dk, dst_addr, smem_u32(R::ptr(smem, 0, own)));
+                    wgmma_commit();
+                    G::template dq_gemm<128>(dq, dst_addr, k_addr + (uint32_t)(2 * slab) * kBoxBytes);
+                    wgmma_commit();
+                    /* kDqBulk: the fp32 buffer takes dQ through TMA reductions
+                     * staged in this consumer's two own slots, which it keeps
+                     * until the TMA has read them. Otherwise (and with
+                     * FFPA_GRAD_ACCUM_OUTPUT) dQ is reduced from registers and
+                     * the slots are freed as soon as their GEMMs are done. */
+                    const bool bulk = Cfg::kDqBulk && p.dq.is_f32;
+                    if (!bulk) {
+                        wgmma_wait<2>();
+                        release(1, own);
+                        wgmma_wait<1>();
+                        release(0, own);
+                    }
+                    wgmma_wait<0>();
+                    fence_operands(dv);
+                    fence_operands(dk);
+                    fence_operands(dq);
+                    const int dq_col = w.col0 + slab * 128;
+                    if (bulk) {
+                        int *turn, mine;
+                        turn_of(dq_col, turn, mine);
+                        add_dq_bulk(dq, R::ptr(smem, 0, own), R::ptr(smem, 1, own), R::empty(bars, 0, own),
+                                    R::empty(bars, 1, own), &maps.dq, dq_col, (int)w.q_start + q0, h, w.tma_b,
+                                    rows_valid, turn, mine, kBarDq + consumer, ctid);
+                    } else {
+                        reduce(dq, dq_col);
+                    }
                 }
             }
             n += Cfg::kSlabs;
@@ -231,11 +266,16 @@ FFPA_DEV void bwd_consumer(const BwdMaps &maps, const ffpa_bwd_params &p, const 
             auto block_row = [&](void *data, int64_t sb, int64_t sh, int64_t sn) {
                 return static_cast<T *>(data) + (int64_t)w.kvh * sh + (p.cu_q ? 0 : (int64_t)w.b * sb) + krow * sn;
             };
-            const int col0 = w.col0 + cols_slab * 128;
-            store_grad<T>(dk, block_row(out.dk, out.dk_sb, out.dk_sh, out.dk_sn), out.dk_sn, out.dk_sd, rows_valid,
-                          col0, p.dqk, ctid);
-            store_grad<T>(dv, block_row(out.dv, out.dv_sb, out.dv_sh, out.dv_sn), out.dv_sn, out.dv_sd, rows_valid,
-                          col0, p.dv, ctid);
+            const int col0 = w.col0 + slab * 128;
+            const bool dk_here = !split || consumer == 1, dv_here = !split || consumer == 0;
+            T *dk_out = block_row(out.dk, out.dk_sb, out.dk_sh, out.dk_sn);
+            if (split && dk_here) /* (two calls: a register array is not picked at run time) */
+                store_grad<T>(dv, dk_out, out.dk_sn, out.dk_sd, rows_valid, col0, p.dqk, ctid);
+            else if (dk_here)
+                store_grad<T>(dk, dk_out, out.dk_sn, out.dk_sd, rows_valid, col0, p.dqk, ctid);
+            if (dv_here)
+                store_grad<T>(dv, block_row(out.dv, out.dv_sb, out.dv_sh, out.dv_sn), out.dv_sn, out.dv_sd,
+                              rows_valid, col0, p.dv, ctid);
         }
     }
 }

@@ -264,13 +264,13 @@ template <class Cfg> struct BwdGemms {
                                 make_desc_sw128(slab_addr + kk * 2048, kBoxBytes, 1024), 1);
     }
 
-    /* acc(64 rows x 128 columns) = dS K_cols: dS read MN-major from the
-     * stored dS^T (keys x rows), K's two boxes of the columns MN-major. */
-    static FFPA_DEV void dq_gemm(float (&acc)[64], uint32_t dst_addr, uint32_t k_cols_addr)
+    /* acc(64 rows x N columns) = dS K_cols: dS read MN-major from the
+     * stored dS^T (keys x rows), K's N / 64 boxes of the columns MN-major. */
+    template <int N> static FFPA_DEV void dq_gemm(float (&acc)[N / 2], uint32_t dst_addr, uint32_t k_cols_addr)
     {
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk)
-            wgmma_ss_abt<T, 128>(acc, make_desc_sw128(dst_addr + kk * 2048, kBoxBytes, 1024),
+            wgmma_ss_abt<T, N>(acc, make_desc_sw128(dst_addr + kk * 2048, kBoxBytes, 1024),
                                  make_desc_sw128(k_cols_addr + kk * 2048, kBoxBytes, 1024), kk > 0);
     }
 };

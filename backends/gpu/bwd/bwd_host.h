@@ -57,7 +57,7 @@ struct Layout {
 inline int64_t dq_turn_tiles(const ffpa_problem *pb) { return (pb->nq + 63) / 64; }
 inline size_t dq_turn_bytes(const ffpa_problem *pb)
 {
-    return (size_t)(pb->batch * pb->hq * dq_turn_tiles(pb) * FFPA_BWD_DQ_TURN_SLABS) * sizeof(int32_t);
+    return (size_t)(pb->batch * pb->hq * dq_turn_tiles(pb) * FFPA_BWD_DQ_TURN_PARTS) * sizeof(int32_t);
 }
 
 /* From shapes and options alone: a size query has no output views to check

@@ -25,8 +25,9 @@ typedef struct ffpa_bwd_acc {
     int is_f32; /* 1: float buffer; 0: the output dtype of q */
 } ffpa_bwd_acc;
 
-/* 128-column slabs of a head dimension up to 1024: dQ turn counters per tile. */
-#define FFPA_BWD_DQ_TURN_SLABS 8
+/* 64-column parts of a head dimension up to 1024: dQ turn counters per tile
+ * (a consumer's dQ is 128 or 64 columns, counted at its first part). */
+#define FFPA_BWD_DQ_TURN_PARTS 16
 
 typedef struct ffpa_bwd_params {
     /* Masking, bias and dropout fields (scale_log2, bias*, dropout*, hq) in
@@ -70,8 +71,8 @@ typedef struct ffpa_bwd_params {
     int member_h, member_b, member_qb;
 
     /* Deterministic dQ of the fused Hopper backward (NULL elsewhere): a turn
-     * counter per (b, h, query tile, 128-column slab)
-     * [batch][hq][dq_turn_tiles][FFPA_BWD_DQ_TURN_SLABS],
+     * counter per (b, h, query tile, 64-column part)
+     * [batch][hq][dq_turn_tiles][FFPA_BWD_DQ_TURN_PARTS],
      * zeroed per call, so the key blocks add into a dQ tile in one fixed
      * order (cuda/sm90/sm90_bwd_epilogue.cuh). */
     int *dq_turn;
