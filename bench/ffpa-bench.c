@@ -562,7 +562,9 @@ static int check_repeatable(ffpa_context *ctx, run_bufs *r, char *msg, size_t ms
  * test suite's gradient tolerance for 16-bit dtypes (tests/harness.c,
  * TH_GRAD), 2.5x that with o (FFPA_GRAD_ACCUM_OUTPUT, as tests/attn_case.c):
  * the cpu backend accumulates in fp32 and rounds once here, so it sits well
- * inside that of the float64 oracle.
+ * inside that of the float64 oracle. A gradient that cancels to zero (one
+ * key: dQ = dK = 0 exactly, the kernels' rounding leaves ~1e-7) is held to
+ * 1e-3 of the largest gradient's scale instead of its own.
  */
 static int check_backward_against_cpu(ffpa_context *ctx, const shape *s, ffpa_dtype dt, const host_inputs *hi,
                                       run_bufs *r, char *msg, size_t msg_len)
@@ -597,10 +599,13 @@ static int check_backward_against_cpu(ffpa_context *ctx, const shape *s, ffpa_dt
         }
     if (ok) {
         const double tol = s->accum_out ? 5e-2 : 2e-2;
+        double scale = 0.0;
+        for (int i = 0; i < n_grads; ++i)
+            scale = fmax(scale, e[i].max_ref);
         size_t nonfinite = 0;
         int n = snprintf(msg, msg_len, "tol %.0e", tol);
         for (int i = 0; i < n_grads; ++i) {
-            ok = ok && e[i].nonfinite == 0 && e[i].max_abs <= tol * e[i].max_ref;
+            ok = ok && e[i].nonfinite == 0 && e[i].max_abs <= tol * fmax(e[i].max_ref, 1e-3 * scale);
             nonfinite += e[i].nonfinite;
             if (n >= 0 && (size_t)n < msg_len)
                 n += snprintf(msg + n, msg_len - (size_t)n, " %s max %.2e (%.1e /max|ref|)", grad_names[i],

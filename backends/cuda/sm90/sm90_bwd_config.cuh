@@ -2,7 +2,8 @@
  * Compile-time shape of one Hopper backward instantiation and its
  * shared-memory layout (host and device agree on it through this file).
  *
- * A CTA owns one key block (kBc = 64 keys) of one (kv head, batch) and runs
+ * A CTA owns one key block (kBc = 64 keys; 128 in the small-D kernel,
+ * kKeySplit) of one (kv head, batch) and runs
  * every query tile (kBr = 64 rows) of every query head of its GQA group past
  * it. K and V of the block stay resident; Q and dO stream through two rings
  * (one per consumer) of 128-column slabs. The dK/dV accumulators of a whole head dimension do not
@@ -38,10 +39,14 @@
 namespace ffpa {
 namespace sm90 {
 
-template <typename T_, int kBoxes_, int kCluster_ = 1> struct BwdConfig {
+/* kKeySplit (D <= 128, one CTA): the small-D kernel (sm90_bwd_keys.cuh):
+ * 128 keys per CTA, each consumer owning 64 of them with its S^T and dP^T
+ * both in registers, so no exchange between the GEMM phases. */
+template <typename T_, int kBoxes_, int kCluster_ = 1, bool kKeySplit_ = false> struct BwdConfig {
     using T = T_;
     static constexpr int kBoxes = kBoxes_;      /* 64-column boxes per CTA */
     static constexpr int kCluster = kCluster_;  /* CTAs splitting D (1 to 4) */
+    static constexpr bool kKeySplit = kKeySplit_;
     static constexpr int kCols = kBoxes * kBoxCols; /* head-dim columns per CTA */
     /* n8-blocks (8 query rows) a CTA finishes: CTA r the blocks [r * kBlockNT,
      * min((r + 1) * kBlockNT, 8)) (3, 3, 2 in a cluster of three); each of
@@ -56,11 +61,11 @@ template <typename T_, int kBoxes_, int kCluster_ = 1> struct BwdConfig {
     static constexpr int kSlabs = kBoxes / 2;   /* 128-column slabs of a Q or dO tile */
     static constexpr int kPassCols = 256;       /* dK/dV columns per pass (128 per consumer) */
     static constexpr int kPasses = (kBoxes * kBoxCols + kPassCols - 1) / kPassCols;
-    static constexpr int kBc = 64;              /* keys per CTA */
+    static constexpr int kBc = kKeySplit ? 128 : 64; /* keys per CTA */
     static constexpr int kBr = 64;              /* query rows per tile */
     static constexpr int kThreads = 384;
 
-    static constexpr size_t kKVBytes = (size_t)kBoxes * kBoxBytes; /* K (or V) of the key block */
+    static constexpr size_t kKVBytes = (size_t)kBoxes * kBoxBytes * (kBc / 64); /* K (or V) of the key block */
     static constexpr size_t kSlabBytes = 2 * (size_t)kBoxBytes;
     /* One CTA's query block of S^T or dP^T (at most), fp32, fragment order. */
     static constexpr size_t kNTBytes = 128 * 16; /* one n8-block: a float4 per thread */
@@ -68,17 +73,22 @@ template <typename T_, int kBoxes_, int kCluster_ = 1> struct BwdConfig {
     /* Alone: the two consumers' halves of the tile (store_half). In a
      * cluster: the peers' partial dP^T blocks land here (one slot each),
      * then slot 0 takes the sums consumer 0 reads. */
-    static constexpr size_t kDpBytes = kCluster == 1 ? kBlockBytes : (kCluster - 1) * kBlockBytes;
+    static constexpr size_t kDpBytes = kKeySplit ? 0 : kCluster == 1 ? kBlockBytes : (kCluster - 1) * kBlockBytes;
     static constexpr size_t kRsBytes = (kCluster - 1) * kBlockBytes; /* the peers' partial S^T blocks */
-    static constexpr size_t kPdsBytes = 64 * 64 * 2; /* P^T or dS^T, 16-bit, swizzled */
-    static constexpr size_t kRowBytes = 2 * 64 * 4;  /* LSE (base 2) and Delta of the tile's rows */
+    static constexpr size_t kPdsBytes = 64 * 64 * 2; /* P^T or dS^T of 64 keys, 16-bit, swizzled */
+    /* P^T and dS^T of the CTA's keys; kKeySplit keeps dS^T of two tiles
+     * (each consumer's dQ reads the other's, sm90_bwd_keys.cuh). */
+    static constexpr size_t kPtBytes = kPdsBytes * (kBc / 64);
+    static constexpr size_t kDstBytes = kPtBytes * (kKeySplit ? 2 : 1);
+    /* LSE (base 2) and Delta of the tile's rows (kKeySplit: of two tiles) */
+    static constexpr size_t kRowBytes = 2 * 64 * 4 * (kKeySplit ? 2 : 1);
     static constexpr size_t kBarBytes = 256;
     static constexpr size_t kAlignSlack = 1024;
     static constexpr int kMaxSlots = 8;
 
     static constexpr size_t fixed_bytes()
     {
-        return 2 * kKVBytes + kDpBytes + kRsBytes + 2 * kPdsBytes + kRowBytes + kBarBytes + kAlignSlack;
+        return 2 * kKVBytes + kDpBytes + kRsBytes + kPtBytes + kDstBytes + kRowBytes + kBarBytes + kAlignSlack;
     }
     static constexpr int slots_that_fit()
     {
@@ -100,10 +110,11 @@ template <typename T_, int kBoxes_, int kCluster_ = 1> struct BwdConfig {
      * reported hazards on the exchange buffer with a GQA causal shape there
      * (docs/notes/backward.md, v2.8), so only the 4-box kernels take it:
      * D <= 256, and D <= 512, 768, 1024 as clusters of two, three, four. */
-    static constexpr bool kDqBulk = kBoxes == 4;
+    static constexpr bool kDqBulk = kBoxes == 4 && !kKeySplit;
 
     static_assert(kBoxes % 2 == 0 && kBoxes >= 2 && kBoxes <= 8, "2 to 8 boxes (512 columns) per CTA, whole slabs");
     static_assert(kCluster >= 1 && kCluster <= 4, "a cluster of 1 to 4");
+    static_assert(!kKeySplit || (kBoxes == 2 && kCluster == 1), "the key-split kernel: D <= 128, one CTA");
     static_assert(kSmemBytes <= kSmemLimit, "fits the opt-in shared memory");
     static_assert(kRingSlots >= 2, "a consumer holds one slab while the next one lands");
 };
@@ -116,8 +127,8 @@ template <class Cfg> struct BwdSmemLayout {
     static constexpr size_t dp = ring + Cfg::kSlots * Cfg::kSlabBytes;
     static constexpr size_t rs = dp + Cfg::kDpBytes;
     static constexpr size_t pt = rs + Cfg::kRsBytes;
-    static constexpr size_t dst = pt + Cfg::kPdsBytes;
-    static constexpr size_t rows = dst + Cfg::kPdsBytes;
+    static constexpr size_t dst = pt + Cfg::kPtBytes;
+    static constexpr size_t rows = dst + Cfg::kDstBytes;
     static constexpr size_t bars = rows + Cfg::kRowBytes;
 };
 

@@ -20,6 +20,15 @@
 namespace ffpa {
 namespace sm90 {
 
+/* The dK and dV output views (the kernel writes them directly: one CTA owns
+ * each key row of each kv head). Element (b, h, n, d) of a view is at
+ * h*sh + (varlen ? (cu_k[b] + n) * sn : b*sb + n*sn) + d*sd. */
+struct BwdOutViews {
+    void *dk, *dv;
+    int64_t dk_sb, dk_sh, dk_sn, dk_sd;
+    int64_t dv_sb, dv_sh, dv_sn, dv_sd;
+};
+
 /* f(r, c, a, b) for each of this thread's value pairs (columns c, c + 1 of
  * row r) with r < rows_valid and c < dim (dim a multiple of 8, so c + 1 <
  * dim as well). */

@@ -14,5 +14,6 @@ const BwdKernelDesc bwd_f16[kNumBwdShapes] = {
     bwd_desc<BwdConfig<arch::f16, 4, 4>>("sm90 wgmma bwd d256x4 cluster", 1),
     bwd_desc<BwdConfig<arch::f16, 8, 2>>("sm90 wgmma bwd d512x2 cluster"),
 };
+const BwdKernelDesc bwd_keys_f16 = bwd_desc<BwdConfig<arch::f16, 2, 1, true>>("sm90 wgmma bwd d128 keys128");
 }
 }

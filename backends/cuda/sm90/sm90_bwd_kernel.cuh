@@ -4,6 +4,7 @@
  *   sm90_bwd_softmax.cuh   P^T and dS^T of a tile (masking, LSE, Delta)
  *   sm90_bwd_dbias.cuh     dbias from the same dS
  *   sm90_bwd_epilogue.cuh  dK/dV stores, dQ reductions
+ *   sm90_bwd_keys.cuh      the consumers of the small-D (key-split) kernel
  * (shape and shared memory: sm90_bwd_config.cuh).
  *
  * Per pass and query tile:
@@ -25,20 +26,12 @@
 #include "sm90_bwd_config.cuh"
 #include "sm90_bwd_epilogue.cuh"
 #include "sm90_bwd_exchange.cuh"
+#include "sm90_bwd_keys.cuh"
 #include "sm90_bwd_mainloop.cuh"
 #include "sm90_bwd_softmax.cuh"
 
 namespace ffpa {
 namespace sm90 {
-
-/* The dK and dV output views (the kernel writes them directly: one CTA owns
- * each key row of each kv head). Element (b, h, n, d) of a view is at
- * h*sh + (varlen ? (cu_k[b] + n) * sn : b*sb + n*sn) + d*sd. */
-struct BwdOutViews {
-    void *dk, *dv;
-    int64_t dk_sb, dk_sh, dk_sn, dk_sd;
-    int64_t dv_sb, dv_sh, dv_sn, dv_sd;
-};
 
 constexpr int kBwdProducerRegs = 24;
 constexpr int kBwdConsumerRegs = 240;
@@ -52,6 +45,7 @@ FFPA_DEV void bwd_consumer(const BwdMaps &maps, const ffpa_bwd_params &p, const 
     using L = BwdSmemLayout<Cfg>;
     using R = BwdRing<Cfg>;
     using G = BwdGemms<Cfg>;
+    const GradBlocks<Cfg> blocks;
     const int lane = ctid & 31;
     const uint32_t k_addr = smem_u32(smem + L::k), v_addr = smem_u32(smem + L::v);
     const uint32_t pt_addr = smem_u32(smem + L::pt), dst_addr = smem_u32(smem + L::dst);
@@ -96,8 +90,7 @@ FFPA_DEV void bwd_consumer(const BwdMaps &maps, const ffpa_bwd_params &p, const 
             BwdBiasTile<Cfg> bias;
             if constexpr (kExtras)
                 if (p.mask.bias)
-                    bias.load(p, w, h, q0, ctid, GradBlocks<Cfg>::first(rank, consumer),
-                              GradBlocks<Cfg>::count(rank, consumer));
+                    bias.load(p, w, h, q0, ctid, blocks.first(rank, consumer), blocks.count(rank, consumer));
             const uint32_t kv = consumer == 0 ? k_addr : v_addr;
 #pragma unroll
             for (int s = 0; s < Cfg::kSlabs; ++s) {
@@ -136,8 +129,9 @@ FFPA_DEV void bwd_consumer(const BwdMaps &maps, const ffpa_bwd_params &p, const 
                     other = reinterpret_cast<float *>(smem + L::rs);
                 }
                 named_barrier_sync(kBarDpFull, 256);
-                softmax_grad<Cfg, kExtras>(acc, other, rows, smem + L::pt, smem + L::dst, p, w, h, q0, ctid, rank,
-                                           consumer, &bars->ag_full, pass == 0, bias);
+                softmax_grad<Cfg, kExtras>(SharedScores<Cfg>{acc, other, consumer, ctid}, rows, smem + L::pt,
+                                           smem + L::dst, p, w, h, q0, ctid, rank, blocks.first(rank, consumer),
+                                           blocks.count(rank, consumer), &bars->ag_full, pass == 0, bias);
                 if (consumer == 0)
                     xch.gather_wait(done);
                 fence_proxy_async_shared();
@@ -152,8 +146,9 @@ FFPA_DEV void bwd_consumer(const BwdMaps &maps, const ffpa_bwd_params &p, const 
                  * the halves' slots were last read before kBarPdsFull. */
                 store_half(acc, dp, consumer, ctid);
                 named_barrier_sync(kBarDpFull, 256);
-                softmax_grad<Cfg, kExtras>(acc, dp, rows, smem + L::pt, smem + L::dst, p, w, h, q0, ctid, rank,
-                                           consumer, &bars->ag_full, pass == 0, bias);
+                softmax_grad<Cfg, kExtras>(SharedScores<Cfg>{acc, dp, consumer, ctid}, rows, smem + L::pt,
+                                           smem + L::dst, p, w, h, q0, ctid, rank, blocks.first(rank, consumer),
+                                           blocks.count(rank, consumer), &bars->ag_full, pass == 0, bias);
                 fence_proxy_async_shared();
             }
             named_barrier_sync(kBarPdsFull, 256);
@@ -299,7 +294,8 @@ FFPA_DEV void bwd_body(const BwdMaps &maps, const ffpa_bwd_params &p, const BwdO
         for (int r = 0; r < 2; ++r)
             for (int s = 0; s < Cfg::kRingSlots; ++s) {
                 mbar_init(&bars->full[r][s], 1);
-                mbar_init(&bars->empty[r][s], 4); /* the 4 warps of the consumer that reads the slab last */
+                /* the 4 warps of the consumer that reads the slab last (key split: both read it) */
+                mbar_init(&bars->empty[r][s], Cfg::kKeySplit ? 8 : 4);
             }
         mbar_init(&bars->rs_full[0], 1);
         mbar_init(&bars->rs_full[1], 1);
@@ -331,7 +327,10 @@ FFPA_DEV void bwd_body(const BwdMaps &maps, const ffpa_bwd_params &p, const BwdO
         __syncwarp();
     } else {
         setmaxnreg_inc<kBwdConsumerRegs>();
-        bwd_consumer<Cfg, kExtras>(maps, p, out, smem, bars, w, rank, wg - 1, tid - 128 * wg);
+        if constexpr (Cfg::kKeySplit)
+            bwd_consumer_keys<Cfg>(p, out, smem, bars, w, wg - 1, tid - 128 * wg);
+        else
+            bwd_consumer<Cfg, kExtras>(maps, p, out, smem, bars, w, rank, wg - 1, tid - 128 * wg);
     }
     if (Cfg::kCluster > 1)
         cluster_sync(); /* no CTA leaves while its peer may still write into it */

@@ -27,6 +27,7 @@ struct BwdKernelDesc {
     int boxes, cluster; /* max(Dqk, Dv) <= 64 * boxes * cluster */
     int f32_dq_only;    /* skipped with FFPA_GRAD_ACCUM_OUTPUT (sm90_bwd_launch.cu) */
     int dq_bulk;        /* adds dQ with TMA reductions: reads BwdMaps::dq */
+    int keys;           /* keys per CTA (the launch grid's key blocks) */
     size_t smem_bytes;
     const char *name;
     /* launch[0]: plain; launch[1]: with bias and/or dropout. */
@@ -42,10 +43,19 @@ cudaError_t bwd_launch(const BwdMaps &maps, const ffpa_bwd_params &p, const BwdO
                            maps, p, out);
 }
 
+/* The bias/dropout launch (none for the key-split kernel: not instantiated). */
+template <class Cfg> constexpr decltype(&bwd_launch<Cfg, false>) extras_launch()
+{
+    if constexpr (Cfg::kKeySplit)
+        return nullptr;
+    else
+        return &bwd_launch<Cfg, true>;
+}
+
 template <class Cfg> constexpr BwdKernelDesc bwd_desc(const char *name, int f32_dq_only = 0)
 {
-    return BwdKernelDesc{Cfg::kBoxes, Cfg::kCluster, f32_dq_only, Cfg::kDqBulk, Cfg::kSmemBytes, name,
-                         {&bwd_launch<Cfg, false>, &bwd_launch<Cfg, true>}};
+    return BwdKernelDesc{Cfg::kBoxes,    Cfg::kCluster, f32_dq_only, Cfg::kDqBulk, Cfg::kBc, Cfg::kSmemBytes,
+                         name,           {&bwd_launch<Cfg, false>, extras_launch<Cfg>()}};
 }
 
 /* Widths in order of preference (sm90_bwd_launch.cu takes the first that
@@ -60,6 +70,11 @@ template <class Cfg> constexpr BwdKernelDesc bwd_desc(const char *name, int f32_
  * pass, TMA dQ), with the same exception. */
 constexpr int kNumBwdShapes = 9;
 extern const BwdKernelDesc bwd_f16[kNumBwdShapes], bwd_bf16[kNumBwdShapes];
+
+/* The small-D kernel (sm90_bwd_keys.cuh): D <= 128 without bias, dropout,
+ * the variants or deterministic mode (launch[1] is NULL); preferred there
+ * unless a tuning entry names a width. */
+extern const BwdKernelDesc bwd_keys_f16, bwd_keys_bf16;
 
 } /* namespace sm90 */
 } /* namespace ffpa */

@@ -27,13 +27,22 @@ using ffpa::sm90::BwdOutViews;
 using ffpa::sm90::encode;
 using ffpa::sm90::unsupported;
 
+/* Bias, dropout or a variant: the kernels' second instantiation. */
+bool has_extras(const ffpa_problem *pb)
+{
+    return pb->has_bias || pb->dropout_p > 0.0f || pb->window || pb->softcap > 0.0f || pb->alibi != NULL;
+}
+
 /* The width for pb: the tuned one (boxes x cluster) where it can run pb,
- * else the first in the table's order of preference that can. */
+ * else the small-D kernel where it can, else the first in the table's
+ * order of preference that can. */
 const BwdKernelDesc *pick(const ffpa_problem *pb, int boxes, int cluster)
 {
     const BwdKernelDesc *table = pb->dtype == FFPA_F16 ? ffpa::sm90::bwd_f16 : ffpa::sm90::bwd_bf16;
     const int64_t d = pb->dqk > pb->dv ? pb->dqk : pb->dv;
     const bool f32_dq = pb->grad_accum == FFPA_GRAD_ACCUM_F32;
+    if (!boxes && d <= 128 && !has_extras(pb) && !pb->deterministic)
+        return pb->dtype == FFPA_F16 ? &ffpa::sm90::bwd_keys_f16 : &ffpa::sm90::bwd_keys_bf16;
     const BwdKernelDesc *first = NULL;
     for (int i = 0; i < ffpa::sm90::kNumBwdShapes; ++i) {
         const BwdKernelDesc *kd = &table[i];
@@ -135,7 +144,7 @@ extern "C" ffpa_status ffpa_cuda_sm90_backward(struct ffpa_cuda_state *st, const
 
     host::Tiles t;
     memset(&t, 0, sizeof t);
-    t.bc = 64;
+    t.bc = kd->keys;
     t.br = 64;
     ffpa_bwd_params p;
     int64_t g[4], dq_blocks;
@@ -193,8 +202,7 @@ extern "C" ffpa_status ffpa_cuda_sm90_backward(struct ffpa_cuda_state *st, const
     }
     const int64_t ctas = (int64_t)p.kv_blocks * pb->hkv * pb->batch;
     /* The variants (window, softcap, ALiBi) ride on the bias/dropout instantiation. */
-    const int extras = p.mask.bias != NULL || p.mask.has_dropout || p.mask.window || p.mask.softcap_out > 0.0f ||
-                       p.mask.alibi != NULL;
+    const int extras = has_extras(pb);
     if (pb->nkv > 0 && (e = kd->launch[extras](maps, p, out, ctas, stream)) != cudaSuccess)
         return ffpa_gpu_launch_error(e, "cuda backward: sm90 dK/dV/dQ kernel", err, err_len);
     if (pb->nq > 0 && dq_f32) {

@@ -206,16 +206,20 @@ template <class Cfg> struct BwdProducer {
             tma_load_4d(dst + (size_t)bb * kBoxBytes, map, full, col0 + (2 * col_slab + bb) * kBoxCols, row, h, b);
     }
 
-    /* K and V of the block, once (one producer thread). */
+    /* K and V of the block, once (one producer thread): box b of key rows
+     * [64 r, 64 r + 64) at (r * kBoxes + b) * kBoxBytes. */
     static FFPA_DEV void load_kv(const BwdMaps &maps, uint8_t *smem, BwdBarriers *bars, const BwdWork &w)
     {
         using L = BwdSmemLayout<Cfg>;
-        const int krow = (int)w.k_start + w.kb0;
         mbar_arrive_expect_tx(&bars->kv_full, (uint32_t)(2 * Cfg::kKVBytes));
-        for (int box = 0; box < Cfg::kBoxes; ++box) {
-            const int col = w.col0 + box * kBoxCols;
-            tma_load_4d(smem + L::k + (size_t)box * kBoxBytes, &maps.k, &bars->kv_full, col, krow, w.kvh, w.tma_b);
-            tma_load_4d(smem + L::v + (size_t)box * kBoxBytes, &maps.v, &bars->kv_full, col, krow, w.kvh, w.tma_b);
+        for (int r = 0; r < Cfg::kBc / 64; ++r) {
+            const int krow = (int)w.k_start + w.kb0 + 64 * r;
+            for (int box = 0; box < Cfg::kBoxes; ++box) {
+                const int col = w.col0 + box * kBoxCols;
+                const size_t at = (size_t)(r * Cfg::kBoxes + box) * kBoxBytes;
+                tma_load_4d(smem + L::k + at, &maps.k, &bars->kv_full, col, krow, w.kvh, w.tma_b);
+                tma_load_4d(smem + L::v + at, &maps.v, &bars->kv_full, col, krow, w.kvh, w.tma_b);
+            }
         }
     }
 
@@ -266,12 +270,13 @@ template <class Cfg> struct BwdGemms {
 
     /* acc(64 rows x N columns) = dS K_cols: dS read MN-major from the
      * stored dS^T (keys x rows), K's N / 64 boxes of the columns MN-major. */
-    template <int N> static FFPA_DEV void dq_gemm(float (&acc)[N / 2], uint32_t dst_addr, uint32_t k_cols_addr)
+    template <int N>
+    static FFPA_DEV void dq_gemm(float (&acc)[N / 2], uint32_t dst_addr, uint32_t k_cols_addr, bool accumulate = false)
     {
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk)
             wgmma_ss_abt<T, N>(acc, make_desc_sw128(dst_addr + kk * 2048, kBoxBytes, 1024),
-                                 make_desc_sw128(k_cols_addr + kk * 2048, kBoxBytes, 1024), kk > 0);
+                               make_desc_sw128(k_cols_addr + kk * 2048, kBoxBytes, 1024), accumulate || kk > 0);
     }
 };
 

@@ -161,26 +161,57 @@ template <class Cfg> struct BwdBiasTile {
     }
 };
 
-/* mine: this consumer's accumulator (wgmma m64n64 fragment) for query head
- * h and the tile's first row q0, S^T for part 0, dP^T for part 1; other:
- * the other one's values of the n8-blocks this part finishes (GradBlocks),
- * in fragment order (float4 q of thread t at (q * 128 + t) * 16, q counted
- * from the CTA's first n8-block). In a cluster the pairs written also go
+/* Where a consumer finds S^T and dP^T of n8-block j (4 values each, wgmma
+ * m64n64 fragment order): its own accumulator `mine` (S^T for part 0,
+ * dP^T for part 1) and the other one's values of the blocks this part
+ * finishes, in fragment order in shared memory (float4 q of thread t at
+ * (q * 128 + t) * 16, q counted from the CTA's first n8-block). */
+template <class Cfg> struct SharedScores {
+    const float (&mine)[32];
+    const float *other;
+    int part, ctid;
+    FFPA_DEV void operator()(int j, float (&sraw)[4], float (&dpv)[4]) const
+    {
+        const float4 o4 = reinterpret_cast<const float4 *>(other)[(j % Cfg::kBlockNT) * 128 + ctid];
+        const float ov[4] = {o4.x, o4.y, o4.z, o4.w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            dpv[i] = part == 1 ? mine[4 * j + i] : ov[i];
+            sraw[i] = part == 1 ? ov[i] : mine[4 * j + i];
+        }
+    }
+};
+
+/* Both in this consumer's registers (the key-split kernel). */
+struct OwnScores {
+    const float (&s)[32], (&dp)[32];
+    FFPA_DEV void operator()(int j, float (&sraw)[4], float (&dpv)[4]) const
+    {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            sraw[i] = s[4 * j + i];
+            dpv[i] = dp[4 * j + i];
+        }
+    }
+};
+
+/* P^T and dS^T of n8-blocks [j0, j0 + count) of the tile (query head h,
+ * first row q0) of the 64 keys from w.kb0, S^T and dP^T from `src`
+ * (SharedScores, OwnScores). In a cluster the pairs written also go
  * to every peer's tiles (the all-gather, completing on the peers' ag_full);
  * bias: the tile's bias elements (BwdBiasTile, loaded with a bias). kExtras: bias,
  * dropout, window, softcap or ALiBi (a separate kernel instantiation: in the same kernel their
  * registers and code cost the plain path ~10%), and with them dbias where
  * add_dbias (the CTA's first pass: later ones recompute the same dS). */
-template <class Cfg, bool kExtras>
-FFPA_DEV void softmax_grad(const float (&mine)[32], const float *other, const float *rows, uint8_t *pt,
-                           uint8_t *dst, const ffpa_bwd_params &p, const BwdWork &w, int h, int q0, int ctid,
-                           uint32_t rank, int part, uint64_t *ag_full, bool add_dbias, const BwdBiasTile<Cfg> &bias)
+template <class Cfg, bool kExtras, class Src>
+FFPA_DEV void softmax_grad(const Src &src, const float *rows, uint8_t *pt, uint8_t *dst, const ffpa_bwd_params &p,
+                           const BwdWork &w, int h, int q0, int ctid, uint32_t rank, int j0, int count,
+                           uint64_t *ag_full, bool add_dbias, const BwdBiasTile<Cfg> &bias)
 {
     using T = typename Cfg::T;
     const int warp = ctid >> 5, lane = ctid & 31, quad = lane & 3;
     const float scale_log2 = p.mask.scale_log2, scale = p.scale;
     const ffpa_gpu_fwd_params &m = p.mask;
-    const int j0 = GradBlocks<Cfg>::first(rank, part), count = GradBlocks<Cfg>::count(rank, part);
     const uint32_t keep = kExtras && m.has_dropout ? keep_bits<Cfg>(m, w, h, q0, ctid, j0, count) : 0xFFFFFFFFu;
     const float z_kept = kExtras && m.has_dropout ? m.dropout_scale : 1.0f;
     BwdDbias db{};
@@ -192,17 +223,8 @@ FFPA_DEV void softmax_grad(const float (&mine)[32], const float *other, const fl
     for (int j = 0; j < 8; ++j) {
         if (j < j0 || j >= j0 + count)
             continue; /* j stays a compile-time register index */
-        /* Part 1 (consumer 1) holds dP^T and reads S^T; part 0 holds S^T
-         * and reads dP^T (slot j % kBlockNT). */
-        const float4 o4 = reinterpret_cast<const float4 *>(other)[(j % Cfg::kBlockNT) * 128 + ctid];
-        const float ov[4] = {o4.x, o4.y, o4.z, o4.w};
         float dpv[4], sraw[4];
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            const bool holds_dp = part == 1;
-            dpv[i] = holds_dp ? mine[4 * j + i] : ov[i];
-            sraw[i] = holds_dp ? ov[i] : mine[4 * j + i];
-        }
+        src(j, sraw, dpv);
         float pv[4], g[4], dsv[4], sv[4], th[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         bool live[4];
 #pragma unroll

@@ -1,0 +1,151 @@
+/*
+ * The small-D consumer of the Hopper backward (BwdConfig::kKeySplit, D <=
+ * 128): the FlashAttention-3 split of the work. A CTA owns 128 keys and
+ * consumer c the 64 keys [64 c, 64 c + 64) of them; each streams every
+ * query tile (Q and dO, read by both consumers) and per tile:
+ *   S^T_c = K_c Q^T and dP^T_c = V_c dO^T (wgmma SS over D), both in its
+ *     registers: no exchange between the GEMM phases;
+ *   P^T_c, dS^T_c (softmax_grad over all 8 n8-blocks) into its tiles;
+ *   one barrier: both consumers' dS^T are written;
+ *   dV_c += P^T_c dO, dK_c += dS^T_c Q, and dQ's columns [64 c, 64 c + 64)
+ *     = dS K over all 128 keys, reduced into the dQ accumulator.
+ * Against the 64-key kernel (sm90_bwd_kernel.cuh) each Q / dO tile and each
+ * dQ reduction serves twice the keys, and a tile has one barrier instead of
+ * two.
+ *
+ * Buffers shared by the consumers alternate by tile: dS^T (the other
+ * consumer may still read tile t's for dQ while this one writes tile t+1's)
+ * and the rows' LSE / Delta (consumer 0 writes tile t+1's during tile t).
+ * Both are written after the writer passed the barrier of tile t-1 and
+ * read after the barrier of tile t, and the buffer's previous readers (of
+ * tile t-1) were done before that barrier.
+ *
+ * Plain attention only (causal, GQA, varlen, Dqk != Dv, both dQ
+ * accumulators): bias, dropout, the variants and deterministic mode take
+ * the 64-key kernel (sm90_bwd_launch.cu).
+ */
+#ifndef FFPA_CUDA_SM90_BWD_KEYS_CUH
+#define FFPA_CUDA_SM90_BWD_KEYS_CUH
+
+#include "sm90_arch.cuh"
+#include "sm90_bwd_config.cuh"
+#include "sm90_bwd_epilogue.cuh"
+#include "sm90_bwd_mainloop.cuh"
+#include "sm90_bwd_softmax.cuh"
+
+namespace ffpa {
+namespace sm90 {
+
+template <class Cfg>
+FFPA_DEV void bwd_consumer_keys(const ffpa_bwd_params &p, const BwdOutViews &out, uint8_t *smem, BwdBarriers *bars,
+                                const BwdWork &w, int consumer, int ctid)
+{
+    static_assert(Cfg::kKeySplit && Cfg::kSlabs == 1 && Cfg::kPasses == 1, "one slab, one pass");
+    using T = typename Cfg::T;
+    using L = BwdSmemLayout<Cfg>;
+    using R = BwdRing<Cfg>;
+    using G = BwdGemms<Cfg>;
+    const int lane = ctid & 31;
+    constexpr uint32_t kHalf = 2 * kBoxBytes; /* K or V of 64 keys (load_kv's layout) */
+    const uint32_t k_addr = smem_u32(smem + L::k), v_addr = smem_u32(smem + L::v);
+    uint8_t *pt = smem + L::pt + consumer * Cfg::kPdsBytes;
+    float *rows = reinterpret_cast<float *>(smem + L::rows);
+    BwdWork mine = w; /* this consumer's 64 keys, for the masks */
+    mine.kb0 += 64 * consumer;
+    auto release = [&](int ring, int n) {
+        __syncwarp();
+        if (lane == 0)
+            mbar_arrive(R::empty(bars, ring, n));
+    };
+
+    const int items = w.items();
+    if (items > 0)
+        bwd_wait(&bars->kv_full, 0, false, 1, 0);
+    /* Consumer 0: tile 0's LSE / Delta now, then this thread's value of the
+     * tile after next a tile ahead (fetch_row). */
+    float next_row = 0.0f;
+    if (consumer == 0 && items > 0) {
+        rows[ctid] = fetch_row(p, w, w.head(0), w.q0(0), ctid);
+        if (items > 1)
+            next_row = fetch_row(p, w, w.head(1), w.q0(1), ctid);
+    }
+    named_barrier_sync(kBarDpFull, 256); /* tile 0's rows */
+
+    float dv[64], dk[64];
+#pragma unroll
+    for (int i = 0; i < 64; ++i)
+        dv[i] = dk[i] = 0.0f;
+#pragma unroll 1
+    for (int it = 0; it < items; ++it) {
+        const int h = w.head(it), q0 = w.q0(it);
+        if (consumer == 0 && it + 1 < items) {
+            rows[((it + 1) & 1) * 128 + ctid] = next_row;
+            if (it + 2 < items)
+                next_row = fetch_row(p, w, w.head(it + 2), w.q0(it + 2), ctid);
+        }
+        const uint32_t q_slab = smem_u32(R::ptr(smem, 0, it)), do_slab = smem_u32(R::ptr(smem, 1, it));
+
+        /* Phase 1: S^T and dP^T of this consumer's keys. */
+        float s[32], dpt[32];
+        bwd_wait(R::full(bars, 0, it), R::parity(it), false, 2, it);
+        fence_operands(s);
+        fence_operands(dpt);
+        wgmma_fence();
+        G::scores_slab(s, k_addr + consumer * kHalf, q_slab, 0, true);
+        wgmma_commit();
+        bwd_wait(R::full(bars, 1, it), R::parity(it), false, 2, it);
+        G::scores_slab(dpt, v_addr + consumer * kHalf, do_slab, 0, true);
+        wgmma_commit();
+        wgmma_wait<0>();
+        fence_operands(s);
+        fence_operands(dpt);
+
+        uint8_t *dst = smem + L::dst + (it & 1) * Cfg::kPtBytes; /* this tile's dS^T, both consumers' keys */
+        softmax_grad<Cfg, false>(OwnScores{s, dpt}, rows + (it & 1) * 128, pt, dst + consumer * Cfg::kPdsBytes, p,
+                                 mine, h, q0, ctid, 0, 0, 8, nullptr, false, BwdBiasTile<Cfg>{});
+        fence_proxy_async_shared();
+        named_barrier_sync(kBarPdsFull, 256);
+
+        /* Phase 2: dV_c, dK_c, and dQ's columns of this consumer over all 128 keys. */
+        float dq[32];
+        const uint32_t dst_addr = smem_u32(dst);
+        fence_operands(dv);
+        fence_operands(dk);
+        wgmma_fence();
+        G::grad_slab(dv, smem_u32(pt), do_slab);
+        wgmma_commit();
+        G::grad_slab(dk, dst_addr + consumer * (uint32_t)Cfg::kPdsBytes, q_slab);
+        wgmma_commit();
+        G::template dq_gemm<64>(dq, dst_addr, k_addr + consumer * kBoxBytes);
+        G::template dq_gemm<64>(dq, dst_addr + (uint32_t)Cfg::kPdsBytes, k_addr + kHalf + consumer * kBoxBytes, true);
+        wgmma_commit();
+        wgmma_wait<1>();
+        release(0, it);
+        release(1, it);
+        wgmma_wait<0>();
+        fence_operands(dv);
+        fence_operands(dk);
+        fence_operands(dq);
+        const int64_t dq_row0 = (int64_t)h * p.dq.sh +
+                                (p.cu_q ? (w.q_start + q0) * p.dq.sn : (int64_t)w.b * p.dq.sb + (int64_t)q0 * p.dq.sn);
+        if constexpr (!kDiagSkipDq)
+            reduce_dq<T>(dq, p.dq, dq_row0, min(Cfg::kBr, w.seqlen_q - q0), 64 * consumer, p.dqk, ctid);
+    }
+
+    const int rows_valid = min(64, w.seqlen_k - mine.kb0);
+    if (rows_valid <= 0)
+        return;
+    const int64_t krow = p.cu_q ? w.k_start + mine.kb0 : mine.kb0;
+    auto block_row = [&](void *data, int64_t sb, int64_t sh, int64_t sn) {
+        return static_cast<T *>(data) + (int64_t)w.kvh * sh + (p.cu_q ? 0 : (int64_t)w.b * sb) + krow * sn;
+    };
+    store_grad<T>(dk, block_row(out.dk, out.dk_sb, out.dk_sh, out.dk_sn), out.dk_sn, out.dk_sd, rows_valid, 0,
+                  p.dqk, ctid);
+    store_grad<T>(dv, block_row(out.dv, out.dv_sb, out.dv_sh, out.dv_sn), out.dv_sn, out.dv_sd, rows_valid, 0, p.dv,
+                  ctid);
+}
+
+} /* namespace sm90 */
+} /* namespace ffpa */
+
+#endif
