@@ -82,13 +82,17 @@ template <typename T_, int kBoxes_, int kCluster_ = 1, bool kKeySplit_ = false> 
     static constexpr size_t kDstBytes = kPtBytes * (kKeySplit ? 2 : 1);
     /* LSE (base 2) and Delta of the tile's rows (kKeySplit: of two tiles) */
     static constexpr size_t kRowBytes = 2 * 64 * 4 * (kKeySplit ? 2 : 1);
+    /* kKeySplit: the tile's dQ (64 x 128 fp32, four 64 x 32 boxes) staged
+     * for the producer warp's TMA reductions (sm90_bwd_keys.cuh). */
+    static constexpr size_t kDqStageBytes = kKeySplit ? 64 * 128 * 4 : 0;
     static constexpr size_t kBarBytes = 256;
     static constexpr size_t kAlignSlack = 1024;
     static constexpr int kMaxSlots = 8;
 
     static constexpr size_t fixed_bytes()
     {
-        return 2 * kKVBytes + kDpBytes + kRsBytes + kPtBytes + kDstBytes + kRowBytes + kBarBytes + kAlignSlack;
+        return 2 * kKVBytes + kDqStageBytes + kDpBytes + kRsBytes + kPtBytes + kDstBytes + kRowBytes + kBarBytes +
+               kAlignSlack;
     }
     static constexpr int slots_that_fit()
     {
@@ -111,6 +115,7 @@ template <typename T_, int kBoxes_, int kCluster_ = 1, bool kKeySplit_ = false> 
      * (docs/notes/backward.md, v2.8), so only the 4-box kernels take it:
      * D <= 256, and D <= 512, 768, 1024 as clusters of two, three, four. */
     static constexpr bool kDqBulk = kBoxes == 4 && !kKeySplit;
+    static constexpr bool kDqTma = kDqBulk || kKeySplit; /* reads BwdMaps::dq (with the fp32 buffer) */
 
     static_assert(kBoxes % 2 == 0 && kBoxes >= 2 && kBoxes <= 8, "2 to 8 boxes (512 columns) per CTA, whole slabs");
     static_assert(kCluster >= 1 && kCluster <= 4, "a cluster of 1 to 4");
@@ -124,7 +129,8 @@ template <class Cfg> struct BwdSmemLayout {
     static constexpr size_t k = 0;
     static constexpr size_t v = k + Cfg::kKVBytes;
     static constexpr size_t ring = v + Cfg::kKVBytes;
-    static constexpr size_t dp = ring + Cfg::kSlots * Cfg::kSlabBytes;
+    static constexpr size_t dqs = ring + Cfg::kSlots * Cfg::kSlabBytes;
+    static constexpr size_t dp = dqs + Cfg::kDqStageBytes;
     static constexpr size_t rs = dp + Cfg::kDpBytes;
     static constexpr size_t pt = rs + Cfg::kRsBytes;
     static constexpr size_t dst = pt + Cfg::kPtBytes;

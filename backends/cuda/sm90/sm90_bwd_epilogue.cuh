@@ -83,14 +83,15 @@ FFPA_DEV void reduce_dq(const float (&acc)[kRegs], const ffpa_bwd_acc &dq, int64
     }
 }
 
-/* A consumer's dQ columns (64 rows x 128 fp32, a wgmma fragment) into two
- * freed 16 KiB ring slots, as the four 64-row x 32-column boxes of the
+/* A consumer's dQ columns (64 rows x 128 fp32, a wgmma fragment; 64 columns:
+ * kRegs = 32, lo only) into two freed 16 KiB ring slots, as the four 64-row x 32-column boxes of the
  * fp32 dQ tensor map in its 128-byte swizzle: box k (columns [32k, 32k+32))
  * at lo + 8 KiB k for k < 2, hi + 8 KiB (k - 2) after. Each quarter-warp
  * store covers 8 rows whose swizzled 16-byte chunks fall on distinct banks.
  * Rows >= rows_valid are written as zeros: the TMA reduction adds whole
  * boxes, and in a packed (varlen) buffer those rows are the next sequence's. */
-FFPA_DEV void stage_dq(const float (&acc)[64], uint8_t *lo, uint8_t *hi, int rows_valid, int ctid)
+template <int kRegs>
+FFPA_DEV void stage_dq(const float (&acc)[kRegs], uint8_t *lo, uint8_t *hi, int rows_valid, int ctid)
 {
     const int warp = ctid >> 5, lane = ctid & 31, quad = lane & 3;
 #pragma unroll
@@ -98,7 +99,7 @@ FFPA_DEV void stage_dq(const float (&acc)[64], uint8_t *lo, uint8_t *hi, int row
         const int r = warp * 16 + (lane >> 2) + 8 * half;
         const bool live = r < rows_valid;
 #pragma unroll
-        for (int j = 0; j < 16; ++j) {
+        for (int j = 0; j < kRegs / 4; ++j) {
             uint8_t *box = (j < 8 ? lo : hi) + ((j >> 2) & 1) * 8192;
             const int chunk = 2 * (j & 3) + (quad >> 1);
             const float2 v = live ? make_float2(acc[4 * j + 2 * half], acc[4 * j + 2 * half + 1]) : make_float2(0, 0);

@@ -300,6 +300,8 @@ FFPA_DEV void bwd_body(const BwdMaps &maps, const ffpa_bwd_params &p, const BwdO
         mbar_init(&bars->rs_full[0], 1);
         mbar_init(&bars->rs_full[1], 1);
         mbar_init(&bars->ag_full, 1);
+        mbar_init(&bars->dq_full, 8); /* the consumers' 8 warps */
+        mbar_init(&bars->dq_empty, 1);
         fence_barrier_init();
     }
     if (Cfg::kCluster > 1)
@@ -323,6 +325,9 @@ FFPA_DEV void bwd_body(const BwdMaps &maps, const ffpa_bwd_params &p, const BwdO
                 prefetch_tensormap(&maps.dout);
             }
             BwdProducer<Cfg>::run(maps, smem, bars, w, ring);
+        } else if (Cfg::kKeySplit && tid == 64 && w.items() > 0 && p.dq.is_f32) {
+            prefetch_tensormap(&maps.dq);
+            bwd_dq_reducer<Cfg>(maps, smem, bars, w);
         }
         __syncwarp();
     } else {

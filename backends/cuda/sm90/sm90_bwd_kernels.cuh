@@ -54,7 +54,7 @@ template <class Cfg> constexpr decltype(&bwd_launch<Cfg, false>) extras_launch()
 
 template <class Cfg> constexpr BwdKernelDesc bwd_desc(const char *name, int f32_dq_only = 0)
 {
-    return BwdKernelDesc{Cfg::kBoxes,    Cfg::kCluster, f32_dq_only, Cfg::kDqBulk, Cfg::kBc, Cfg::kSmemBytes,
+    return BwdKernelDesc{Cfg::kBoxes,    Cfg::kCluster, f32_dq_only, Cfg::kDqTma, Cfg::kBc, Cfg::kSmemBytes,
                          name,           {&bwd_launch<Cfg, false>, extras_launch<Cfg>()}};
 }
 

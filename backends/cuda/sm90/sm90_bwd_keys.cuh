@@ -8,7 +8,10 @@
  *   P^T_c, dS^T_c (softmax_grad over all 8 n8-blocks) into its tiles;
  *   one barrier: both consumers' dS^T are written;
  *   dV_c += P^T_c dO, dK_c += dS^T_c Q, and dQ's columns [64 c, 64 c + 64)
- *     = dS K over all 128 keys, reduced into the dQ accumulator.
+ *     = dS K over all 128 keys, staged in shared memory; a producer warp
+ *     adds the tile into the fp32 buffer by TMA reductions
+ *     (bwd_dq_reducer), so the consumers do not wait on them. With
+ *     FFPA_GRAD_ACCUM_OUTPUT they reduce into the output from registers.
  * Against the 64-key kernel (sm90_bwd_kernel.cuh) each Q / dO tile and each
  * dQ reduction serves twice the keys, and a tile has one barrier instead of
  * two.
@@ -126,10 +129,23 @@ FFPA_DEV void bwd_consumer_keys(const ffpa_bwd_params &p, const BwdOutViews &out
         fence_operands(dv);
         fence_operands(dk);
         fence_operands(dq);
-        const int64_t dq_row0 = (int64_t)h * p.dq.sh +
-                                (p.cu_q ? (w.q_start + q0) * p.dq.sn : (int64_t)w.b * p.dq.sb + (int64_t)q0 * p.dq.sn);
-        if constexpr (!kDiagSkipDq)
-            reduce_dq<T>(dq, p.dq, dq_row0, min(Cfg::kBr, w.seqlen_q - q0), 64 * consumer, p.dqk, ctid);
+        const int rows_q = min(Cfg::kBr, w.seqlen_q - q0);
+        if (p.dq.is_f32) {
+            /* The stage is free once the reducer has read the last tile's. */
+            if (it > 0)
+                bwd_wait(&bars->dq_empty, (uint32_t)(it - 1) & 1, false, 9, it);
+            uint8_t *stage = smem + L::dqs + consumer * (2 * 8192); /* its two 64 x 32 boxes */
+            stage_dq(dq, stage, stage, rows_q, ctid);
+            fence_proxy_async_shared();
+            __syncwarp();
+            if (lane == 0)
+                mbar_arrive(&bars->dq_full);
+        } else {
+            const int64_t dq_row0 =
+                (int64_t)h * p.dq.sh +
+                (p.cu_q ? (w.q_start + q0) * p.dq.sn : (int64_t)w.b * p.dq.sb + (int64_t)q0 * p.dq.sn);
+            reduce_dq<T>(dq, p.dq, dq_row0, rows_q, 64 * consumer, p.dqk, ctid);
+        }
     }
 
     const int rows_valid = min(64, w.seqlen_k - mine.kb0);
@@ -143,6 +159,29 @@ FFPA_DEV void bwd_consumer_keys(const ffpa_bwd_params &p, const BwdOutViews &out
                   p.dqk, ctid);
     store_grad<T>(dv, block_row(out.dv, out.dv_sb, out.dv_sh, out.dv_sn), out.dv_sn, out.dv_sd, rows_valid, 0, p.dv,
                   ctid);
+}
+
+/* One producer thread: each tile's staged dQ (both consumers' 8 warps
+ * arrive on dq_full) added into the fp32 buffer's 64 x 32 boxes by TMA
+ * reductions; dq_empty once the TMA has read the stage. Rows past the
+ * sequence were staged as zeros (stage_dq); boxes past Dqk fall outside
+ * the map. */
+template <class Cfg>
+FFPA_DEV void bwd_dq_reducer(const BwdMaps &maps, uint8_t *smem, BwdBarriers *bars, const BwdWork &w)
+{
+    using L = BwdSmemLayout<Cfg>;
+    const int items = w.items();
+    for (int it = 0; it < items; ++it) {
+        bwd_wait(&bars->dq_full, (uint32_t)it & 1, false, 10, it);
+        if constexpr (!kDiagSkipDq) {
+            for (int k = 0; k < 4; ++k)
+                tma_reduce_add_4d(smem + L::dqs + k * 8192, &maps.dq, 32 * k, (int)w.q_start + w.q0(it), w.head(it),
+                                  w.tma_b);
+        }
+        bulk_commit();
+        bulk_wait_read();
+        mbar_arrive(&bars->dq_empty);
+    }
 }
 
 } /* namespace sm90 */

@@ -82,7 +82,9 @@ struct BwdBarriers {
     uint64_t kv_full;
     uint64_t full[2][4], empty[2][4]; /* [consumer's ring][slot] (kMaxSlots / 2) */
     uint64_t rs_full[2], ag_full; /* cluster exchange [consumer] (sm90_bwd_exchange.cuh) */
+    uint64_t dq_full, dq_empty;   /* the key-split kernel's staged dQ tile (sm90_bwd_keys.cuh) */
 };
+static_assert(sizeof(BwdBarriers) <= 256, "BwdConfig::kBarBytes");
 
 /* Named barriers between the two consumers (ids; 0 is __syncthreads). */
 enum BwdNamedBarrier {
