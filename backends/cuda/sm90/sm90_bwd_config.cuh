@@ -52,7 +52,7 @@ template <typename T_, int kBoxes_, int kCluster_ = 1, bool kKeySplit_ = false> 
      * min((r + 1) * kBlockNT, 8)) (3, 3, 2 in a cluster of three); each of
      * its consumers at most kPartNT of them (the first part the first ones). */
     static constexpr int kBlockNT = (8 + kCluster - 1) / kCluster;
-    static constexpr int kPartNT = (kBlockNT + 1) / 2;
+    static constexpr int kPartNT = kKeySplit ? 8 : (kBlockNT + 1) / 2; /* key split: each consumer all 8 */
     static constexpr bool kEvenBlocks = 8 % kCluster == 0;
     __host__ __device__ static constexpr int blocks_of(int rank)
     {

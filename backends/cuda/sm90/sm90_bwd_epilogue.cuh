@@ -120,8 +120,7 @@ constexpr bool kDiagSkipDq = false;
  * CTAs launched before it, which are resident or done: no deadlock. With
  * causal masking a block's first tile is the one its predecessor in the
  * order reached one tile earlier, so the waits pipeline instead of
- * serialising. `last_kb`: the highest key block that adds into the tile. */
-FFPA_DEV int dq_turn_of(int kb, int last_kb) { return last_kb - kb; }
+ * serialising. The counters and turns: BwdWork::dq_turn. */
 
 FFPA_DEV int ld_acquire_gpu(const int *p)
 {

@@ -169,13 +169,8 @@ FFPA_DEV void bwd_consumer(const BwdMaps &maps, const ffpa_bwd_params &p, const 
                 const int rows_valid = min(Cfg::kBr, w.seqlen_q - q0);
                 /* Deterministic mode: this key block's turn at the tile's dQ columns. */
                 auto turn_of = [&](int dq_col, int *&turn, int &mine) {
-                    turn = nullptr, mine = 0;
-                    if (p.dq_turn) {
-                        const int t = q0 / 64;
-                        turn = p.dq_turn + (((int64_t)w.b * p.hq + h) * p.dq_turn_tiles + t) * FFPA_BWD_DQ_TURN_PARTS +
-                               dq_col / 64;
-                        mine = dq_turn_of(w.kb0 / 64, w.last_kb(t, p.mask));
-                    }
+                    mine = 0;
+                    turn = p.dq_turn ? w.dq_turn(p, h, q0 / 64, dq_col, Cfg::kBc, mine) : nullptr;
                 };
                 auto reduce = [&](const auto &dq, int dq_col) {
                     const int64_t dq_row0 =
@@ -327,13 +322,13 @@ FFPA_DEV void bwd_body(const BwdMaps &maps, const ffpa_bwd_params &p, const BwdO
             BwdProducer<Cfg>::run(maps, smem, bars, w, ring);
         } else if (Cfg::kKeySplit && tid == 64 && w.items() > 0 && p.dq.is_f32) {
             prefetch_tensormap(&maps.dq);
-            bwd_dq_reducer<Cfg>(maps, smem, bars, w);
+            bwd_dq_reducer<Cfg>(maps, p, smem, bars, w);
         }
         __syncwarp();
     } else {
         setmaxnreg_inc<kBwdConsumerRegs>();
         if constexpr (Cfg::kKeySplit)
-            bwd_consumer_keys<Cfg>(p, out, smem, bars, w, wg - 1, tid - 128 * wg);
+            bwd_consumer_keys<Cfg, kExtras>(p, out, smem, bars, w, wg - 1, tid - 128 * wg);
         else
             bwd_consumer<Cfg, kExtras>(maps, p, out, smem, bars, w, rank, wg - 1, tid - 128 * wg);
     }

@@ -43,19 +43,10 @@ cudaError_t bwd_launch(const BwdMaps &maps, const ffpa_bwd_params &p, const BwdO
                            maps, p, out);
 }
 
-/* The bias/dropout launch (none for the key-split kernel: not instantiated). */
-template <class Cfg> constexpr decltype(&bwd_launch<Cfg, false>) extras_launch()
-{
-    if constexpr (Cfg::kKeySplit)
-        return nullptr;
-    else
-        return &bwd_launch<Cfg, true>;
-}
-
 template <class Cfg> constexpr BwdKernelDesc bwd_desc(const char *name, int f32_dq_only = 0)
 {
-    return BwdKernelDesc{Cfg::kBoxes,    Cfg::kCluster, f32_dq_only, Cfg::kDqTma, Cfg::kBc, Cfg::kSmemBytes,
-                         name,           {&bwd_launch<Cfg, false>, extras_launch<Cfg>()}};
+    return BwdKernelDesc{Cfg::kBoxes, Cfg::kCluster, f32_dq_only, Cfg::kDqTma, Cfg::kBc, Cfg::kSmemBytes, name,
+                         {&bwd_launch<Cfg, false>, &bwd_launch<Cfg, true>}};
 }
 
 /* Widths in order of preference (sm90_bwd_launch.cu takes the first that
@@ -71,8 +62,8 @@ template <class Cfg> constexpr BwdKernelDesc bwd_desc(const char *name, int f32_
 constexpr int kNumBwdShapes = 9;
 extern const BwdKernelDesc bwd_f16[kNumBwdShapes], bwd_bf16[kNumBwdShapes];
 
-/* The small-D kernel (sm90_bwd_keys.cuh): D <= 128 without bias, dropout,
- * the variants or deterministic mode (launch[1] is NULL); preferred there
+/* The small-D kernel (sm90_bwd_keys.cuh): D <= 128 without a bias
+ * (deterministic mode only with the fp32 dQ buffer); preferred there
  * unless a tuning entry names a width. */
 extern const BwdKernelDesc bwd_keys_f16, bwd_keys_bf16;
 

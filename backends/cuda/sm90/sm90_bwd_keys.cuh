@@ -23,9 +23,9 @@
  * read after the barrier of tile t, and the buffer's previous readers (of
  * tile t-1) were done before that barrier.
  *
- * Plain attention only (causal, GQA, varlen, Dqk != Dv, both dQ
- * accumulators): bias, dropout, the variants and deterministic mode take
- * the 64-key kernel (sm90_bwd_launch.cu).
+ * kExtras as there (dropout, the variants; bias and dbias work but spill:
+ * the launcher keeps them on the 64-key kernel, as deterministic mode with
+ * FFPA_GRAD_ACCUM_OUTPUT, sm90_bwd_launch.cu).
  */
 #ifndef FFPA_CUDA_SM90_BWD_KEYS_CUH
 #define FFPA_CUDA_SM90_BWD_KEYS_CUH
@@ -39,7 +39,7 @@
 namespace ffpa {
 namespace sm90 {
 
-template <class Cfg>
+template <class Cfg, bool kExtras>
 FFPA_DEV void bwd_consumer_keys(const ffpa_bwd_params &p, const BwdOutViews &out, uint8_t *smem, BwdBarriers *bars,
                                 const BwdWork &w, int consumer, int ctid)
 {
@@ -88,7 +88,11 @@ FFPA_DEV void bwd_consumer_keys(const ffpa_bwd_params &p, const BwdOutViews &out
         }
         const uint32_t q_slab = smem_u32(R::ptr(smem, 0, it)), do_slab = smem_u32(R::ptr(smem, 1, it));
 
-        /* Phase 1: S^T and dP^T of this consumer's keys. */
+        /* Phase 1: S^T and dP^T of this consumer's keys (the bias loads in flight meanwhile). */
+        BwdBiasTile<Cfg> bias;
+        if constexpr (kExtras)
+            if (p.mask.bias)
+                bias.load(p, mine, h, q0, ctid, 0, 8);
         float s[32], dpt[32];
         bwd_wait(R::full(bars, 0, it), R::parity(it), false, 2, it);
         fence_operands(s);
@@ -104,8 +108,8 @@ FFPA_DEV void bwd_consumer_keys(const ffpa_bwd_params &p, const BwdOutViews &out
         fence_operands(dpt);
 
         uint8_t *dst = smem + L::dst + (it & 1) * Cfg::kPtBytes; /* this tile's dS^T, both consumers' keys */
-        softmax_grad<Cfg, false>(OwnScores{s, dpt}, rows + (it & 1) * 128, pt, dst + consumer * Cfg::kPdsBytes, p,
-                                 mine, h, q0, ctid, 0, 0, 8, nullptr, false, BwdBiasTile<Cfg>{});
+        softmax_grad<Cfg, kExtras>(OwnScores{s, dpt}, rows + (it & 1) * 128, pt, dst + consumer * Cfg::kPdsBytes,
+                                   p, mine, h, q0, ctid, 0, 0, 8, nullptr, true, bias);
         fence_proxy_async_shared();
         named_barrier_sync(kBarPdsFull, 256);
 
@@ -165,21 +169,36 @@ FFPA_DEV void bwd_consumer_keys(const ffpa_bwd_params &p, const BwdOutViews &out
  * arrive on dq_full) added into the fp32 buffer's 64 x 32 boxes by TMA
  * reductions; dq_empty once the TMA has read the stage. Rows past the
  * sequence were staged as zeros (stage_dq); boxes past Dqk fall outside
- * the map. */
+ * the map. Deterministic mode: at this key block's turn for the tile (one
+ * counter for its 128 columns, BwdWork::dq_turn), passed on once the
+ * reductions are performed; the consumers run on meanwhile until they
+ * need the stage again. */
 template <class Cfg>
-FFPA_DEV void bwd_dq_reducer(const BwdMaps &maps, uint8_t *smem, BwdBarriers *bars, const BwdWork &w)
+FFPA_DEV void bwd_dq_reducer(const BwdMaps &maps, const ffpa_bwd_params &p, uint8_t *smem, BwdBarriers *bars,
+                             const BwdWork &w)
 {
     using L = BwdSmemLayout<Cfg>;
     const int items = w.items();
     for (int it = 0; it < items; ++it) {
+        const int h = w.head(it), q0 = w.q0(it);
         bwd_wait(&bars->dq_full, (uint32_t)it & 1, false, 10, it);
+        int mine = 0;
+        int *turn = p.dq_turn ? w.dq_turn(p, h, q0 / 64, 0, Cfg::kBc, mine) : nullptr;
+        if (turn) {
+            dq_turn_spin(turn, mine);
+            asm volatile("fence.proxy.async.global;\n" ::: "memory");
+        }
         if constexpr (!kDiagSkipDq) {
             for (int k = 0; k < 4; ++k)
-                tma_reduce_add_4d(smem + L::dqs + k * 8192, &maps.dq, 32 * k, (int)w.q_start + w.q0(it), w.head(it),
-                                  w.tma_b);
+                tma_reduce_add_4d(smem + L::dqs + k * 8192, &maps.dq, 32 * k, (int)w.q_start + q0, h, w.tma_b);
         }
         bulk_commit();
-        bulk_wait_read();
+        if (turn) {
+            bulk_wait_all();
+            st_release_gpu(turn, mine + 1);
+        } else {
+            bulk_wait_read();
+        }
         mbar_arrive(&bars->dq_empty);
     }
 }

@@ -116,13 +116,20 @@ struct BwdWork {
         const int tiles = tiles_per_head(), t = step % tiles + rot;
         return (t_first + (t < tiles ? t : t - tiles)) * 64;
     }
-    /* The highest key block that adds into query tile t: the one holding
-     * the last key the tile's last row sees (causal, window). Only asked for
-     * tiles this block adds into (so that key is >= 0). */
-    FFPA_DEV int last_kb(int t, const ffpa_gpu_fwd_params &m) const
+    /* The highest key block (of bc keys) that adds into query tile t: the
+     * one holding the last key the tile's last row sees (causal, window).
+     * Only asked for tiles this block adds into (so that key is >= 0). */
+    FFPA_DEV int last_kb(int t, const ffpa_gpu_fwd_params &m, int bc = 64) const
     {
         const int row_last = min(seqlen_q, (t + 1) * 64) - 1;
-        return min((seqlen_k + 63) / 64 - 1, last_visible_col(m, row_last, diag) / 64);
+        return min((seqlen_k + bc - 1) / bc - 1, last_visible_col(m, row_last, diag) / bc);
+    }
+    /* Deterministic mode: the turn counter of query tile t (head h) for the
+     * dQ columns from col, and this key block's (of bc keys) turn there. */
+    FFPA_DEV int *dq_turn(const ffpa_bwd_params &p, int h, int t, int col, int bc, int &mine) const
+    {
+        mine = last_kb(t, p.mask, bc) - kb0 / bc; /* the last block that adds into the tile goes first */
+        return p.dq_turn + (((int64_t)b * p.hq + h) * p.dq_turn_tiles + t) * FFPA_BWD_DQ_TURN_PARTS + col / 64;
     }
 };
 
