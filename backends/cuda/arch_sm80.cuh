@@ -199,6 +199,9 @@ FFPA_DEV float quad_sum(float x)
     return x;
 }
 
+/* v of lane ^ mask (every lane of the warp takes part). */
+FFPA_DEV uint32_t lane_xor_u32(uint32_t v, int mask) { return __shfl_xor_sync(0xffffffffu, v, mask); }
+
 /* True in every lane when p holds in some lane of the warp. */
 FFPA_DEV bool warp_any(bool p) { return __any_sync(0xffffffffu, p); }
 

@@ -230,32 +230,43 @@ __device__ __forceinline__ void softcap_grad(arch::FragC (&ds)[kNT], const arch:
 }
 
 /* Zero dropped probabilities, scale kept ones (after the row sums). The
- * keep bits are gathered first in a rolled loop (one Philox block per column
- * pair, 2 bits each), so the 10-round generators never run interleaved and
- * never hold more than one block's registers. */
+ * keep bits are gathered first in a rolled loop (one Philox block per lane
+ * and n8-block, shared by a lane pair), so the 10-round generators never
+ * run interleaved and never hold more than one block's registers. */
 template <int kNT>
 __device__ __forceinline__ void apply_dropout(arch::FragC (&s)[kNT], const ffpa_gpu_fwd_params &p,
                                               const MaskCtx &mc, int lane)
 {
     static_assert(kNT * 4 <= 64, "keep bits fit one 64-bit word");
-    uint64_t keep = 0;
+    /* A Philox block covers 4 consecutive columns of one row, and the lanes
+     * lane and lane ^ 1 hold those 4 columns (2 each) in both rows of the
+     * fragment (arch_fragments.cuh). So each draws one row's block (the
+     * even lane row r, the odd one row r + 8), uses all 4 words, and the
+     * pair swaps the other row's bits: kNT blocks per lane instead of
+     * 2 kNT, each of which used 2 of its 4 words. */
+    const int drawn_half = lane & 1;
+    const int i = mc.row0 + arch::frag_c_row(lane, 2 * drawn_half);
+    const uint32_t t = p.dropout_threshold;
+    uint64_t drawn = 0; /* bit 4 nt + c: column c of nt's block in row i */
 #pragma unroll 1
-    for (int k = 0; k < kNT * 2; ++k) {
-        const int nt = k >> 1, half = k & 1;
-        /* The two columns of a pair share one Philox block (j & ~3). */
-        int i = mc.row0 + arch::frag_c_row(lane, 2 * half);
-        int j = mc.col0 + nt * 8 + arch::frag_c_col(lane, 2 * half);
-        ffpa_u32x4 words = ffpa_dropout_words(p.dropout_seed, p.dropout_offset, p.hq, mc.b, mc.h, i, j);
-        uint64_t k0 = ffpa_u32x4_at(words, j & 3) >= p.dropout_threshold;
-        uint64_t k1 = ffpa_u32x4_at(words, (j + 1) & 3) >= p.dropout_threshold;
-        keep |= (k0 | (k1 << 1)) << (2 * k);
+    for (int nt = 0; nt < kNT; ++nt) {
+        const int j = (mc.col0 + nt * 8 + arch::frag_c_col(lane, 0)) & ~3;
+        const ffpa_u32x4 w = ffpa_dropout_words(p.dropout_seed, p.dropout_offset, p.hq, mc.b, mc.h, i, j);
+        const uint64_t bits = (uint64_t)(w.x >= t) | (uint64_t)(w.y >= t) << 1 | (uint64_t)(w.z >= t) << 2 |
+                              (uint64_t)(w.w >= t) << 3;
+        drawn |= bits << (4 * nt);
     }
+    const uint64_t other = (uint64_t)arch::lane_xor_u32((uint32_t)drawn, 1) |
+                           (uint64_t)arch::lane_xor_u32((uint32_t)(drawn >> 32), 1) << 32;
+    /* This lane's 2 columns sit at 2 (lane & 1) of each block (col0 is a multiple of 8). */
+    const int c = 2 * (arch::frag_c_col(lane, 0) >> 1 & 1);
 #pragma unroll
     for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
+            const uint64_t row_bits = (e >> 1) == drawn_half ? drawn : other;
             float &v = s[nt].r[e];
-            v = (keep >> (4 * nt + e)) & 1 ? v * p.dropout_scale : 0.0f;
+            v = (row_bits >> (4 * nt + c + (e & 1))) & 1 ? v * p.dropout_scale : 0.0f;
         }
 }
 

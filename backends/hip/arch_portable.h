@@ -292,6 +292,9 @@ FFPA_DEV float quad_sum(float x)
     return x;
 }
 
+/* v of lane ^ mask of the logical warp (every lane takes part). */
+FFPA_DEV uint32_t lane_xor_u32(uint32_t v, int mask) { return (uint32_t)__shfl_xor((int)v, mask, 32); }
+
 /* True in every lane when p holds in some lane of the logical warp. */
 FFPA_DEV bool warp_any(bool p)
 {
