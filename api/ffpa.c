@@ -642,6 +642,25 @@ ffpa_status ffpa_backward(ffpa_context *ctx, const ffpa_tensor *dout, const ffpa
     return st;
 }
 
+/* ------------------------------------------------------------------ merge */
+
+ffpa_status ffpa_merge_partials(ffpa_context *ctx, int parts, const ffpa_tensor *o_parts,
+                                const ffpa_tensor *lse_parts, const ffpa_tensor *o, const ffpa_tensor *lse)
+{
+    if (!ctx)
+        return NULL_CTX_ERROR();
+    ffpa_merge_problem mp;
+    ffpa_status st = ffpa_validate_merge(parts, o_parts, lse_parts, o, lse, &mp, ctx->err, sizeof ctx->err);
+    if (st != FFPA_OK)
+        return st;
+    if (!ctx->backend->iface->merge)
+        return set_error(ctx->err, FFPA_ERR_UNSUPPORTED, "ctx: the %s backend cannot merge partial results",
+                         ctx->backend->name);
+    if (mp.b == 0 || mp.h == 0 || mp.n == 0)
+        return FFPA_OK; /* no row */
+    return ctx->backend->iface->merge(ctx->state, &mp, ctx->err, sizeof ctx->err);
+}
+
 /* ------------------------------------------------------------------ KV cache */
 
 static ffpa_status kv_supported(ffpa_context *ctx)

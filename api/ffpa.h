@@ -344,6 +344,35 @@ FFPA_API ffpa_status ffpa_backward(ffpa_context *ctx, const ffpa_tensor *dout,
                                    const ffpa_tensor *dk, const ffpa_tensor *dv,
                                    const ffpa_options *opt);
 
+/* ------------------------------------------------------------------ merging partial results */
+
+/** Most partial results one ffpa_merge_partials call merges. */
+#define FFPA_MERGE_MAX_PARTS 16
+
+/**
+ * Merges partial attention results by their LSE, the step that joins
+ * attention computed over disjoint key ranges (context parallelism, split
+ * keys, a KV cache in pieces):
+ *
+ *   lse = log(sum_i exp(lse_i)),   O = sum_i exp(lse_i - lse) O_i
+ *
+ * in float32 for each row. o_parts[i] [B, H, N, Dv] (each f16, bf16 or f32,
+ * dtypes may differ) and lse_parts[i] f32 [B, H, N, 1], i < parts, are the
+ * results of ffpa_forward over each key range; o [B, H, N, Dv] any dtype;
+ * lse f32 [B, H, N, 1] or NULL. Any strides. A part whose row LSE is -inf
+ * (no key seen) adds nothing and its O row is not read; a row with every
+ * part -inf gets O = 0 and LSE = -inf, as a forward over all the keys would.
+ *
+ * o may be o_parts[i] itself (same data, dtype and strides) and lse may be
+ * lse_parts[j] itself: an accumulator merged into in place. Any other
+ * overlap of an output with an input is refused. 1 <= parts <=
+ * FFPA_MERGE_MAX_PARTS. Asynchronous on GPU backends like the forward.
+ * Bad arguments: a status and a message, nothing written.
+ */
+FFPA_API ffpa_status ffpa_merge_partials(ffpa_context *ctx, int parts, const ffpa_tensor *o_parts,
+                                         const ffpa_tensor *lse_parts, const ffpa_tensor *o,
+                                         const ffpa_tensor *lse);
+
 /* ------------------------------------------------------------------ serving: paged KV cache */
 
 /**

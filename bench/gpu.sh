@@ -22,6 +22,8 @@
 #                validation suites, STRESS_FWD/STRESS_BWD random cases with device memory sampled, and
 #                memcheck on a sample
 #   python       the package's tests on this GPU and the training check (python/train_check.py)
+#   cp           context parallelism (bench/py/context_parallel.py) on 1, 2, 4, 8 GPUs, as many as the
+#                machine has: NCCL equivalence checks, then ring / all-gather against one GPU (CP_SHAPES N:H)
 #   hipnv        the HIP backend's sources on this GPU (__HIP_PLATFORM_NVIDIA__, backends/hip/nvidia-check.sh)
 #   ab           same-run A/B: this tree against a fresh build of it with AB_BASE's files laid over
 #                (AB_SHAPES, default the backward rows; AB_FLAGS, default --backward; AB_ROUNDS) in OUT/ab.txt
@@ -339,6 +341,19 @@ if want python; then
   FFPA_LIBRARY="$PWD/$B/libffpa.so" PYTHONPATH="$PWD/python" timeout 500 python3 python/train_check.py --out "$OUT" \
     >"$OUT/train_check.log" 2>&1
   note "training check: rc=$? $(tail -1 "$OUT/train_check.log")"
+fi
+
+if want cp; then
+  ngpu=$(nvidia-smi -L | wc -l)
+  for w in 1 2 4 8; do
+    [ "$w" -le "$ngpu" ] || break
+    extra=$([ "$w" -gt 1 ] && echo "--check --variants ring,allgather" || echo "--variants ${CP_SINGLE_VARIANTS:-none}")
+    FFPA_LIBRARY="$PWD/$B/libffpa.so" PYTHONPATH="$PWD/python" timeout 580 torchrun --standalone \
+      --nproc_per_node="$w" bench/py/context_parallel.py $extra --shapes ${CP_SHAPES:-131072:8 524288:2} \
+      --reps "${CP_REPS:-3}" >"$OUT/cp-$w.log" 2>&1
+    note "context parallel on $w GPU(s): rc=$? $(grep -c ',ok$' "$OUT/cp-$w.log") checks ok, $(grep -c FAIL "$OUT/cp-$w.log") FAIL"
+    grep "^bench" "$OUT/cp-$w.log"
+  done
 fi
 
 if want hipnv; then

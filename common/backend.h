@@ -23,8 +23,9 @@ extern "C" {
 /* Bump on any change to ffpa_backend_i, ffpa_problem, ffpa_backend_caps, or
  * ffpa_plan / ffpa_plan_input (a tuning table's apply, in the core, fills
  * the plugin's plan: common/tuning.h). 5: forward_kvcache, kv_schedule.
- * 6: version. 7: window, softcap, ALiBi (ffpa_problem, caps.variants). */
-#define FFPA_BACKEND_ABI_VERSION 7
+ * 6: version. 7: window, softcap, ALiBi (ffpa_problem, caps.variants).
+ * 8: merge (ffpa_merge_problem). */
+#define FFPA_BACKEND_ABI_VERSION 8
 
 /* Symbol every plugin exports: const ffpa_backend_i *ffpa_backend_entry(void). */
 #define FFPA_BACKEND_ENTRY_SYMBOL "ffpa_backend_entry"
@@ -109,6 +110,11 @@ typedef struct ffpa_backend_i {
      * forward_kvcache would run for these host cache lengths. */
     ffpa_status (*kv_schedule)(void *state, const ffpa_problem *pb, const int32_t *host_seqlens,
                                ffpa_kv_schedule_info *out, char *err, size_t err_len);
+
+    /* Optional (NULL: ffpa_merge_partials is unsupported). Merges partial
+     * results by LSE: writes mp->o and, when mp->lse.data, mp->lse. Every
+     * call has parts >= 1 and rows >= 1; o and lse may alias a part (in place). */
+    ffpa_status (*merge)(void *state, const ffpa_merge_problem *mp, char *err, size_t err_len);
 
     /* Required. FFPA_VERSION_STRING of the sources the backend was built
      * from, for ffpa_backend_get_info (a plugin from another install shows). */

@@ -104,6 +104,21 @@ typedef struct ffpa_problem {
     const ffpa_kv_problem *kv;
 } ffpa_problem;
 
+/* A merge of partial results by LSE (ffpa_merge_partials), validated:
+ * parts >= 1 views [b, h, n, dv] of O (each its own dtype) and of the
+ * float32 LSE (sd unused); o may be o_part[i] and lse lse_part[j] (in place),
+ * lse.data NULL: not written. rows = b * h * n >= 1. */
+typedef struct ffpa_merge_problem {
+    int parts;
+    int64_t b, h, n, dv;
+    ffpa_view o_part[FFPA_MERGE_MAX_PARTS];
+    ffpa_dtype o_part_dtype[FFPA_MERGE_MAX_PARTS];
+    ffpa_view lse_part[FFPA_MERGE_MAX_PARTS];
+    ffpa_view o;
+    ffpa_dtype o_dtype;
+    ffpa_view lse;
+} ffpa_merge_problem;
+
 /* The fp32 dbias accumulation grid every backend uses: a dense
  * [g[0], g[1], g[2], g[3]] array over (batch, query head, query row, key),
  * each dimension 1 where dbias broadcasts (stride 0), full otherwise. */

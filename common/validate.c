@@ -561,7 +561,7 @@ ffpa_status ffpa_validate_backward(const ffpa_tensor *dout, const ffpa_tensor *q
     return FFPA_OK;
 }
 
-/* ------------------------------------------------------------------ KV cache */
+/* ------------------------------------------------------------------ merge */
 
 static int ranges_overlap(const ffpa_tensor *a, const ffpa_tensor *b)
 {
@@ -570,6 +570,96 @@ static int ranges_overlap(const ffpa_tensor *a, const ffpa_tensor *b)
     byte_range(b, &blo, &bhi);
     return alo < bhi && blo < ahi;
 }
+
+
+/* a and b are one tensor: same memory, dtype and strides (size-1 dims aside). */
+static int same_tensor(const ffpa_tensor *a, const ffpa_tensor *b)
+{
+    if (a->data != b->data || a->dtype != b->dtype)
+        return 0;
+    for (int i = 0; i < 4; ++i)
+        if (a->shape[i] != b->shape[i] || (a->shape[i] > 1 && a->stride[i] != b->stride[i]))
+            return 0;
+    return 1;
+}
+
+/* A part's or the merged LSE: float32 [B, H, N, 1] of o_parts[0]'s rows. */
+static ffpa_status check_merge_lse(const char *name, const ffpa_tensor *t, const ffpa_tensor *first,
+                                   char *err, size_t err_len)
+{
+    TRY(check_tensor(name, t, err, err_len));
+    if (t->dtype != FFPA_F32)
+        return fail(err, err_len, "%s: dtype %s; expected f32", name, ffpa_dtype_name(t->dtype));
+    for (int d = 0; d < 3; ++d)
+        TRY(check_dim(name, t, d, first->shape[d], "the rows of o_parts[0]", err, err_len));
+    return check_dim(name, t, 3, 1, "one value per row", err, err_len);
+}
+
+static ffpa_status check_merge_out(const char *name, const ffpa_tensor *out, int parts,
+                                   const ffpa_tensor *o_parts, const ffpa_tensor *lse_parts, char *err,
+                                   size_t err_len)
+{
+    for (int i = 0; i < 2 * parts; ++i) {
+        const ffpa_tensor *in = i < parts ? &o_parts[i] : &lse_parts[i - parts];
+        if (ranges_overlap(out, in) && !same_tensor(out, in))
+            return fail(err, err_len,
+                        "%s: overlaps the memory of %s[%d] without being that tensor; expected a "
+                        "separate buffer, or exactly %s[%d] (same data, dtype, strides) to merge in place",
+                        name, i < parts ? "o_parts" : "lse_parts", i % parts,
+                        i < parts ? "o_parts" : "lse_parts", i % parts);
+    }
+    return FFPA_OK;
+}
+
+ffpa_status ffpa_validate_merge(int parts, const ffpa_tensor *o_parts, const ffpa_tensor *lse_parts,
+                                const ffpa_tensor *o, const ffpa_tensor *lse, ffpa_merge_problem *mp,
+                                char *err, size_t err_len)
+{
+    memset(mp, 0, sizeof *mp);
+    if (parts < 1 || parts > FFPA_MERGE_MAX_PARTS)
+        return fail(err, err_len, "parts: %d; expected 1..%d (FFPA_MERGE_MAX_PARTS)", parts,
+                    FFPA_MERGE_MAX_PARTS);
+    if (!o_parts)
+        return fail(err, err_len, "o_parts: is NULL; expected an array of %d tensors", parts);
+    if (!lse_parts)
+        return fail(err, err_len, "lse_parts: is NULL; expected an array of %d tensors", parts);
+    char name[32];
+    const ffpa_tensor *first = &o_parts[0];
+    for (int i = 0; i < parts; ++i) {
+        snprintf(name, sizeof name, "o_parts[%d]", i);
+        TRY(check_tensor(name, &o_parts[i], err, err_len));
+        for (int d = 0; d < 4; ++d)
+            TRY(check_dim(name, &o_parts[i], d, first->shape[d], "the shape of o_parts[0]", err, err_len));
+        snprintf(name, sizeof name, "lse_parts[%d]", i);
+        TRY(check_merge_lse(name, &lse_parts[i], first, err, err_len));
+    }
+    TRY(check_tensor("o", o, err, err_len));
+    for (int d = 0; d < 4; ++d)
+        TRY(check_dim("o", o, d, first->shape[d], "the shape of o_parts[0]", err, err_len));
+    TRY(check_layout("o", o, 4, 0, err, err_len));
+    TRY(check_merge_out("o", o, parts, o_parts, lse_parts, err, err_len));
+    if (lse) {
+        TRY(check_merge_lse("lse", lse, first, err, err_len));
+        TRY(check_layout("lse", lse, 3, 0, err, err_len));
+        TRY(check_merge_out("lse", lse, parts, o_parts, lse_parts, err, err_len));
+        if (ranges_overlap(o, lse))
+            return fail(err, err_len, "lse: overlaps the memory of o; expected a separate buffer");
+    }
+    mp->parts = parts;
+    mp->b = first->shape[0], mp->h = first->shape[1], mp->n = first->shape[2], mp->dv = first->shape[3];
+    for (int i = 0; i < parts; ++i) {
+        mp->o_part[i] = view_of(&o_parts[i]);
+        mp->o_part_dtype[i] = o_parts[i].dtype;
+        mp->lse_part[i] = view_of(&lse_parts[i]);
+    }
+    mp->o = view_of(o);
+    mp->o_dtype = o->dtype;
+    if (lse)
+        mp->lse = view_of(lse);
+    return FFPA_OK;
+}
+
+/* ------------------------------------------------------------------ KV cache */
 
 static ffpa_status check_same_dtype(const char *name, const ffpa_tensor *t, const ffpa_tensor *q,
                                     char *err, size_t err_len)

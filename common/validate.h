@@ -59,6 +59,13 @@ ffpa_status ffpa_validate_kv_inputs(const ffpa_tensor *q, const ffpa_kv_cache *c
 ffpa_status ffpa_validate_kv_tables(const ffpa_problem *pb, const int32_t *seqlens,
                                     const int32_t *block_table, char *err, size_t err_len);
 
+/* ffpa_merge_partials' arguments (ffpa.h): parts, shapes, dtypes, strides,
+ * and no overlap of an output with an input other than the exact in-place
+ * aliases. Fills mp. */
+ffpa_status ffpa_validate_merge(int parts, const ffpa_tensor *o_parts, const ffpa_tensor *lse_parts,
+                                const ffpa_tensor *o, const ffpa_tensor *lse, ffpa_merge_problem *mp,
+                                char *err, size_t err_len);
+
 /* A view of a broadcast operand (bias, dbias): size-1 dimensions get stride 0. */
 ffpa_view ffpa_broadcast_view(const ffpa_tensor *t);
 

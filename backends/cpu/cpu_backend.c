@@ -5,6 +5,7 @@
  */
 #include "cpu_backward.h"
 #include "cpu_forward.h"
+#include "cpu_merge.h"
 #include "cpu_workspace.h"
 #include "host_alloc.h"
 
@@ -118,6 +119,14 @@ static ffpa_status cpu_mem_copy(void *state, void *dst, const void *src, size_t 
     return FFPA_OK;
 }
 
+static ffpa_status cpu_merge_entry(void *state, const ffpa_merge_problem *mp, char *err, size_t err_len)
+{
+    (void)state;
+    (void)err;
+    (void)err_len;
+    return cpu_merge(mp);
+}
+
 static const ffpa_backend_i cpu_backend_table = {
     .abi_version = FFPA_BACKEND_ABI_VERSION,
     .name = "cpu",
@@ -136,6 +145,7 @@ static const ffpa_backend_i cpu_backend_table = {
     .forward_kvcache = cpu_kvcache_entry,
     .kv_workspace_size = cpu_kv_workspace_size,
     .kv_schedule = NULL,     /* one task per (sequence, head, query block): no split schedule */
+    .merge = cpu_merge_entry,
     .version = FFPA_VERSION_STRING,
 };
 

@@ -94,6 +94,7 @@ static const ffpa_gpu_runtime cuda_runtime = {
     .kv_workspace = ffpa_cuda_kv_workspace,
     .forward_kvcache = ffpa_cuda_forward_kvcache,
     .kv_schedule = ffpa_cuda_kv_schedule,
+    .merge = ffpa_cuda_merge,
 };
 
 __attribute__((visibility("default"))) const ffpa_backend_i *ffpa_backend_entry(void)

@@ -109,6 +109,12 @@ static ffpa_status gpu_kv_schedule(void *state, const ffpa_problem *pb, const in
     return rt->kv_schedule(state, pb, host_seqlens, out, err, err_len);
 }
 
+static ffpa_status gpu_merge(void *state, const ffpa_merge_problem *mp, char *err, size_t err_len)
+{
+    ffpa_status s = enter(state, err, err_len);
+    return s != FFPA_OK ? s : rt->merge(state, mp, err, err_len);
+}
+
 static ffpa_status gpu_set_stream(void *state, void *stream, char *err, size_t err_len)
 {
     (void)err;
@@ -188,5 +194,6 @@ const ffpa_backend_i *ffpa_gpu_backend(const ffpa_gpu_runtime *runtime)
     rt = runtime;
     table.name = runtime->name;
     table.backward = runtime->backward ? gpu_backward : NULL;
+    table.merge = runtime->merge ? gpu_merge : NULL;
     return &table;
 }

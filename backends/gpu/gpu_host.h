@@ -65,6 +65,8 @@ typedef struct ffpa_gpu_runtime {
                                    char *err, size_t err_len);
     ffpa_status (*kv_schedule)(const ffpa_gpu_state *state, const ffpa_problem *pb, const int32_t *host_seqlens,
                                ffpa_kv_schedule_info *out, char *err, size_t err_len);
+    /* optional (NULL: ffpa_merge_partials unsupported) */
+    ffpa_status (*merge)(ffpa_gpu_state *state, const ffpa_merge_problem *mp, char *err, size_t err_len);
 } ffpa_gpu_runtime;
 
 /* The backend table over rt (which must outlive the plugin: a static). */

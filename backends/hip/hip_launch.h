@@ -39,6 +39,8 @@ ffpa_status ffpa_hip_forward_kvcache(ffpa_gpu_state *st, const ffpa_problem *pb,
                                      char *err, size_t err_len);
 ffpa_status ffpa_hip_kv_schedule(const ffpa_gpu_state *st, const ffpa_problem *pb,
                                  const int32_t *host_seqlens, ffpa_kv_schedule_info *out, char *err, size_t err_len);
+/* ffpa_merge_partials (kv_launch.hip over backends/gpu/merge_kernel.cuh). */
+ffpa_status ffpa_hip_merge(ffpa_gpu_state *st, const ffpa_merge_problem *mp, char *err, size_t err_len);
 
 #ifdef __cplusplus
 }

@@ -7,6 +7,7 @@
 #include "hip_launch.h"
 #include "kv_kernels_hip.h" /* before kv_rt.cuh: the arch layer and the kernel bodies */
 #include "kv/kv_rt.cuh"
+#include "merge_kernel.cuh"
 
 namespace {
 
@@ -36,4 +37,9 @@ extern "C" ffpa_status ffpa_hip_kv_schedule(const ffpa_gpu_state *st, const ffpa
 {
     return ffpa::kv::schedule_info(pb, table_of(pb->dtype), ffpa::hip::kKvKernels, st->caps.limits, host_seqlens,
                                    out, err, err_len);
+}
+
+extern "C" ffpa_status ffpa_hip_merge(ffpa_gpu_state *st, const ffpa_merge_problem *mp, char *err, size_t err_len)
+{
+    return ffpa::merge::run(mp, (hipStream_t)st->stream, err, err_len);
 }

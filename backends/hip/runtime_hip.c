@@ -137,6 +137,7 @@ static const ffpa_gpu_runtime hip_runtime = {
     .kv_workspace = ffpa_hip_kv_workspace,
     .forward_kvcache = ffpa_hip_forward_kvcache,
     .kv_schedule = ffpa_hip_kv_schedule,
+    .merge = ffpa_hip_merge,
 };
 
 __attribute__((visibility("default"))) const ffpa_backend_i *ffpa_backend_entry(void)

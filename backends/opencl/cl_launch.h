@@ -50,6 +50,9 @@ size_t ffpa_cl_forward_workspace(const ffpa_gpu_state *state, const ffpa_problem
 ffpa_status ffpa_cl_forward(ffpa_gpu_state *state, const ffpa_problem *pb, void *ws, size_t ws_bytes, char *err,
                             size_t err_len);
 
+/* ffpa_merge_partials (merge_launch_cl.c, kernels/merge.cl). */
+ffpa_status ffpa_cl_merge(ffpa_gpu_state *state, const ffpa_merge_problem *mp, char *err, size_t err_len);
+
 size_t ffpa_cl_backward_workspace(const ffpa_problem *pb);
 ffpa_status ffpa_cl_backward(ffpa_gpu_state *state, const ffpa_problem *pb, void *ws, size_t ws_bytes, char *err,
                              size_t err_len);

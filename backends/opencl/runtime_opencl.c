@@ -124,6 +124,7 @@ static const ffpa_gpu_runtime opencl_runtime = {
     .kv_workspace = kv_workspace,
     .forward_kvcache = forward_kvcache,
     .kv_schedule = kv_schedule,
+    .merge = ffpa_cl_merge,
 };
 
 __attribute__((visibility("default"))) const ffpa_backend_i *ffpa_backend_entry(void)

@@ -13,8 +13,8 @@ PyTorch's current stream.
 from ._clib import LibraryNotFoundError, backends, library_path, library_version
 from ._runtime import FFPAError, FFPAUnsupportedError, FFPAValueError
 from ._ops import USES_CUSTOM_OP
-from .functional import (attention_with_lse, flash_attn_with_kvcache, scaled_dot_product_attention,
-                         varlen_attention)
+from .functional import (attention_with_lse, flash_attn_with_kvcache, merge_partials,
+                         scaled_dot_product_attention, varlen_attention)
 
 __version__ = "0.1.0"
 
@@ -23,6 +23,7 @@ __all__ = [
     "attention_with_lse",
     "varlen_attention",
     "flash_attn_with_kvcache",
+    "merge_partials",
     "FFPAError",
     "FFPAValueError",
     "FFPAUnsupportedError",

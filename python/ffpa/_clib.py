@@ -30,6 +30,7 @@ GRAD_ACCUM_F32 = 0
 GRAD_ACCUM_OUTPUT = 1
 
 MAX_HEAD_DIM = 1024
+MERGE_MAX_PARTS = 16
 
 
 class Tensor(ctypes.Structure):
@@ -130,6 +131,7 @@ _PROTOTYPES = {
     "ffpa_forward_kvcache": (_STATUS, [_CTX, _T, ctypes.POINTER(KvCache), _T, _T, _T, _T, _O]),
     "ffpa_forward_kvcache_workspace_size": (_STATUS, [_CTX, _T, ctypes.POINTER(KvCache), _O,
                                                       ctypes.POINTER(ctypes.c_size_t)]),
+    "ffpa_merge_partials": (_STATUS, [_CTX, ctypes.c_int, _T, _T, _T, _T]),
 }
 
 _lib = None

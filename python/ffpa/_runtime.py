@@ -350,3 +350,27 @@ def forward_kvcache(q, k_cache, v_cache, k, v, cache_seqlens, block_table, out, 
                                                ref(od), ref(ld), ctypes.byref(opt)))
         finally:
             lib.ffpa_set_workspace(ctx.handle, None, 0)
+
+
+# ------------------------------------------------------------------ merging partial results
+
+def merge_partials(outs, lses, out, lse):
+    """ffpa_merge_partials: out [B, H, N, Dv] (any dtype; may be outs[i] itself) and
+    lse float32 [B, H, N] (may be lses[j] itself, or None) from the parts outs[i]
+    [B, H, N, Dv] and lses[i] float32 [B, H, N], all on one device."""
+    parts = len(outs)
+    o_arr = (_clib.Tensor * max(parts, 1))()
+    l_arr = (_clib.Tensor * max(parts, 1))()
+    for i, (o_i, l_i) in enumerate(zip(outs, lses)):
+        o_arr[i] = describe(o_i, "o_parts[%d]" % i)
+        b, h, n = l_i.shape
+        l_arr[i] = describe(l_i, "lse_parts[%d]" % i, (b, h, n, 1), tuple(l_i.stride()) + (1,))
+    od = describe(out, "out")
+    ld = None
+    if lse is not None:
+        b, h, n = lse.shape
+        ld = describe(lse, "lse", (b, h, n, 1), tuple(lse.stride()) + (1,))
+    ctx = context_for(out.device)
+    with _call(ctx) as lib:
+        ctx.check(lib.ffpa_merge_partials(ctx.handle, parts, o_arr, l_arr, ctypes.byref(od),
+                                          ctypes.byref(ld) if ld is not None else None))

@@ -4,7 +4,7 @@ import math
 
 import torch
 
-from . import _ops, _runtime
+from . import _clib, _ops, _runtime
 from ._runtime import FFPAValueError
 
 # libffpa reads scale == 0 as "use 1/sqrt(D)"; an explicit 0 becomes the smallest
@@ -336,3 +336,33 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, cache_seqlens=N
 
 for _fn in (scaled_dot_product_attention, attention_with_lse, varlen_attention):
     _fn.__doc__ += _VARIANTS_DOC
+
+
+def merge_partials(outs, lses, out=None, lse=None):
+    """Joins attention computed over disjoint key ranges, by log-sum-exp:
+
+        lse = log(sum_i exp(lses[i])),   out = sum_i exp(lses[i] - lse) * outs[i]
+
+    in float32 (context parallelism, split-KV). outs: 1..16 tensors [B, H, N, Dv]
+    (float16, bfloat16 or float32, dtypes may differ); lses: float32 [B, H, N], as
+    attention_with_lse returns them. A part whose LSE is -inf saw no key and adds
+    nothing. out (default: a new tensor of outs[0]'s dtype) and lse (default: a
+    new float32 tensor) may be outs[i] and lses[j] themselves, to accumulate in
+    place. Returns (out, lse). Not differentiable (ring attention's backward
+    uses the merged LSE instead)."""
+    outs, lses = list(outs), list(lses)
+    if not 1 <= len(outs) <= _clib.MERGE_MAX_PARTS or len(lses) != len(outs):
+        raise FFPAValueError("merge_partials: %d outs and %d lses; expected the same count, 1..%d"
+                             % (len(outs), len(lses), _clib.MERGE_MAX_PARTS))
+    for i, t in enumerate(outs + lses):
+        name = ("outs[%d]" % i) if i < len(outs) else ("lses[%d]" % (i - len(outs)))
+        want = 4 if i < len(outs) else 3
+        if t.dim() != want:
+            raise FFPAValueError("merge_partials: %s has %d dims; expected %d" % (name, t.dim(), want))
+        _same_device(t, name, outs[0])
+    if out is None:
+        out = torch.empty(outs[0].shape, dtype=outs[0].dtype, device=outs[0].device)
+    if lse is None:
+        lse = torch.empty(outs[0].shape[:3], dtype=torch.float32, device=outs[0].device)
+    _runtime.merge_partials(outs, lses, out, lse)
+    return out, lse

@@ -277,3 +277,22 @@ def test_variants_match_reference(what, d):
     assert rel_error(out.cpu(), out_r) < 2e-2
     for g, g_r in zip(grads, grads_r):
         assert rel_error(g.cpu(), g_r) < 4e-2
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_merge_partials_on_cuda_joins_key_ranges(dtype):
+    q = randn(2, 4, 77, 512, dtype=dtype, seed=20).cuda()
+    k = randn(2, 4, 300, 512, dtype=dtype, seed=21).cuda()
+    v = randn(2, 4, 300, 512, dtype=dtype, seed=22).cuda()
+    parts = [ffpa.attention_with_lse(q, k[:, :, a:b], v[:, :, a:b]) for a, b in ((0, 100), (100, 100), (100, 300))]
+    acc = torch.zeros(2, 4, 77, 512, dtype=torch.float32, device="cuda")
+    acc_lse = torch.full((2, 4, 77), float("-inf"), device="cuda")
+    for o, lse in parts:  # a ring's float32 accumulator, merged into in place
+        ffpa.merge_partials([acc, o], [acc_lse, lse], out=acc, lse=acc_lse)
+    out, lse = ffpa.merge_partials([p[0] for p in parts], [p[1] for p in parts])
+    want, want_lse = ffpa.attention_with_lse(q.float().cpu(), k.float().cpu(), v.float().cpu())
+    assert out.dtype == dtype
+    assert rel_error(out.cpu(), want) <= FLOOR[dtype]
+    assert rel_error(acc.cpu(), want) <= FLOOR[dtype]
+    assert rel_error(lse.cpu(), want_lse) <= 1e-3
+    assert rel_error(acc_lse.cpu(), want_lse) <= 1e-3

@@ -5,6 +5,7 @@
 #include "kv_kernels.cuh" /* before kv_rt.cuh: the arch layer and the kernel bodies */
 #include "kv_launch.h"
 #include "../../gpu/kv/kv_rt.cuh"
+#include "../../gpu/merge_kernel.cuh"
 
 namespace {
 
@@ -38,4 +39,9 @@ extern "C" ffpa_status ffpa_cuda_kv_schedule(const ffpa_gpu_state *gpu, const ff
 {
     return ffpa::kv::schedule_info(pb, table_of(pb->dtype), ffpa::cuda::kKvKernels, gpu->caps.limits, host_seqlens,
                                    out, err, err_len);
+}
+
+extern "C" ffpa_status ffpa_cuda_merge(ffpa_gpu_state *gpu, const ffpa_merge_problem *mp, char *err, size_t err_len)
+{
+    return ffpa::merge::run(mp, ffpa_cuda_stream(gpu), err, err_len);
 }

@@ -20,6 +20,8 @@ ffpa_status ffpa_cuda_forward_kvcache(ffpa_gpu_state *gpu, const ffpa_problem *p
 ffpa_status ffpa_cuda_kv_schedule(const ffpa_gpu_state *gpu, const ffpa_problem *pb,
                                   const int32_t *host_seqlens, ffpa_kv_schedule_info *out, char *err,
                                   size_t err_len);
+/* ffpa_merge_partials (backends/gpu/merge_kernel.cuh, the split-KV merge's conventions). */
+ffpa_status ffpa_cuda_merge(ffpa_gpu_state *gpu, const ffpa_merge_problem *mp, char *err, size_t err_len);
 
 #ifdef __cplusplus
 }

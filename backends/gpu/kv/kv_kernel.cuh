@@ -22,6 +22,7 @@
 #include "../fwd_kernel.cuh"
 #include "kv_params.h"
 #include "kv_sched.h"
+#include "lse_merge.h"
 
 namespace ffpa {
 
@@ -378,20 +379,18 @@ template <typename T> __device__ __forceinline__ void kv_merge_body(const ffpa_g
     for (int s = 0; s < splits; ++s)
         mx = fmaxf(mx, p.part_lse[(first + (int64_t)s * p.q_tiles) * p.tile_rows + r]);
     float sum = 0.0f;
-    if (mx != -INFINITY)
-        for (int s = 0; s < splits; ++s)
-            sum += __expf(p.part_lse[(first + (int64_t)s * p.q_tiles) * p.tile_rows + r] - mx);
-    const float lse = sum > 0.0f ? mx + __logf(sum) : -INFINITY;
+    for (int s = 0; s < splits; ++s)
+        sum += ffpa_lse_term(p.part_lse[(first + (int64_t)s * p.q_tiles) * p.tile_rows + r], mx);
+    const float lse = ffpa_lse_total(mx, sum); /* common/lse_merge.h, as ffpa_merge_partials */
     T *og = static_cast<T *>(p.o) + (int64_t)b * p.o_sb + kv_row_offset(p, p.o_sh, p.o_sn, kvh, rr);
     for (int c = threadIdx.x; c < p.dv; c += blockDim.x) {
         float acc = 0.0f;
-        if (sum > 0.0f)
-            for (int s = 0; s < splits; ++s) {
-                const int64_t blk = first + (int64_t)s * p.q_tiles;
-                const float ls = p.part_lse[blk * p.tile_rows + r];
-                if (ls != -INFINITY)
-                    acc += __expf(ls - lse) * p.part_o[(blk * p.tile_rows + r) * p.dv + c];
-            }
+        for (int s = 0; s < splits; ++s) {
+            const int64_t blk = first + (int64_t)s * p.q_tiles;
+            const float w = ffpa_lse_weight(p.part_lse[blk * p.tile_rows + r], lse);
+            if (w != 0.0f)
+                acc += w * p.part_o[(blk * p.tile_rows + r) * p.dv + c];
+        }
         og[c] = arch::from_f32<T>(acc);
     }
     if (p.lse && threadIdx.x == 0)

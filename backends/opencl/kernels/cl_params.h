@@ -63,4 +63,20 @@ typedef struct ffpa_cl_convert {
     int dt, pad;
 } ffpa_cl_convert;
 
+/* ffpa_merge_partials (kernels/merge.cl): the output's offsets and strides
+ * by value, the parts' in a small read-only buffer (16 parts would pass
+ * OpenCL's 1 KiB minimum for a kernel's arguments). */
+typedef struct ffpa_cl_merge_part {
+    FFPA_CL_I64 o_off, o_sb, o_sh, o_sn, o_sd;
+    FFPA_CL_I64 lse_off, lse_sb, lse_sh, lse_sn;
+    int dt, pad;
+} ffpa_cl_merge_part;
+
+typedef struct ffpa_cl_merge_params {
+    FFPA_CL_I64 o_off, o_sb, o_sh, o_sn, o_sd;
+    FFPA_CL_I64 lse_off, lse_sb, lse_sh, lse_sn;
+    FFPA_CL_I64 h, n, rows;
+    int dv, parts, dt, has_lse;
+} ffpa_cl_merge_params;
+
 #endif
