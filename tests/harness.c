@@ -227,6 +227,8 @@ const char *th_layout_name(th_layout layout)
         return "BNHD";
     case TH_PADDED:
         return "padded";
+    case TH_COLUMNS:
+        return "strided head dim";
     }
     return "?";
 }
@@ -284,6 +286,12 @@ void th_tensor_make(th_tensor *t, ffpa_dtype dtype, th_layout layout, int64_t b,
         stride[2] = d + 3;
         stride[1] = n * stride[2] + 5;
         stride[0] = h * stride[1] + 7;
+        break;
+    case TH_COLUMNS:
+        stride[3] = 2;
+        stride[1] = 2 * d + 1;
+        stride[2] = h * stride[1];
+        stride[0] = n * stride[2] + 3;
         break;
     default:
         stride[3] = 1;

@@ -94,7 +94,8 @@ double th_rng_uniform(th_rng *rng, double lo, double hi);
 typedef enum th_layout {
     TH_BHND,  /* contiguous [B, H, N, D] */
     TH_BNHD,  /* contiguous [B, N, H, D] memory (packed-QKV style strides) */
-    TH_PADDED /* BHND with gaps after every row, head and batch (odd sizes) */
+    TH_PADDED, /* BHND with gaps after every row, head and batch (odd sizes) */
+    TH_COLUMNS /* BNHD with the head dim strided (stride[3] = 2; GPU kernels refuse it) */
 } th_layout;
 
 const char *th_layout_name(th_layout layout);

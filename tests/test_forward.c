@@ -56,6 +56,22 @@ static void test_mixed_layouts(void **state)
     attn_run_forward(&c);
 }
 
+/* A head dim with stride 2 (a view of every other column): the cpu and
+ * opencl backends take it, GPU kernels refuse it by name (counted). */
+static void test_head_dim_strides(void **state)
+{
+    (void)state;
+    attn_case c = attn_case_default(th_fixture_dtype(), 37, 40);
+    c.batch = 2;
+    c.hq = 4;
+    c.hkv = 2;
+    c.layout = c.kv_layout = TH_COLUMNS;
+    attn_run_forward(&c);
+    c.layout = TH_BHND;
+    c.causal = 1;
+    attn_run_forward(&c);
+}
+
 static void test_without_lse(void **state)
 {
     (void)state;
@@ -603,6 +619,7 @@ int main(void)
         cmocka_unit_test(test_dtypes_basic),
         cmocka_unit_test(test_layouts),
         cmocka_unit_test(test_mixed_layouts),
+        cmocka_unit_test(test_head_dim_strides),
         cmocka_unit_test(test_without_lse),
         cmocka_unit_test(test_seqlen_awkward),
         cmocka_unit_test(test_head_dims),

@@ -134,7 +134,7 @@ ffpa_status ffpa_cl_backward(ffpa_gpu_state *st, const ffpa_problem *pb, void *w
         return FFPA_ERR_INVALID_ARGUMENT;
     }
     dq_mem = dq.mem, dk_mem = dk.mem, dv_mem = dv.mem;
-    bp.do_sb = pb->dout.sb, bp.do_sh = pb->dout.sh, bp.do_sn = pb->dout.sn;
+    bp.do_sb = pb->dout.sb, bp.do_sh = pb->dout.sh, bp.do_sn = pb->dout.sn, bp.do_sd = pb->dout.sd;
     bp.delta_off = ws_off + (int64_t)(lay.delta / sizeof(float));
     bp.dq_off = dq.off, bp.dq_sb = dq.sb, bp.dq_sh = dq.sh, bp.dq_sn = dq.sn, bp.dq_sd = dq.sd;
     bp.dk_off = dk.off, bp.dk_sb = dk.sb, bp.dk_sh = dk.sh, bp.dk_sn = dk.sn, bp.dk_sd = dk.sd;

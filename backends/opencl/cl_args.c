@@ -30,6 +30,7 @@ ffpa_cl_fwd_params ffpa_cl_params_of(const ffpa_problem *pb, int rows_per_block)
     p.k_sb = pb->k.sb, p.k_sh = pb->k.sh, p.k_sn = pb->k.sn;
     p.v_sb = pb->v.sb, p.v_sh = pb->v.sh, p.v_sn = pb->v.sn;
     p.o_sb = pb->o.sb, p.o_sh = pb->o.sh, p.o_sn = pb->o.sn;
+    p.q_sd = pb->q.sd, p.k_sd = pb->k.sd, p.v_sd = pb->v.sd, p.o_sd = pb->o.sd;
     p.lse_sb = pb->lse.sb, p.lse_sh = pb->lse.sh, p.lse_sn = pb->lse.sn;
     p.batch = (int)pb->batch;
     p.hq = (int)pb->hq;

@@ -46,9 +46,28 @@ typedef struct ffpa_cl_arg {
 ffpa_status ffpa_cl_launch(cl_command_queue queue, cl_program program, const char *name, const ffpa_cl_arg *args,
                            int n_args, size_t global, size_t local, char *err, size_t err_len);
 
+/* A forward's start: the device, the stream's queue, pb's parameters and
+ * buffers (in). */
+ffpa_status ffpa_cl_forward_begin(const ffpa_gpu_state *st, const ffpa_problem *pb, const ffpa_cl_device **dev,
+                                  cl_command_queue *queue, ffpa_cl_inputs_t *in, char *err, size_t err_len);
+
+/* The forward kernel (kernels/fwd.cl): its program for pb, and one launch
+ * over in's buffers; kv->paged: a KV-cache call, key rows through the pages
+ * (block_table NULL: page b is sequence b; seqlens NULL: kv->uniform_len). */
+ffpa_status ffpa_cl_forward_program(const ffpa_cl_device *dev, const ffpa_problem *pb, cl_program *program,
+                                    char *err, size_t err_len);
+ffpa_status ffpa_cl_forward_launch(cl_command_queue queue, cl_program program, const ffpa_problem *pb,
+                                   const ffpa_cl_inputs_t *in, const ffpa_cl_kv_params *kv, cl_mem block_table,
+                                   cl_mem seqlens, char *err, size_t err_len);
+
 size_t ffpa_cl_forward_workspace(const ffpa_gpu_state *state, const ffpa_problem *pb);
 ffpa_status ffpa_cl_forward(ffpa_gpu_state *state, const ffpa_problem *pb, void *ws, size_t ws_bytes, char *err,
                             size_t err_len);
+
+/* ffpa_forward_kvcache (kv_launch_cl.c): the append, then the forward kernel
+ * through the pages. No workspace. */
+ffpa_status ffpa_cl_forward_kvcache(ffpa_gpu_state *state, const ffpa_problem *pb, void *ws, size_t ws_bytes,
+                                    char *err, size_t err_len);
 
 /* ffpa_merge_partials (merge_launch_cl.c, kernels/merge.cl). */
 ffpa_status ffpa_cl_merge(ffpa_gpu_state *state, const ffpa_merge_problem *mp, char *err, size_t err_len);

@@ -85,23 +85,14 @@ static int take_last_error(void)
 static size_t kv_workspace(const ffpa_gpu_state *state, const ffpa_problem *pb)
 {
     (void)state, (void)pb;
-    return 0;
-}
-
-static ffpa_status forward_kvcache(ffpa_gpu_state *state, const ffpa_problem *pb, void *ws, size_t ws_bytes,
-                                   char *err, size_t err_len)
-{
-    (void)state, (void)pb, (void)ws, (void)ws_bytes;
-    snprintf(err, err_len, "cache: the opencl backend has no paged KV-cache kernels yet; expected the cpu, cuda or "
-                           "hip backend for ffpa_forward_kvcache");
-    return FFPA_ERR_UNSUPPORTED;
+    return 0; /* no split-KV partials: one work-group per query tile walks the whole cache */
 }
 
 static ffpa_status kv_schedule(const ffpa_gpu_state *state, const ffpa_problem *pb, const int32_t *host_seqlens,
                                ffpa_kv_schedule_info *out, char *err, size_t err_len)
 {
     (void)state, (void)pb, (void)host_seqlens, (void)out;
-    snprintf(err, err_len, "cache: the opencl backend has no paged KV-cache kernels yet (no schedule)");
+    snprintf(err, err_len, "cache: the opencl backend runs no split-KV schedule (one work-group per query tile)");
     return FFPA_ERR_UNSUPPORTED;
 }
 
@@ -122,7 +113,7 @@ static const ffpa_gpu_runtime opencl_runtime = {
     .backward_workspace = ffpa_cl_backward_workspace,
     .backward = ffpa_cl_backward,
     .kv_workspace = kv_workspace,
-    .forward_kvcache = forward_kvcache,
+    .forward_kvcache = ffpa_cl_forward_kvcache,
     .kv_schedule = kv_schedule,
     .merge = ffpa_cl_merge,
 };

@@ -13,6 +13,8 @@ line per measurement on rank 0: mode,world,N,H,D,variant,pass,ms,tflops.
 """
 
 import argparse
+import datetime
+import faulthandler
 import os
 import sys
 import time
@@ -78,7 +80,7 @@ def timed(fn, reps):
     return elapsed.item()
 
 
-def bench(world, dev, n, h, d, reps, variants):
+def bench(world, dev, n, h, d, reps, variants, forward_only=False):
     flops_fwd = 4.0 * n * n * d * h / 2
     gen = torch.Generator(device=dev).manual_seed(1)
     full = [torch.randn(1, h, n, d, device=dev, generator=gen, dtype=torch.bfloat16) for _ in range(4)]
@@ -101,8 +103,10 @@ def bench(world, dev, n, h, d, reps, variants):
     for variant, fwd, both in rows:
         with torch.no_grad():
             t_fwd = timed(fwd, reps)
-        t_both = timed(both, reps)
         log("bench,%d,%d,%d,%d,%s,fwd,%.2f,%.1f" % (world, n, h, d, variant, t_fwd * 1e3, flops_fwd / t_fwd / 1e12))
+        if forward_only:
+            continue
+        t_both = timed(both, reps)
         log("bench,%d,%d,%d,%d,%s,fwd+bwd,%.2f,%.1f"
             % (world, n, h, d, variant, t_both * 1e3, 3.5 * flops_fwd / t_both / 1e12))
 
@@ -113,10 +117,17 @@ def main():
     parser.add_argument("--shapes", nargs="*", default=["131072:8"], help="N:H (B=1, D=512, causal)")
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--variants", default="ring,allgather")
+    parser.add_argument("--ladder", action="store_true",
+                        help="first time the ring forward at N = 8k, 16k, ... up to each shape's N (finds the size "
+                             "where a run stops making progress)")
+    parser.add_argument("--hang-s", type=int, default=150,
+                        help="seconds after which every rank prints its Python stack and exits (a hang's where)")
     args = parser.parse_args()
+    faulthandler.dump_traceback_later(args.hang_s, exit=True)
     local = int(os.environ.get("LOCAL_RANK", "0"))
     torch.cuda.set_device(local)
-    dist.init_process_group("nccl", device_id=torch.device("cuda", local))
+    dist.init_process_group("nccl", device_id=torch.device("cuda", local),
+                            timeout=datetime.timedelta(seconds=args.hang_s))
     world = dist.get_world_size()
     dev = torch.device("cuda", local)
     log("# %d x %s, torch %s, libffpa %s" % (world, torch.cuda.get_device_name(dev), torch.__version__,
@@ -124,6 +135,11 @@ def main():
     failures = check(world, dev) if args.check else 0
     for shape in args.shapes:
         n, h = (int(x) for x in shape.split(":"))
+        if args.ladder:
+            size = 8192
+            while size < n:
+                bench(world, dev, size, h, 512, 1, ["ring"], forward_only=True)
+                size *= 2
         bench(world, dev, n, h, 512, args.reps, args.variants.split(","))
     dist.barrier()
     dist.destroy_process_group()

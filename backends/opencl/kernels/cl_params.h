@@ -25,6 +25,7 @@ typedef struct ffpa_cl_fwd_params {
     FFPA_CL_I64 k_sb, k_sh, k_sn;
     FFPA_CL_I64 v_sb, v_sh, v_sn;
     FFPA_CL_I64 o_sb, o_sh, o_sn;
+    FFPA_CL_I64 q_sd, k_sd, v_sd, o_sd; /* head-dim strides (any, 0 included for inputs) */
     FFPA_CL_I64 lse_sb, lse_sh, lse_sn;
     FFPA_CL_I64 bias_sb, bias_sh, bias_sn, bias_sd;
     FFPA_CL_I64 alibi_sb, alibi_sh;
@@ -45,7 +46,7 @@ typedef struct ffpa_cl_fwd_params {
  * in a fixed order: no atomics, the same bytes every run. */
 typedef struct ffpa_cl_bwd_params {
     FFPA_CL_I64 do_off, delta_off, dbias_off;
-    FFPA_CL_I64 do_sb, do_sh, do_sn;
+    FFPA_CL_I64 do_sb, do_sh, do_sn, do_sd;
     FFPA_CL_I64 dq_off, dq_sb, dq_sh, dq_sn, dq_sd;
     FFPA_CL_I64 dk_off, dk_sb, dk_sh, dk_sn, dk_sd;
     FFPA_CL_I64 dv_off, dv_sb, dv_sh, dv_sn, dv_sd;
@@ -62,6 +63,20 @@ typedef struct ffpa_cl_convert {
     FFPA_CL_I64 s0, s1, s2, s3;
     int dt, pad;
 } ffpa_cl_convert;
+
+/* A paged KV cache (ffpa_forward_kvcache; kernels/cl_kv.h): what the
+ * forward kernel needs to find key row j of sequence b, and what the append
+ * kernel needs to write the new tokens. Key row j lives in page
+ * block_table[b][j / page_size] (page b without a table), row j % page_size;
+ * the pool's strides are the forward's k_sb (between pages), k_sh, k_sn. */
+typedef struct ffpa_cl_kv_params {
+    FFPA_CL_I64 bt_off, bt_stride, lens_off;
+    FFPA_CL_I64 uniform_len;              /* >= 0: every sequence's cached length (no lengths array) */
+    FFPA_CL_I64 src_off, src_sb, src_sh, src_sn, src_sd; /* append: k_new or v_new [B, Hkv, Nq, dim] */
+    FFPA_CL_I64 dst_off, dst_sp, dst_sh, dst_sn, dst_sd; /* append: the pool it goes into */
+    int paged, has_table, page_size, num_pages;
+    int capacity, added, dim, pad; /* keys a sequence can hold; keys this call appends; append's columns */
+} ffpa_cl_kv_params;
 
 /* ffpa_merge_partials (kernels/merge.cl): the output's offsets and strides
  * by value, the parts' in a small read-only buffer (16 parts would pass

@@ -38,16 +38,18 @@ static void store_elem(__global uchar *base, long idx, float v, int dt)
     }
 }
 
-/* rows x cols elements of a strided tensor (rows r0.. valid below
- * `valid`, columns d0.. below dim; zeros elsewhere) into local memory with
- * row pitch ld, the work-group's nthreads work-items sharing the copy. */
+/* rows x cols elements of a strided tensor (row stride sn, column stride
+ * sd; rows r0.. valid below `valid`, columns d0.. below dim; zeros
+ * elsewhere) into local memory with row pitch ld, the work-group's nthreads
+ * work-items sharing the copy. */
 static void stage(__local float *dst, int ld, int rows, int cols, __global const uchar *src, long base, long sn,
-                  int r0, int valid, int d0, int dim, int dt, int tid, int nthreads)
+                  long sd, int r0, int valid, int d0, int dim, int dt, int tid, int nthreads)
 {
     for (int e = tid; e < rows * cols; e += nthreads) {
         const int rr = e / cols, cc = e % cols;
-        dst[rr * ld + cc] = r0 + rr < valid && d0 + cc < dim ? load_elem(src, base + (long)(r0 + rr) * sn + d0 + cc, dt)
-                                                             : 0.0f;
+        dst[rr * ld + cc] = r0 + rr < valid && d0 + cc < dim
+                                ? load_elem(src, base + (long)(r0 + rr) * sn + (long)(d0 + cc) * sd, dt)
+                                : 0.0f;
     }
 }
 

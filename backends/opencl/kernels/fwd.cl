@@ -14,12 +14,16 @@
  *                     after the sum;
  *   O = alpha O + P V over Dv in DC-column chunks, O in registers: row r's
  *                     columns tc, tc + TPR, ... of work-item (r, tc).
+ * A paged KV cache (ffpa_forward_kvcache, kv.paged) is the same kernel with
+ * key rows found through the pages and each sequence's key count from the
+ * cache lengths (kernels/cl_kv.h); ffpa_kv_append writes the new tokens first.
  * Build options: DT (the dtype of q, k, v, o: 0 f16, 1 bf16, 2 f32), DVB
  * (a multiple of DC >= Dv: O's register count), FFPA_CL_UNROLL (GPUs: the
  * Dv chunk loop unrolled, so O stays in registers; CPU compilers such as
  * pocl's take minutes over an unrolled loop of barriers, and keep O in
  * memory anyway, so there it stays a loop and DVB is 1024 for every Dv).
  */
+#include "cl_kv.h"
 #include "cl_score.h"
 #include "philox.h"
 
@@ -43,7 +47,7 @@
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 ffpa_fwd(const ffpa_cl_fwd_params p, __global const uchar *qb, __global const uchar *kb, __global const uchar *vb,
          __global uchar *ob, __global float *lseb, __global const uchar *biasb, __global const float *alibib,
-         __global const int *cub)
+         __global const int *cub, const ffpa_cl_kv_params kv, __global const int *btb, __global const int *lensb)
 {
     __local float qs[BR][DC];
     __local float ks[BC][DC + 1];
@@ -59,7 +63,9 @@ ffpa_fwd(const ffpa_cl_fwd_params p, __global const uchar *qb, __global const uc
     const int qblk = g % p.q_blocks, h = (g / p.q_blocks) % p.hq, b = g / (p.q_blocks * p.hq);
     const int kvh = h / p.group;
 
-    const seq_geom sg = seq_of(p, cub, b);
+    seq_geom sg = seq_of(p, cub, b);
+    if (kv.paged)
+        sg.seqlen_k = kv_seqlen(kv, lensb, b);
     const long q_start = sg.q_start, k_start = sg.k_start;
     const int seqlen_q = sg.seqlen_q, seqlen_k = sg.seqlen_k;
     const int q0 = qblk * BR;
@@ -89,8 +95,9 @@ ffpa_fwd(const ffpa_cl_fwd_params p, __global const uchar *qb, __global const uc
         for (int k = 0; k < BC / TPR; ++k)
             sacc[k] = 0.0f;
         for (int d0 = 0; d0 < p.dqk; d0 += DC) {
-            stage(&qs[0][0], DC, BR, DC, qb, q_base, p.q_sn, q0, seqlen_q, d0, p.dqk, DT, tid, WG);
-            stage(&ks[0][0], DC + 1, BC, DC, kb, k_base, p.k_sn, kv0, seqlen_k, d0, p.dqk, DT, tid, WG);
+            stage(&qs[0][0], DC, BR, DC, qb, q_base, p.q_sn, p.q_sd, q0, seqlen_q, d0, p.dqk, DT, tid, WG);
+            stage_keys(&ks[0][0], DC + 1, BC, DC, kb, kv, btb, k_base, p.k_off, p.k_sb, p.k_sh, p.k_sn, p.k_sd, b, kvh,
+                       kv0, seqlen_k, d0, p.dqk, DT, tid, WG);
             barrier(CLK_LOCAL_MEM_FENCE);
             for (int cc = 0; cc < DC; ++cc) {
                 const float qv = qs[r][cc];
@@ -138,7 +145,8 @@ ffpa_fwd(const ffpa_cl_fwd_params p, __global const uchar *qb, __global const uc
             const int d0 = chunk * DC;
             if (d0 >= p.dv)
                 break; /* uniform: every work-item leaves at the same chunk */
-            stage(&vs[0][0], DC, BC, DC, vb, v_base, p.v_sn, kv0, seqlen_k, d0, p.dv, DT, tid, WG);
+            stage_keys(&vs[0][0], DC, BC, DC, vb, kv, btb, v_base, p.v_off, p.v_sb, p.v_sh, p.v_sn, p.v_sd, b, kvh, kv0,
+                       seqlen_k, d0, p.dv, DT, tid, WG);
             barrier(CLK_LOCAL_MEM_FENCE);
 #pragma unroll
             for (int x = 0; x < DC / TPR; ++x) {
@@ -163,7 +171,7 @@ ffpa_fwd(const ffpa_cl_fwd_params p, __global const uchar *qb, __global const uc
         for (int x = 0; x < DC / TPR; ++x) {
             const int col = chunk * DC + tc + TPR * x;
             if (col < p.dv)
-                store_elem(ob, o_row + col, l > 0.0f ? o[chunk * (DC / TPR) + x] * inv : 0.0f, DT);
+                store_elem(ob, o_row + (long)col * p.o_sd, l > 0.0f ? o[chunk * (DC / TPR) + x] * inv : 0.0f, DT);
         }
     if (p.has_lse && tc == 0) {
         const long at = p.lse_off + (p.varlen ? (q_start + i) * p.lse_sn : (long)b * p.lse_sb + (long)i * p.lse_sn) +

@@ -1,0 +1,81 @@
+/*
+ * The paged KV cache in OpenCL C (ffpa_forward_kvcache): a sequence's key
+ * count, where key row j of a sequence lives, the staging of key rows into
+ * local memory through the pages, and the append of the new tokens. The
+ * rules are every backend's (common/kv_sched.h's ffpa_kv_seq_len,
+ * backends/cpu/cpu_forward.c's key_row_offset): a page outside the pool (a
+ * table the caller vouched for) reads as zeros and is never written.
+ */
+#ifndef FFPA_OPENCL_CL_KV_H
+#define FFPA_OPENCL_CL_KV_H
+
+#include "cl_score.h"
+
+/* Keys sequence b attends to: cached (+ appended), clipped to [0, capacity]. */
+static int kv_seqlen(const ffpa_cl_kv_params kv, __global const int *lensb, int b)
+{
+    const long len = (kv.uniform_len >= 0 ? kv.uniform_len : (long)lensb[kv.lens_off + b]) + kv.added;
+    return (int)clamp(len, 0L, (long)kv.capacity);
+}
+
+/* Element offset of key row j of (sequence b, kv head h) in a pool (off, page
+ * stride sp, head stride sh, row stride sn); -1 for a page outside the pool. */
+static long kv_row(const ffpa_cl_kv_params kv, __global const int *btb, long off, long sp, long sh, long sn, int b,
+                   int h, int j)
+{
+    const long page = kv.has_table ? (long)btb[kv.bt_off + (long)b * kv.bt_stride + j / kv.page_size] : (long)b;
+    if (page < 0 || page >= kv.num_pages)
+        return -1;
+    return off + page * sp + (long)h * sh + (long)(j % kv.page_size) * sn;
+}
+
+/* stage() for key rows: dense rows from dense_base, or (kv.paged) rows
+ * through the pages of the pool (off, sp, sh, sn) of kv head h. */
+static void stage_keys(__local float *dst, int ld, int rows, int cols, __global const uchar *src,
+                       const ffpa_cl_kv_params kv, __global const int *btb, long dense_base, long off, long sp,
+                       long sh, long sn, long sd, int b, int h, int r0, int valid, int d0, int dim, int dt, int tid,
+                       int nthreads)
+{
+    if (!kv.paged) {
+        stage(dst, ld, rows, cols, src, dense_base, sn, sd, r0, valid, d0, dim, dt, tid, nthreads);
+        return;
+    }
+    for (int e = tid; e < rows * cols; e += nthreads) {
+        const int rr = e / cols, cc = e % cols;
+        float x = 0.0f;
+        if (r0 + rr < valid && d0 + cc < dim) {
+            const long row = kv_row(kv, btb, off, sp, sh, sn, b, h, r0 + rr);
+            if (row >= 0)
+                x = load_elem(src, row + (long)(d0 + cc) * sd, dt);
+        }
+        dst[rr * ld + cc] = x;
+    }
+}
+
+/* The new tokens (kv.src_*: [batch, hkv, nq, kv.dim]) into the pool
+ * (kv.dst_*) at positions cache_seqlens[b] + n, bit for bit: one work-item
+ * per element. Positions outside [0, capacity) or pages outside the pool
+ * are not written. */
+__kernel void ffpa_kv_append(const ffpa_cl_kv_params kv, int batch, int hkv, int nq, __global const int *btb,
+                             __global const int *lensb, __global const uchar *srcb, __global uchar *dstb)
+{
+    const long t = (long)get_global_id(0);
+    if (t >= (long)batch * hkv * nq * kv.dim)
+        return;
+    const int c = (int)(t % kv.dim), n = (int)(t / kv.dim % nq), h = (int)(t / ((long)kv.dim * nq) % hkv),
+              b = (int)(t / ((long)kv.dim * nq * hkv));
+    const long pos = (kv.uniform_len >= 0 ? kv.uniform_len : (long)lensb[kv.lens_off + b]) + n;
+    if (pos < 0 || pos >= kv.capacity)
+        return;
+    const long to = kv_row(kv, btb, kv.dst_off, kv.dst_sp, kv.dst_sh, kv.dst_sn, b, h, (int)pos);
+    if (to < 0)
+        return;
+    const long from = kv.src_off + (long)b * kv.src_sb + (long)h * kv.src_sh + (long)n * kv.src_sn + (long)c * kv.src_sd;
+    const long at = to + (long)c * kv.dst_sd;
+    if (DT == 2)
+        ((__global uint *)dstb)[at] = ((__global const uint *)srcb)[from];
+    else
+        ((__global ushort *)dstb)[at] = ((__global const ushort *)srcb)[from];
+}
+
+#endif
