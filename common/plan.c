@@ -317,3 +317,32 @@ ffpa_plan_input ffpa_plan_input_of(const ffpa_problem *pb, int backward)
     in.tuning = pb->tuning;
     return in;
 }
+
+/* ------------------------------------------------------------ portable kernels */
+
+/* Local memory of the portable kernels (kernels/fwd.cl, bwd.cl), fp32:
+ * forward Q chunk, K chunk (padded), V chunk, scores and P; the backward's
+ * two kernels a Q/dO chunk, a K/V chunk and two score tiles. */
+static size_t portable_local_bytes(int br, int bc, int dc)
+{
+    const size_t fwd = (size_t)br * dc + (size_t)bc * (dc + 1) + (size_t)bc * dc + 2 * (size_t)br * (bc + 1);
+    const size_t bwd = (size_t)br * dc + (size_t)bc * (dc + 1) + 2 * (size_t)br * (bc + 1);
+    return sizeof(float) * (fwd > bwd ? fwd : bwd);
+}
+
+ffpa_status ffpa_plan_portable(const ffpa_device_limits *lim, ffpa_portable_tiles *out)
+{
+    /* Each set keeps the kernels' rules: wg / br work-items per row dividing
+     * bc and dc, wg / bc update parts dividing dc (bwd.cl), and the forward's
+     * dropped P (br x (bc + 1)) fitting in the K chunk's memory. */
+    static const int sets[][4] = {{128, 16, 32, 32}, {128, 16, 32, 16}, {64, 8, 16, 16}, {32, 4, 8, 8}};
+    for (size_t i = 0; i < sizeof sets / sizeof sets[0]; ++i) {
+        ffpa_portable_tiles t = {sets[i][0], sets[i][1], sets[i][2], sets[i][3], 0};
+        t.local_bytes = portable_local_bytes(t.br, t.bc, t.dc);
+        if ((size_t)t.wg <= (size_t)lim->max_threads_per_block && t.local_bytes <= lim->smem_per_block) {
+            *out = t;
+            return FFPA_OK;
+        }
+    }
+    return FFPA_ERR_UNSUPPORTED;
+}

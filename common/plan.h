@@ -147,6 +147,21 @@ int ffpa_plan_sm90_covers(int64_t dqk, int64_t dv, int cluster);
  * (backends/cuda/sm90/sm90_bwd_inst_*.cu: the width table). */
 int ffpa_plan_sm90_bwd_covers(int64_t dqk, int64_t dv, int boxes, int cluster);
 
+/* Tiles of the portable kernels (the OpenCL backend's kernels/fwd.cl and
+ * bwd.cl): wg work-items per work-group, br query rows (wg / br work-items
+ * per row), bc keys per tile, dc head-dim columns per staged chunk, all in
+ * fp32 local memory; local_bytes is the most any of the kernels needs. */
+typedef struct ffpa_portable_tiles {
+    int wg, br, bc, dc;
+    size_t local_bytes;
+} ffpa_portable_tiles;
+
+/* The first tile set, largest first (the default 128 x 16 x 32 x 32 where it
+ * fits), whose local memory and work-group fit the device's
+ * (lim->smem_per_block, lim->max_threads_per_block); FFPA_ERR_UNSUPPORTED
+ * when none does. */
+ffpa_status ffpa_plan_portable(const ffpa_device_limits *lim, ffpa_portable_tiles *out);
+
 /* Query block that work item w of a causal-aware schedule runs: with
  * FFPA_ORDER_LONGEST_FIRST, item 0 is the last (longest) query block. */
 static inline int64_t ffpa_plan_q_block(const ffpa_plan *plan, int64_t w)

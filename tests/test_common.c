@@ -220,6 +220,47 @@ static void test_plan_mla_and_options(void **state)
         }
 }
 
+/* The portable (OpenCL) kernels' tiles: the default where it fits, smaller
+ * sets as local memory or the work-group shrink, each set within the
+ * device's limits and keeping the kernels' divisibility rules; none below
+ * the smallest. */
+static void test_plan_portable_tiles(void **state)
+{
+    (void)state;
+    ffpa_device_limits lim = {0};
+    lim.is_gpu = 1;
+    lim.max_threads_per_block = 1024;
+    lim.smem_per_block = 48 * 1024;
+    ffpa_portable_tiles t;
+    assert_int_equal(ffpa_plan_portable(&lim, &t), FFPA_OK);
+    assert_int_equal(t.wg, 128);
+    assert_int_equal(t.br, 16);
+    assert_int_equal(t.bc, 32);
+    assert_int_equal(t.dc, 32);
+    assert_int_equal(t.local_bytes, 14592); /* the forward: 4 x (512 + 1056 + 1024 + 2 x 528) */
+    const size_t mems[] = {32768, 14591, 9000, 4096, 2000, 960, 959, 0};
+    const int groups[] = {1024, 128, 64, 32, 31};
+    for (size_t m = 0; m < sizeof mems / sizeof mems[0]; ++m)
+        for (size_t g = 0; g < sizeof groups / sizeof groups[0]; ++g) {
+            lim.smem_per_block = mems[m];
+            lim.max_threads_per_block = groups[g];
+            const ffpa_status st = ffpa_plan_portable(&lim, &t);
+            if (mems[m] < 960 || groups[g] < 32) {
+                assert_int_equal(st, FFPA_ERR_UNSUPPORTED);
+                continue;
+            }
+            assert_int_equal(st, FFPA_OK);
+            assert_true(t.local_bytes <= mems[m]);
+            assert_true(t.wg <= groups[g]);
+            const int tpr = t.wg / t.br, parts = t.wg / t.bc;
+            assert_int_equal(t.wg % t.br, 0);
+            assert_int_equal(t.bc % tpr, 0);
+            assert_int_equal(t.dc % tpr, 0);
+            assert_int_equal(t.dc % parts, 0);
+            assert_true(t.br * (t.bc + 1) <= t.bc * (t.dc + 1)); /* dropped P fits the K chunk's memory */
+        }
+}
+
 static void test_plan_rejects_bad_input(void **state)
 {
     (void)state;
@@ -699,6 +740,7 @@ int main(void)
         cmocka_unit_test(test_plan_cpu),
         cmocka_unit_test(test_plan_mla_and_options),
         cmocka_unit_test(test_plan_rejects_bad_input),
+        cmocka_unit_test(test_plan_portable_tiles),
         cmocka_unit_test(test_plan_q_block_order),
         cmocka_unit_test(test_kv_schedule),
         cmocka_unit_test(test_f16_decode_and_round_trip),

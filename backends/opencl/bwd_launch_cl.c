@@ -13,7 +13,6 @@
 
 extern const char ffpa_cl_bwd_source[];
 
-enum { kWorkGroup = 128, kRows = 16, kKeys = 32 }; /* WG, BR, BC of kernels/bwd.cl */
 
 typedef struct bwd_layout {
     size_t cu, delta, dq, dk, dv, dbias, total;
@@ -100,19 +99,16 @@ static ffpa_status convert(cl_command_queue queue, cl_program program, cl_mem ws
 ffpa_status ffpa_cl_backward(ffpa_gpu_state *st, const ffpa_problem *pb, void *ws, size_t ws_bytes, char *err,
                              size_t err_len)
 {
-    const ffpa_cl_device *dev = ffpa_cl_device_get(err, err_len);
-    if (!dev)
-        return FFPA_ERR_DEVICE;
     const bwd_layout lay = layout_of(pb);
     if (ws_bytes < lay.total || (lay.total && !ws)) {
         snprintf(err, err_len, "opencl: backward workspace missing or too small");
         return FFPA_ERR_INTERNAL;
     }
     unsigned char *base = ws;
-    cl_command_queue queue = ffpa_cl_queue(st->stream);
+    const ffpa_cl_device *dev;
+    cl_command_queue queue;
     ffpa_cl_inputs_t in;
-    in.p = ffpa_cl_params_of(pb, kRows);
-    ffpa_status s = ffpa_cl_inputs(pb, &in, err, err_len);
+    ffpa_status s = ffpa_cl_forward_begin(st, pb, &dev, &queue, &in, err, err_len);
     if (s == FFPA_OK)
         s = ffpa_cl_upload_offsets(queue, pb, base ? base + lay.cu : NULL, &in, err, err_len);
     if (s != FFPA_OK)
@@ -142,7 +138,7 @@ ffpa_status ffpa_cl_backward(ffpa_gpu_state *st, const ffpa_problem *pb, void *w
     bp.total_q = pb->total_q;
     bp.acc_dt = pb->grad_accum == FFPA_GRAD_ACCUM_F32 ? FFPA_F32 : (int)pb->dtype;
     bp.hkv = (int)pb->hkv;
-    bp.kv_blocks = (int)((pb->nkv + kKeys - 1) / kKeys);
+    bp.kv_blocks = (int)((pb->nkv + in.tiles.bc - 1) / in.tiles.bc);
     int64_t g[4] = {1, 1, 1, 1};
     if (pb->has_dbias) {
         ffpa_dbias_grid(pb, g);
@@ -162,8 +158,9 @@ ffpa_status ffpa_cl_backward(ffpa_gpu_state *st, const ffpa_problem *pb, void *w
         }
     }
 
-    char options[32];
-    snprintf(options, sizeof options, "-DDT=%d", (int)pb->dtype);
+    char tiles[64], options[96];
+    ffpa_cl_tile_options(&in.tiles, tiles, sizeof tiles);
+    snprintf(options, sizeof options, "%s -DDT=%d", tiles, (int)pb->dtype);
     cl_program program;
     if ((s = ffpa_cl_program(dev, ffpa_cl_bwd_source, options, &program, err, err_len)) != FFPA_OK)
         return s;
@@ -181,8 +178,9 @@ ffpa_status ffpa_cl_backward(ffpa_gpu_state *st, const ffpa_problem *pb, void *w
                                      {sizeof(cl_mem), &wsm},        {sizeof(cl_mem), &dk_mem},
                                      {sizeof(cl_mem), &dv_mem}};
     const size_t dkdv_groups = (size_t)bp.kv_blocks * (size_t)pb->hkv * (size_t)pb->batch;
-    if ((s = ffpa_cl_launch(queue, program, "ffpa_bwd_dkdv", dkdv_args, 13, dkdv_groups * kWorkGroup, kWorkGroup, err,
-                            err_len)) != FFPA_OK)
+    const size_t wg = (size_t)in.tiles.wg;
+    if ((s = ffpa_cl_launch(queue, program, "ffpa_bwd_dkdv", dkdv_args, 13, dkdv_groups * wg, wg, err, err_len)) !=
+        FFPA_OK)
         return s;
     ffpa_cl_arg dq_args[13];
     memcpy(dq_args, dkdv_args, sizeof dq_args);
@@ -190,8 +188,7 @@ ffpa_status ffpa_cl_backward(ffpa_gpu_state *st, const ffpa_problem *pb, void *w
     dq_args[12] = (ffpa_cl_arg){sizeof(cl_mem), &wsm}; /* dbias (in the workspace) */
     const size_t dq_groups = (size_t)(bp.member_qb ? 1 : in.p.q_blocks) * (size_t)(bp.member_b ? 1 : pb->batch) *
                              (size_t)(bp.member_h ? 1 : pb->hq);
-    if ((s = ffpa_cl_launch(queue, program, "ffpa_bwd_dq", dq_args, 13, dq_groups * kWorkGroup, kWorkGroup, err,
-                            err_len)) != FFPA_OK)
+    if ((s = ffpa_cl_launch(queue, program, "ffpa_bwd_dq", dq_args, 13, dq_groups * wg, wg, err, err_len)) != FFPA_OK)
         return s;
 
     if (pb->grad_accum == FFPA_GRAD_ACCUM_F32) {

@@ -140,3 +140,19 @@ ffpa_status ffpa_cl_launch(cl_command_queue queue, cl_program program, const cha
     }
     return FFPA_OK;
 }
+
+ffpa_status ffpa_cl_tiles(const ffpa_gpu_state *st, ffpa_portable_tiles *tiles, char *err, size_t err_len)
+{
+    if (ffpa_plan_portable(&st->caps.limits, tiles) == FFPA_OK)
+        return FFPA_OK;
+    snprintf(err, err_len,
+             "opencl: the device offers %zu bytes of local memory and %d work-items per work-group; the smallest "
+             "tiles need 960 bytes and 32",
+             st->caps.limits.smem_per_block, st->caps.limits.max_threads_per_block);
+    return FFPA_ERR_UNSUPPORTED;
+}
+
+void ffpa_cl_tile_options(const ffpa_portable_tiles *t, char *buf, size_t len)
+{
+    snprintf(buf, len, "-DWG=%d -DBR=%d -DBC=%d -DDC=%d", t->wg, t->br, t->bc, t->dc);
+}

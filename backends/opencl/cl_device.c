@@ -246,6 +246,11 @@ void ffpa_cl_fill_caps(const ffpa_cl_device *d, ffpa_backend_caps *caps)
     lim->is_gpu = d->is_gpu;
     lim->sm_count = (int)units;
     lim->warp_size = 32;
+    /* FFPA_OPENCL_LOCAL_MEM: at most this many bytes of local memory per
+     * work-group (a device's own limit when smaller), for the tile planner. */
+    const long cap = ffpa_env_long("FFPA_OPENCL_LOCAL_MEM", 0, 0, 1L << 30, NULL);
+    if (cap > 0 && (cl_ulong)cap < local)
+        local = (cl_ulong)cap;
     lim->smem_per_block = (size_t)local;
     lim->smem_per_sm = (size_t)local;
     lim->max_threads_per_block = (int)wg;

@@ -22,6 +22,7 @@ int ffpa_cl_resolve_arg(const void *p, size_t elem, cl_mem *mem, int64_t *off);
 /* The forward inputs' buffers with their offsets in p (cu: the varlen
  * offsets' buffer, set by ffpa_cl_upload_offsets). */
 typedef struct ffpa_cl_inputs_t {
+    ffpa_portable_tiles tiles; /* the kernels' tiles for this device (common/plan.h) */
     ffpa_cl_fwd_params p;
     cl_mem q, k, v, o, lse, bias, alibi, cu;
 } ffpa_cl_inputs_t;
@@ -35,6 +36,13 @@ ffpa_status ffpa_cl_inputs(const ffpa_problem *pb, ffpa_cl_inputs_t *in, char *e
 ffpa_status ffpa_cl_upload_offsets(cl_command_queue queue, const ffpa_problem *pb, void *at, ffpa_cl_inputs_t *in,
                                    char *err, size_t err_len);
 
+/* The portable kernels' tiles for the context's device (ffpa_plan_portable
+ * over its local memory and work-group limits), and their build options
+ * ("-DWG=.. -DBR=.. -DBC=.. -DDC=.."); FFPA_ERR_UNSUPPORTED when no tile
+ * set fits the device. */
+ffpa_status ffpa_cl_tiles(const ffpa_gpu_state *st, ffpa_portable_tiles *tiles, char *err, size_t err_len);
+void ffpa_cl_tile_options(const ffpa_portable_tiles *tiles, char *buf, size_t len);
+
 /* One kernel argument: its size and a pointer to its value. */
 typedef struct ffpa_cl_arg {
     size_t size;
@@ -46,16 +54,16 @@ typedef struct ffpa_cl_arg {
 ffpa_status ffpa_cl_launch(cl_command_queue queue, cl_program program, const char *name, const ffpa_cl_arg *args,
                            int n_args, size_t global, size_t local, char *err, size_t err_len);
 
-/* A forward's start: the device, the stream's queue, pb's parameters and
- * buffers (in). */
+/* A pass's start (forward, KV cache, backward): the device, the stream's
+ * queue, the tiles, pb's parameters and buffers (in). */
 ffpa_status ffpa_cl_forward_begin(const ffpa_gpu_state *st, const ffpa_problem *pb, const ffpa_cl_device **dev,
                                   cl_command_queue *queue, ffpa_cl_inputs_t *in, char *err, size_t err_len);
 
 /* The forward kernel (kernels/fwd.cl): its program for pb, and one launch
  * over in's buffers; kv->paged: a KV-cache call, key rows through the pages
  * (block_table NULL: page b is sequence b; seqlens NULL: kv->uniform_len). */
-ffpa_status ffpa_cl_forward_program(const ffpa_cl_device *dev, const ffpa_problem *pb, cl_program *program,
-                                    char *err, size_t err_len);
+ffpa_status ffpa_cl_forward_program(const ffpa_cl_device *dev, const ffpa_problem *pb, const ffpa_portable_tiles *t,
+                                    cl_program *program, char *err, size_t err_len);
 ffpa_status ffpa_cl_forward_launch(cl_command_queue queue, cl_program program, const ffpa_problem *pb,
                                    const ffpa_cl_inputs_t *in, const ffpa_cl_kv_params *kv, cl_mem block_table,
                                    cl_mem seqlens, char *err, size_t err_len);

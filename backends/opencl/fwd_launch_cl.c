@@ -14,7 +14,6 @@
 
 extern const char ffpa_cl_fwd_source[];
 
-enum { kWorkGroup = 128, kRows = 16, kChunk = 32 }; /* WG, BR, DC of kernels/fwd.cl */
 
 size_t ffpa_cl_forward_workspace(const ffpa_gpu_state *state, const ffpa_problem *pb)
 {
@@ -25,12 +24,14 @@ size_t ffpa_cl_forward_workspace(const ffpa_gpu_state *state, const ffpa_problem
 /* The forward program for pb's dtype and Dv: GPUs get O's registers sized to
  * Dv and the Dv loop unrolled; CPUs one program per dtype (kernels/fwd.cl
  * says why). */
-ffpa_status ffpa_cl_forward_program(const ffpa_cl_device *dev, const ffpa_problem *pb, cl_program *program,
-                                    char *err, size_t err_len)
+ffpa_status ffpa_cl_forward_program(const ffpa_cl_device *dev, const ffpa_problem *pb, const ffpa_portable_tiles *t,
+                                    cl_program *program, char *err, size_t err_len)
 {
-    char options[96];
-    const int dvb = dev->is_gpu ? (int)((pb->dv + kChunk - 1) / kChunk * kChunk) : FFPA_MAX_HEAD_DIM;
-    snprintf(options, sizeof options, "-DDT=%d -DDVB=%d%s", (int)pb->dtype, dvb, dev->is_gpu ? " -DFFPA_CL_UNROLL" : "");
+    char tiles[64], options[160];
+    ffpa_cl_tile_options(t, tiles, sizeof tiles);
+    const int dvb = dev->is_gpu ? (int)((pb->dv + t->dc - 1) / t->dc * t->dc) : FFPA_MAX_HEAD_DIM;
+    snprintf(options, sizeof options, "%s -DDT=%d -DDVB=%d%s", tiles, (int)pb->dtype, dvb,
+             dev->is_gpu ? " -DFFPA_CL_UNROLL" : "");
     return ffpa_cl_program(dev, ffpa_cl_fwd_source, options, program, err, err_len);
 }
 
@@ -43,8 +44,9 @@ ffpa_status ffpa_cl_forward_launch(cl_command_queue queue, cl_program program, c
                                 {sizeof(cl_mem), &in->bias},  {sizeof(cl_mem), &in->alibi}, {sizeof(cl_mem), &in->cu},
                                 {sizeof *kv, kv},             {sizeof(cl_mem), &block_table},
                                 {sizeof(cl_mem), &seqlens}};
-    const size_t global = (size_t)in->p.q_blocks * (size_t)pb->hq * (size_t)pb->batch * kWorkGroup;
-    return ffpa_cl_launch(queue, program, "ffpa_fwd", args, 12, global, kWorkGroup, err, err_len);
+    const size_t wg = (size_t)in->tiles.wg;
+    const size_t global = (size_t)in->p.q_blocks * (size_t)pb->hq * (size_t)pb->batch * wg;
+    return ffpa_cl_launch(queue, program, "ffpa_fwd", args, 12, global, wg, err, err_len);
 }
 
 ffpa_status ffpa_cl_forward_begin(const ffpa_gpu_state *st, const ffpa_problem *pb, const ffpa_cl_device **dev,
@@ -53,7 +55,10 @@ ffpa_status ffpa_cl_forward_begin(const ffpa_gpu_state *st, const ffpa_problem *
     if (!(*dev = ffpa_cl_device_get(err, err_len)))
         return FFPA_ERR_DEVICE;
     *queue = ffpa_cl_queue(st->stream);
-    in->p = ffpa_cl_params_of(pb, kRows);
+    ffpa_status s = ffpa_cl_tiles(st, &in->tiles, err, err_len);
+    if (s != FFPA_OK)
+        return s;
+    in->p = ffpa_cl_params_of(pb, in->tiles.br);
     return ffpa_cl_inputs(pb, in, err, err_len);
 }
 
@@ -74,7 +79,7 @@ ffpa_status ffpa_cl_forward(ffpa_gpu_state *st, const ffpa_problem *pb, void *ws
         s = ffpa_cl_upload_offsets(queue, pb, ws, &in, err, err_len); /* [cu_q | cu_k] at the workspace's start */
     cl_program program;
     if (s == FFPA_OK)
-        s = ffpa_cl_forward_program(dev, pb, &program, err, err_len);
+        s = ffpa_cl_forward_program(dev, pb, &in.tiles, &program, err, err_len);
     ffpa_cl_kv_params no_cache;
     memset(&no_cache, 0, sizeof no_cache);
     if (s == FFPA_OK)

@@ -68,7 +68,7 @@ ffpa_status ffpa_cl_forward_kvcache(ffpa_gpu_state *st, const ffpa_problem *pb, 
     kv.capacity = (int)pb->nkv;
 
     cl_program program;
-    if ((s = ffpa_cl_forward_program(dev, pb, &program, err, err_len)) != FFPA_OK)
+    if ((s = ffpa_cl_forward_program(dev, pb, &in.tiles, &program, err, err_len)) != FFPA_OK)
         return s;
     if (kvp->append && pb->batch > 0 && pb->hkv > 0 && pb->nq > 0) {
         s = append(queue, program, pb, kv, &kvp->k_new, &pb->k, pb->dqk, btm, lensm, err, err_len);

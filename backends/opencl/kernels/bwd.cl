@@ -19,12 +19,17 @@
 #include "cl_score.h"
 #include "philox.h"
 
+/* Tiles: build options from common/plan.c's ffpa_plan_portable, these
+ * defaults otherwise. */
+#ifndef WG
 #define WG 128
 #define BR 16
-#define TPR (WG / BR)
 #define BC 32
 #define DC 32
-#define KPT (BC / TPR) /* scores per work-item */
+#endif
+#define TPR (WG / BR)
+#define KPT (BC / TPR)  /* scores per work-item */
+#define UPARTS (WG / BC) /* dK/dV update: work-items per key, each DC / UPARTS columns */
 
 static long acc_at(long off, long sb, long sh, long sn, long sd, int varlen, long start, int b, int h, int n, int d)
 {
@@ -147,8 +152,8 @@ ffpa_bwd_dkdv(const ffpa_cl_fwd_params p, const ffpa_cl_bwd_params bp, __global 
 
     int row_begin;
     const int row_end = seeing_rows(p, kv0, kv0 + kv_valid - 1, diag, g.seqlen_q, &row_begin);
-    /* dV/dK update mapping: key c of the block, an eighth of each chunk's columns. */
-    const int uc = tid % BC, upart = tid / BC; /* 4 parts of DC / 4 columns */
+    /* dV/dK update mapping: key uc of the block, part upart of each chunk's columns. */
+    const int uc = tid % BC, upart = tid / BC;
     for (int hh = 0; hh < p.group; ++hh) {
         const int h = kvh * p.group + hh;
         for (int q0 = row_begin - row_begin % BR; q0 < row_end; q0 += BR) {
@@ -171,8 +176,8 @@ ffpa_bwd_dkdv(const ffpa_cl_fwd_params p, const ffpa_cl_bwd_params bp, __global 
                 for (int d0 = 0; d0 < dim; d0 += DC) {
                     stage(&qs[0][0], DC, BR, DC, src, base, sn, sd, q0, g.seqlen_q, d0, dim, DT, tid, WG);
                     barrier(CLK_LOCAL_MEM_FENCE);
-                    for (int x = 0; x < DC / 4; ++x) {
-                        const int cc = upart * (DC / 4) + x, col = d0 + cc;
+                    for (int x = 0; x < DC / UPARTS; ++x) {
+                        const int cc = upart * (DC / UPARTS) + x, col = d0 + cc;
                         float acc = 0.0f;
                         for (int rr = 0; rr < BR; ++rr)
                             acc += w[rr][uc] * qs[rr][cc];

@@ -17,7 +17,8 @@
  * A paged KV cache (ffpa_forward_kvcache, kv.paged) is the same kernel with
  * key rows found through the pages and each sequence's key count from the
  * cache lengths (kernels/cl_kv.h); ffpa_kv_append writes the new tokens first.
- * Build options: DT (the dtype of q, k, v, o: 0 f16, 1 bf16, 2 f32), DVB
+ * Build options: WG, BR, BC, DC (the tiles, below), DT (the dtype of q, k,
+ * v, o: 0 f16, 1 bf16, 2 f32), DVB
  * (a multiple of DC >= Dv: O's register count), FFPA_CL_UNROLL (GPUs: the
  * Dv chunk loop unrolled, so O stays in registers; CPU compilers such as
  * pocl's take minutes over an unrolled loop of barriers, and keep O in
@@ -31,11 +32,15 @@
 #error "FFPA_CL_TEST_COMPILE_ERROR: the build-failure path's test (FFPA_OPENCL_BUILD_OPTIONS)"
 #endif
 
+/* Tiles: build options from common/plan.c's ffpa_plan_portable (the device's
+ * local memory and work-group limits), these defaults otherwise. */
+#ifndef WG
 #define WG 128
 #define BR 16
-#define TPR (WG / BR)
 #define BC 32
 #define DC 32
+#endif
+#define TPR (WG / BR)
 #define OCOLS (DVB / TPR)
 
 #ifdef FFPA_CL_UNROLL
