@@ -284,12 +284,14 @@ int ffpa_plan_sm90_covers(int64_t dqk, int64_t dv, int cluster)
 }
 
 /* The sm_90a backward widths (boxes x cluster), as instantiated in
- * backends/cuda/sm90/sm90_bwd_inst_*.cu. */
+ * backends/cuda/sm90/sm90_bwd_inst_*.cu (FFPA_SM90_BWD_WIDTHS). */
 int ffpa_plan_sm90_bwd_covers(int64_t dqk, int64_t dv, int boxes, int cluster)
 {
+#define FFPA_BWD_WIDTH(b, c, label, f32_dq_only) {b, c},
     static const struct {
         int boxes, cluster;
-    } widths[] = {{2, 1}, {4, 1}, {6, 1}, {8, 1}, {4, 2}, {6, 2}, {8, 2}, {4, 3}, {4, 4}};
+    } widths[] = {FFPA_SM90_BWD_WIDTHS(FFPA_BWD_WIDTH)};
+#undef FFPA_BWD_WIDTH
     int64_t d = dqk > dv ? dqk : dv;
     for (size_t i = 0; i < sizeof widths / sizeof widths[0]; ++i)
         if (widths[i].boxes == boxes && widths[i].cluster == cluster)

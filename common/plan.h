@@ -142,6 +142,16 @@ int ffpa_plan_use_fwd_tile(const ffpa_plan_input *in, int br, int bc, int chunk,
  * covers Dqk and Dv (backends/cuda/sm90: slice x cluster shapes). */
 int ffpa_plan_sm90_covers(int64_t dqk, int64_t dv, int cluster);
 
+/* The sm_90a backward's widths in the launcher's order of preference
+ * (backends/cuda/sm90/sm90_bwd_kernels.cuh says why):
+ * X(boxes, cluster, label, f32_dq_only). The instantiation tables
+ * (sm90_bwd_inst_*.cu) and ffpa_plan_sm90_bwd_covers both expand it, so a
+ * width is added in one place. */
+#define FFPA_SM90_BWD_WIDTHS(X)                                                                                  \
+    X(2, 1, "d128", 0) X(4, 1, "d256", 0) X(6, 1, "d384", 0) X(4, 2, "d256x2 cluster", 1) X(8, 1, "d512", 0)    \
+    X(4, 3, "d256x3 cluster", 1) X(6, 2, "d384x2 cluster", 0) X(4, 4, "d256x4 cluster", 1)                    \
+    X(8, 2, "d512x2 cluster", 0)
+
 /* Whether the sm_90a backward has an instantiation of `boxes` 64-column
  * boxes per CTA in clusters of `cluster` and it covers Dqk and Dv
  * (backends/cuda/sm90/sm90_bwd_inst_*.cu: the width table). */

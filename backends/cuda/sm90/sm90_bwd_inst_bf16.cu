@@ -3,17 +3,10 @@
 
 namespace ffpa {
 namespace sm90 {
-const BwdKernelDesc bwd_bf16[kNumBwdShapes] = {
-    bwd_desc<BwdConfig<arch::bf16, 2>>("sm90 wgmma bwd d128"),
-    bwd_desc<BwdConfig<arch::bf16, 4>>("sm90 wgmma bwd d256"),
-    bwd_desc<BwdConfig<arch::bf16, 6>>("sm90 wgmma bwd d384"),
-    bwd_desc<BwdConfig<arch::bf16, 4, 2>>("sm90 wgmma bwd d256x2 cluster", 1),
-    bwd_desc<BwdConfig<arch::bf16, 8>>("sm90 wgmma bwd d512"),
-    bwd_desc<BwdConfig<arch::bf16, 4, 3>>("sm90 wgmma bwd d256x3 cluster", 1),
-    bwd_desc<BwdConfig<arch::bf16, 6, 2>>("sm90 wgmma bwd d384x2 cluster"),
-    bwd_desc<BwdConfig<arch::bf16, 4, 4>>("sm90 wgmma bwd d256x4 cluster", 1),
-    bwd_desc<BwdConfig<arch::bf16, 8, 2>>("sm90 wgmma bwd d512x2 cluster"),
-};
+#define FFPA_BWD_DESC(b, c, label, f32_dq_only) \
+    bwd_desc<BwdConfig<arch::bf16, b, c>>("sm90 wgmma bwd " label, f32_dq_only),
+const BwdKernelDesc bwd_bf16[kNumBwdShapes] = {FFPA_SM90_BWD_WIDTHS(FFPA_BWD_DESC)};
+#undef FFPA_BWD_DESC
 const BwdKernelDesc bwd_keys_bf16 = bwd_desc<BwdConfig<arch::bf16, 2, 1, true>>("sm90 wgmma bwd d128 keys128");
 }
 }

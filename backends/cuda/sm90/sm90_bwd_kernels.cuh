@@ -8,6 +8,7 @@
 
 #include <cuda_runtime.h>
 
+#include "plan.h" /* FFPA_SM90_BWD_WIDTHS */
 #include "sm90_bwd_kernel.cuh"
 #include "sm90_launch.cuh"
 
@@ -49,7 +50,8 @@ template <class Cfg> constexpr BwdKernelDesc bwd_desc(const char *name, int f32_
                          {&bwd_launch<Cfg, false>, &bwd_launch<Cfg, true>}};
 }
 
-/* Widths in order of preference (sm90_bwd_launch.cu takes the first that
+/* Widths in order of preference (FFPA_SM90_BWD_WIDTHS in common/plan.h;
+ * sm90_bwd_launch.cu takes the first that
  * covers max(Dqk, Dv)). D in (384, 512] runs on a cluster of two 4-box CTAs,
  * not one 8-box CTA: one pass instead of two (no recomputed S^T / dP^T)
  * and the TMA dQ path; H100 D=512 275 against 200 TFLOP/s. Without the fp32
@@ -59,7 +61,9 @@ template <class Cfg> constexpr BwdKernelDesc bwd_desc(const char *name, int f32_
  * would hold 64 columns). D in (512, 768] runs on a cluster of three and
  * D in (768, 1024] on one of four 4-box CTAs for the same reasons (one
  * pass, TMA dQ), with the same exception. */
-constexpr int kNumBwdShapes = 9;
+#define FFPA_SM90_BWD_COUNT(b, c, label, f32_dq_only) +1
+constexpr int kNumBwdShapes = 0 FFPA_SM90_BWD_WIDTHS(FFPA_SM90_BWD_COUNT);
+#undef FFPA_SM90_BWD_COUNT
 extern const BwdKernelDesc bwd_f16[kNumBwdShapes], bwd_bf16[kNumBwdShapes];
 
 /* The small-D kernel (sm90_bwd_keys.cuh): D <= 128 without a bias
