@@ -4,8 +4,9 @@
 
 With --check: ring and all-gather results (output and gradients, causal and
 not, GQA, an uneven length) against one GPU's libffpa on the whole sequence,
-bf16 tolerance. Then, per shape (B=1, D=512, causal, bf16, zigzag layout):
-forward and forward+backward time of ring_attention on W GPUs, and with
+bf16 tolerance. Then the ring's ceiling (point-to-point GB/s to the next
+rank while receiving from the previous, 4, 64 and 512 MB). Then, per shape
+(B=1, D=512, causal, bf16, zigzag layout): forward and forward+backward time of ring_attention on W GPUs, and with
 W == 1 the plain one-GPU call (ffpa.attention_with_lse on the whole
 sequence, the baseline). TFLOP/s count the causal attention's FLOPs (4 N^2 D
 H / 2 forward, 2.5x that backward) once, whatever the GPU count. One CSV
@@ -66,8 +67,14 @@ def check(world, dev):
     return failures
 
 
+HANG_S = 150
+
+
 def timed(fn, reps):
-    """Seconds per call: the slowest rank's, after one warm-up call."""
+    """Seconds per call: the slowest rank's, after one warm-up call. Each
+    measurement re-arms the hang timer (every rank prints its stack and exits
+    if this one takes longer than HANG_S)."""
+    faulthandler.dump_traceback_later(HANG_S, exit=True)
     fn()
     torch.cuda.synchronize()
     dist.barrier()
@@ -78,6 +85,25 @@ def timed(fn, reps):
     elapsed = torch.tensor([(time.perf_counter() - start) / reps], device="cuda")
     dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
     return elapsed.item()
+
+
+def ring_bandwidth(world, dev, megabytes, reps):
+    """The ring's ceiling: one block of `megabytes` sent to the next rank while
+    one arrives from the previous (one batch_isend_irecv, as the ring's steps),
+    GB/s per rank in each direction."""
+    if world == 1:
+        return
+    rank = dist.get_rank()
+    send = torch.empty(megabytes << 20, dtype=torch.uint8, device=dev)
+    recv = torch.empty_like(send)
+
+    def step():
+        ops = [dist.P2POp(dist.isend, send, (rank + 1) % world), dist.P2POp(dist.irecv, recv, (rank - 1) % world)]
+        for r in dist.batch_isend_irecv(ops):
+            r.wait()
+
+    t = timed(step, reps)
+    log("ceiling,%d,p2p %d MB,%.2f ms,%.1f GB/s" % (world, megabytes, t * 1e3, send.numel() / t / 1e9))
 
 
 def bench(world, dev, n, h, d, reps, variants, forward_only=False):
@@ -123,7 +149,9 @@ def main():
     parser.add_argument("--hang-s", type=int, default=150,
                         help="seconds after which every rank prints its Python stack and exits (a hang's where)")
     args = parser.parse_args()
-    faulthandler.dump_traceback_later(args.hang_s, exit=True)
+    global HANG_S
+    HANG_S = args.hang_s
+    faulthandler.dump_traceback_later(HANG_S, exit=True)
     local = int(os.environ.get("LOCAL_RANK", "0"))
     torch.cuda.set_device(local)
     dist.init_process_group("nccl", device_id=torch.device("cuda", local),
@@ -133,6 +161,8 @@ def main():
     log("# %d x %s, torch %s, libffpa %s" % (world, torch.cuda.get_device_name(dev), torch.__version__,
                                             ffpa.library_version()))
     failures = check(world, dev) if args.check else 0
+    for megabytes in (4, 64, 512):
+        ring_bandwidth(world, dev, megabytes, args.reps)
     for shape in args.shapes:
         n, h = (int(x) for x in shape.split(":"))
         if args.ladder:
@@ -141,6 +171,7 @@ def main():
                 bench(world, dev, size, h, 512, 1, ["ring"], forward_only=True)
                 size *= 2
         bench(world, dev, n, h, 512, args.reps, args.variants.split(","))
+    faulthandler.cancel_dump_traceback_later()
     dist.barrier()
     dist.destroy_process_group()
     sys.exit(1 if failures else 0)

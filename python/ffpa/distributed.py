@@ -112,8 +112,18 @@ def _comm_device(x, group):
     return x.device if str(backend).lower() == "nccl" else torch.device("cpu")
 
 
+class _Geometry:
+    """Who holds which rows: world size, this rank, every rank's chunks, n rows in all."""
+
+    __slots__ = ("world", "rank", "chunks", "n")
+
+    def __init__(self, world, rank, chunks, n):
+        self.world, self.rank, self.chunks, self.n = world, rank, chunks, n
+
+
 def _geometry(q, k, group, layout, causal):
-    """Every rank's query and key chunks, checked against the layout."""
+    """Every rank's query and key chunks, checked against the layout (the ranks'
+    row counts all-gathered: once per call, kept for the backward)."""
     world, rank = _world(group)
     layout = _layout(layout, causal)
     device = _comm_device(q, group)
@@ -128,7 +138,7 @@ def _geometry(q, k, group, layout, causal):
     if want != lq:
         raise FFPAValueError("q: ranks hold %s rows; the %s layout of %d rows has %s (make the slices with "
                              "ffpa.distributed.shard)" % (lq, layout, n, want))
-    return world, rank, chunks
+    return _Geometry(world, rank, chunks, n)
 
 
 def _visibility(qc, kc, causal):
@@ -191,13 +201,18 @@ def unshard(x, n, group=None, causal=False, layout=None):
     world, rank = _world(group)
     layout = _layout(layout, causal)
     lengths = _gather_lengths(x.shape[_SEQ], group, _comm_device(x, group)) if layout == "contiguous" else None
-    chunks = _chunks_of(n, world, layout, lengths)
-    pieces = _all_gather_rows(x, [sum(c.length for c in cs) for cs in chunks], group)
-    out = x.new_empty(x.shape[:_SEQ] + (n,) + x.shape[_SEQ + 1:])
-    for r in range(world):
-        for c in chunks[r]:
-            out.narrow(_SEQ, c.start, c.length).copy_(_rows(pieces[r], c.offset, c.length))
-    return out
+    return _assemble(x, _chunks_of(n, world, layout, lengths), group, n)
+
+
+def _assemble(x, chunks, group, n):
+    """The whole [.., n, ..] tensor in sequence order from every rank's rows of x
+    (chunks: every rank's _Chunk list)."""
+    pieces = _all_gather_rows(x.contiguous(), [sum(c.length for c in cs) for cs in chunks], group)
+    whole = x.new_empty(x.shape[:_SEQ] + (n,) + x.shape[_SEQ + 1:])
+    for r, cs in enumerate(chunks):
+        for c in cs:
+            whole.narrow(_SEQ, c.start, c.length).copy_(_rows(pieces[r], c.offset, c.length))
+    return whole
 
 
 def _wire(t):
@@ -274,7 +289,11 @@ class _Ring:
         self.prev = _global_rank(group, (rank - 1) % world)
 
     def post(self, sends, recvs):
-        """isend each of sends to next, irecv each of recvs from prev (empty ones skipped)."""
+        """isend each of sends to next, irecv each of recvs from prev (empty ones
+        skipped), as one group: every step's traffic goes in one call, because
+        NCCL runs a rank's point-to-point operations in order on one stream and
+        a large send waits for its receiver, so a send posted alone, ahead of
+        the next step's receives, closes a cycle around the ring."""
         ops = [dist.P2POp(dist.isend, _wire(t), self.next, self.group) for t in sends if t.numel()]
         ops += [dist.P2POp(dist.irecv, _wire(t), self.prev, self.group) for t in recvs if t.numel()]
         return dist.batch_isend_irecv(ops) if ops else []
@@ -285,91 +304,99 @@ def _wait(requests):
         r.wait()
 
 
-def _recv_block(k, v, length):
-    shape_k = k.shape[:_SEQ] + (length,) + k.shape[_SEQ + 1:]
-    shape_v = v.shape[:_SEQ] + (length,) + v.shape[_SEQ + 1:]
-    return k.new_empty(shape_k), v.new_empty(shape_v)
+class _Slots:
+    """Buffers that blocks of rows travel into, reused: `count` flat buffers
+    for each of `like`'s tensors, each the size of the longest block; a block
+    of `length` rows is a contiguous view of a buffer's head."""
+
+    def __init__(self, like, longest, dtype=None, count=2):
+        self.like = like
+        self.flat = [[t.new_empty(self._numel(t, longest), dtype=dtype or t.dtype) for t in like]
+                     for _ in range(count)]
+
+    @staticmethod
+    def _shape(t, length):
+        return t.shape[:_SEQ] + (length,) + t.shape[_SEQ + 1:]
+
+    @classmethod
+    def _numel(cls, t, length):
+        return math.prod(cls._shape(t, length))
+
+    def views(self, slot, length):
+        return tuple(f[:self._numel(t, length)].view(self._shape(t, length))
+                     for f, t in zip(self.flat[slot], self.like))
 
 
-def _ring_forward(q, k, v, causal, scale, group, layout):
-    world, rank, chunks = _geometry(q, k, group, layout, causal)
+def _rows_held(geo):
+    return [sum(c.length for c in cs) for cs in geo.chunks]
+
+
+def _ring_forward(q, k, v, causal, scale, group, geo):
+    world, rank, chunks = geo.world, geo.rank, geo.chunks
     ring = _Ring(group)
+    rows = _rows_held(geo)
     acc_o = q.new_zeros(q.shape[:_SEQ + 1] + (v.shape[-1],), dtype=torch.float32)
     acc_lse = torch.full(q.shape[:_SEQ + 1], float("-inf"), dtype=torch.float32, device=q.device)
-    blk_k, blk_v = k.contiguous(), v.contiguous()
+    slots = _Slots((k, v), max(rows)) if world > 1 else None
+    blk = (k.contiguous(), v.contiguous())
     for step in range(world):
         src = (rank - step) % world
-        pending = []
-        if step < world - 1:
-            nxt_k, nxt_v = _recv_block(k, v, sum(c.length for c in chunks[(src - 1) % world]))
-            pending = ring.post([blk_k, blk_v], [nxt_k, nxt_v])
-        _block_attention(q, chunks[rank], blk_k, blk_v, chunks[src], causal, scale, acc_o, acc_lse)
+        # The next block arrives in the slot the block before this one used.
+        nxt = slots.views(step % 2, rows[(src - 1) % world]) if step < world - 1 else ()
+        pending = ring.post(blk if nxt else (), nxt)
+        _block_attention(q, chunks[rank], blk[0], blk[1], chunks[src], causal, scale, acc_o, acc_lse)
         _wait(pending)
-        if step < world - 1:
-            blk_k, blk_v = nxt_k, nxt_v
+        blk = nxt or blk
     return acc_o.to(q.dtype), acc_lse
 
 
-def _ring_backward(dout, q, k, v, out, lse, causal, scale, group, layout):
-    world, rank, chunks = _geometry(q, k, group, layout, causal)
+def _ring_backward(dout, q, k, v, out, lse, causal, scale, group, geo):
+    world, rank, chunks = geo.world, geo.rank, geo.chunks
     ring = _Ring(group)
+    rows = _rows_held(geo)
     dq_acc = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
-    blk_k, blk_v = k.contiguous(), v.contiguous()
-    sent = []  # the last accumulator send: (requests, tensors kept alive until done)
+    longest = max(rows)
+    grads = _Slots((k, v), longest, torch.float32)  # the blocks' dK/dV, travelling one hop behind them
+    if world > 1:
+        blocks = _Slots((k, v), longest)
+        incoming = _Slots((k, v), longest, torch.float32, count=1)
+    blk = (k.contiguous(), v.contiguous())
+    carry = ()  # the last step's dK/dV, on to the rank that holds that block next
     for step in range(world):
         src = (rank - step) % world
-        dk_part = torch.zeros(blk_k.shape, dtype=torch.float32, device=q.device)
-        dv_part = torch.zeros(blk_v.shape, dtype=torch.float32, device=q.device)
-        # Received in the order the previous rank sends: its accumulator of the
-        # last step (for the block now in hand), then the next block.
-        acc_in = [torch.empty_like(dk_part), torch.empty_like(dv_part)] if step > 0 else []
-        nxt = list(_recv_block(k, v, sum(c.length for c in chunks[(src - 1) % world]))) if step < world - 1 else []
-        pending = ring.post([blk_k, blk_v] if nxt else [], acc_in + nxt)
-        _block_gradients(dout, q, out, lse, chunks[rank], blk_k, blk_v, chunks[src], causal, scale, dq_acc,
+        dk_part, dv_part = grads.views(step % 2, rows[src])
+        dk_part.zero_()
+        dv_part.zero_()
+        acc_in = incoming.views(0, rows[src]) if step > 0 else ()
+        nxt = blocks.views(step % 2, rows[(src - 1) % world]) if step < world - 1 else ()
+        # Sent and received in one order on every rank: the accumulator, then the block.
+        pending = ring.post(carry + (blk if nxt else ()), acc_in + nxt)
+        _block_gradients(dout, q, out, lse, chunks[rank], blk[0], blk[1], chunks[src], causal, scale, dq_acc,
                          dk_part, dv_part)
         _wait(pending)
-        if sent:
-            _wait(sent[0])
         if acc_in:
             dk_part.add_(acc_in[0])
             dv_part.add_(acc_in[1])
-        if world == 1:
-            return dq_acc.to(q.dtype), dk_part.to(k.dtype), dv_part.to(v.dtype)
-        # On to the rank that holds this block next; after the last step, to its owner.
-        sent = (ring.post([dk_part, dv_part], []), (dk_part, dv_part))
-        if nxt:
-            blk_k, blk_v = nxt
-    dk_own = torch.empty(k.shape, dtype=torch.float32, device=q.device)
-    dv_own = torch.empty(v.shape, dtype=torch.float32, device=q.device)
-    _wait(ring.post([], [dk_own, dv_own]))
-    _wait(sent[0])
-    return dq_acc.to(q.dtype), dk_own.to(k.dtype), dv_own.to(v.dtype)
+        carry = (dk_part, dv_part)
+        blk = nxt or blk
+    if world == 1:
+        return dq_acc.to(q.dtype), carry[0].to(k.dtype), carry[1].to(v.dtype)
+    # After the last step each accumulator goes to its block's owner.
+    own = (torch.empty(k.shape, dtype=torch.float32, device=q.device),
+           torch.empty(v.shape, dtype=torch.float32, device=q.device))
+    _wait(ring.post(carry, own))
+    return dq_acc.to(q.dtype), own[0].to(k.dtype), own[1].to(v.dtype)
 
 
 # ------------------------------------------------------------------ all-gather KV
-
-def _allgather_kv(k, v, chunks, group, n):
-    """The whole K and V in sequence order from every rank's rows."""
-    lengths = [sum(c.length for c in cs) for cs in chunks]
-    full = []
-    for t in (k, v):
-        pieces = _all_gather_rows(t.contiguous(), lengths, group)
-        whole = t.new_empty(t.shape[:_SEQ] + (n,) + t.shape[_SEQ + 1:])
-        for r, cs in enumerate(chunks):
-            for c in cs:
-                whole.narrow(_SEQ, c.start, c.length).copy_(_rows(pieces[r], c.offset, c.length))
-        full.append(whole)
-    return full
-
 
 def _visible_keys(qc, n, causal):
     return qc.start + qc.length if causal else n
 
 
-def _allgather_forward(q, k, v, causal, scale, group, layout):
-    world, rank, chunks = _geometry(q, k, group, layout, causal)
-    n = sum(c.length for cs in chunks for c in cs)
-    k_all, v_all = _allgather_kv(k, v, chunks, group, n)
+def _allgather_forward(q, k, v, causal, scale, group, geo):
+    rank, chunks, n = geo.rank, geo.chunks, geo.n
+    k_all, v_all = (_assemble(t, chunks, group, n) for t in (k, v))
     out = q.new_empty(q.shape[:_SEQ + 1] + (v.shape[-1],))
     lse = torch.empty(q.shape[:_SEQ + 1], dtype=torch.float32, device=q.device)
     for qc in chunks[rank]:
@@ -383,10 +410,9 @@ def _allgather_forward(q, k, v, causal, scale, group, layout):
     return out, lse
 
 
-def _allgather_backward(dout, q, k, v, out, lse, causal, scale, group, layout):
-    world, rank, chunks = _geometry(q, k, group, layout, causal)
-    n = sum(c.length for cs in chunks for c in cs)
-    k_all, v_all = _allgather_kv(k, v, chunks, group, n)
+def _allgather_backward(dout, q, k, v, out, lse, causal, scale, group, geo):
+    rank, chunks, n = geo.rank, geo.chunks, geo.n
+    k_all, v_all = (_assemble(t, chunks, group, n) for t in (k, v))
     dq = torch.zeros_like(q)
     dk_all = torch.zeros(k_all.shape, dtype=torch.float32, device=q.device)
     dv_all = torch.zeros(v_all.shape, dtype=torch.float32, device=q.device)
@@ -411,10 +437,10 @@ def _allgather_backward(dout, q, k, v, out, lse, causal, scale, group, layout):
 
 class _ContextParallel(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, causal, scale, group, layout, forward_fn, backward_fn):
-        out, lse = forward_fn(q, k, v, causal, scale, group, layout)
+    def forward(ctx, q, k, v, causal, scale, group, geo, forward_fn, backward_fn):
+        out, lse = forward_fn(q, k, v, causal, scale, group, geo)
         ctx.save_for_backward(q, k, v, out, lse)
-        ctx.params = (causal, scale, group, layout, backward_fn)
+        ctx.params = (causal, scale, group, geo, backward_fn)
         ctx.mark_non_differentiable(lse)
         return out, lse
 
@@ -422,9 +448,9 @@ class _ContextParallel(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx, dout, dlse):
         q, k, v, out, lse = ctx.saved_tensors
-        causal, scale, group, layout, backward_fn = ctx.params
+        causal, scale, group, geo, backward_fn = ctx.params
         dout = dout.contiguous() if any(s == 0 for s in dout.stride()) else dout
-        dq, dk, dv = backward_fn(dout, q, k, v, out, lse, causal, scale, group, layout)
+        dq, dk, dv = backward_fn(dout, q, k, v, out, lse, causal, scale, group, geo)
         return dq, dk, dv, None, None, None, None, None, None
 
 
@@ -442,8 +468,8 @@ def _check(q, k, v):
 def _run(q, k, v, causal, softmax_scale, group, layout, return_lse, forward_fn, backward_fn):
     _check(q, k, v)
     scale = softmax_scale if softmax_scale is not None else 1.0 / math.sqrt(q.shape[-1]) if q.shape[-1] else 1.0
-    out, lse = _ContextParallel.apply(q, k, v, bool(causal), float(scale), group, _layout(layout, causal),
-                                      forward_fn, backward_fn)
+    geo = _geometry(q, k, group, layout, bool(causal))
+    out, lse = _ContextParallel.apply(q, k, v, bool(causal), float(scale), group, geo, forward_fn, backward_fn)
     return (out, lse) if return_lse else out
 
 
