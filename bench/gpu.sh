@@ -24,6 +24,10 @@
 #   python       the package's tests on this GPU and the training check (python/train_check.py)
 #   cp           context parallelism (bench/py/context_parallel.py) on 1, 2, 4, 8 GPUs, as many as the
 #                machine has: NCCL equivalence checks, then ring / all-gather against one GPU (CP_SHAPES N:H)
+#   opencl       the OpenCL backend on this GPU through NVIDIA's OpenCL driver (registered with the ICD
+#                loader here): its test suites, --check of the forward/backward shapes against the cpu
+#                backend, and the forward beside the cuda backend's generic and default kernels and
+#                the fp32 SGEMM ceiling (OCL_PERF shapes)
 #   hipnv        the HIP backend's sources on this GPU (__HIP_PLATFORM_NVIDIA__, backends/hip/nvidia-check.sh)
 #   ab           same-run A/B: this tree against a fresh build of it with AB_BASE's files laid over
 #                (AB_SHAPES, default the backward rows; AB_FLAGS, default --backward; AB_ROUNDS) in OUT/ab.txt
@@ -355,6 +359,52 @@ if want cp; then
     note "context parallel on $w GPU(s): rc=$? $(grep -c ',ok$' "$OUT/cp-$w.log") checks ok, $(grep -c FAIL "$OUT/cp-$w.log") FAIL"
     grep "^bench\|^ceiling" "$OUT/cp-$w.log"
   done
+fi
+
+if want opencl; then
+  # NVIDIA's OpenCL library is on the loader path but only pocl is registered with the ICD
+  # loader: an .icd file naming the library, in a folder given by OCL_ICD_VENDORS, adds it.
+  if ! ldconfig -p | grep -q 'libnvidia-opencl.so.1'; then
+    note "opencl: libnvidia-opencl.so.1 not on this machine"
+  elif [ ! -f "$B/backends/opencl/libffpa-opencl.so" ]; then
+    note "opencl: plugin not built (ICD loader or headers missing: tools/device-deps.sh)"
+  else
+    icd=$(mktemp -d) && echo libnvidia-opencl.so.1 >"$icd/nvidia.icd"
+    export OCL_ICD_VENDORS="$icd" FFPA_OPENCL_CACHE="$PWD/$B/opencl-cache-nvidia"
+    FFPA_BACKEND=opencl "$B/tools/ffpa-run" --list >"$OUT/opencl-list.log" 2>&1
+    note "opencl device: $(grep -i opencl "$OUT/opencl-list.log" | head -1)"
+    timeout -s KILL 420 meson test -C "$B" --suite opencl --num-processes 4 --no-rebuild \
+      >"$OUT/opencl-tests.log" 2>&1
+    note "opencl test suites: rc=$? $(grep -E '^(Ok|Fail|Timeout):' "$OUT/opencl-tests.log" | tr -s ' \n' ' ')"
+    cp "$B/meson-logs/testlog.txt" "$OUT/opencl-testlog.txt" 2>/dev/null
+    timeout 300 "$BENCH" --backend opencl --check --reps 1 "${FWD_CHECK[@]}" >"$OUT/check-fwd-opencl.log" 2>&1
+    note "check forward (opencl) vs cpu: rc=$? $(fails "$OUT/check-fwd-opencl.log" ${#FWD_CHECK[@]})"
+    timeout 400 "$BENCH" --backend opencl --backward --check --reps 1 "${BWD_CHECK[@]}" \
+      >"$OUT/check-bwd-opencl.log" 2>&1
+    note "check backward (opencl) vs cpu: rc=$? $(fails "$OUT/check-bwd-opencl.log" ${#BWD_CHECK[@]})"
+    OCL_PERF=(${OCL_PERF:-1,32,32,8192,8192,512,512 1,32,32,8192,8192,128,128 1,32,32,8192,8192,256,256
+      1,32,32,8192,8192,1024,1024 1,32,32,8192,8192,512,512,c})
+    timeout 300 "$BENCH" --backend opencl --reps 5 --csv "$OUT/fwd-opencl.csv" "${OCL_PERF[@]}" \
+      >"$OUT/bench-fwd-opencl.log" 2>&1
+    note "bench forward opencl: rc=$?"
+    grep -v "^#" "$OUT/bench-fwd-opencl.log"
+    for k in generic auto; do
+      FFPA_CUDA_KERNEL=$k timeout 200 "$BENCH" --backend cuda --reps 5 "${OCL_PERF[@]}" >"$OUT/bench-fwd-cuda-$k.log" 2>&1
+      note "bench forward cuda $k (same shapes): rc=$?"
+      grep -v "^#" "$OUT/bench-fwd-cuda-$k.log"
+    done
+    python3 - <<'PY' 2>&1 | tee "$OUT/sgemm.log"
+import time, torch
+torch.backends.cuda.matmul.allow_tf32 = False
+a = torch.randn(8192, 8192, device="cuda"); b = torch.randn_like(a)
+for _ in range(3): a @ b
+torch.cuda.synchronize(); t = time.perf_counter()
+for _ in range(10): a @ b
+torch.cuda.synchronize()
+print("ceiling: fp32 SGEMM (no TF32) 8192^3 %.1f TFLOP/s" % (10 * 2 * 8192 ** 3 / (time.perf_counter() - t) / 1e12))
+PY
+    unset OCL_ICD_VENDORS FFPA_OPENCL_CACHE
+  fi
 fi
 
 if want hipnv; then

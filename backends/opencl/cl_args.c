@@ -120,6 +120,56 @@ ffpa_status ffpa_cl_upload_offsets(cl_command_queue queue, const ffpa_problem *p
     return FFPA_OK;
 }
 
+static void release_object(int is_kernel, void *object)
+{
+    if (is_kernel)
+        clReleaseKernel((cl_kernel)object);
+    else
+        clReleaseMemObject((cl_mem)object);
+}
+
+static void CL_CALLBACK release_kernel(cl_event done, cl_int status, void *kernel)
+{
+    (void)status;
+    release_object(1, kernel);
+    clReleaseEvent(done);
+}
+
+static void CL_CALLBACK release_mem(cl_event done, cl_int status, void *mem)
+{
+    (void)status;
+    release_object(0, mem);
+    clReleaseEvent(done);
+}
+
+/* Objects a command uses are released once it has completed, not right
+ * after the enqueue. OpenCL says the command keeps them alive, but NVIDIA's
+ * driver reads a kernel object from a worker thread after the enqueue has
+ * returned: with the last reference dropped at once, that thread crashed
+ * when several host threads launched together and freed memory was
+ * poisoned (test_threads on the H200, MALLOC_PERTURB_; docs/notes/opencl.md).
+ * `done`: the command's event (taken over), or NULL for everything queued so
+ * far (a marker's). Where no callback can be set, waits, then releases. */
+static void release_when_done(cl_command_queue queue, cl_event done, int is_kernel, void *object)
+{
+    if (!done && clEnqueueMarkerWithWaitList(queue, 0, NULL, &done) != CL_SUCCESS)
+        done = NULL;
+    if (done && clSetEventCallback(done, CL_COMPLETE, is_kernel ? release_kernel : release_mem, object) == CL_SUCCESS)
+        return;
+    if (done) {
+        clWaitForEvents(1, &done);
+        clReleaseEvent(done);
+    } else {
+        clFinish(queue);
+    }
+    release_object(is_kernel, object);
+}
+
+void ffpa_cl_release_mem_when_done(cl_command_queue queue, cl_mem mem)
+{
+    release_when_done(queue, NULL, 0, mem);
+}
+
 ffpa_status ffpa_cl_launch(cl_command_queue queue, cl_program program, const char *name, const ffpa_cl_arg *args,
                            int n_args, size_t global, size_t local, char *err, size_t err_len)
 {
@@ -127,12 +177,15 @@ ffpa_status ffpa_cl_launch(cl_command_queue queue, cl_program program, const cha
     cl_kernel kernel = clCreateKernel(program, name, &e);
     for (int i = 0; e == CL_SUCCESS && i < n_args; ++i)
         e = clSetKernelArg(kernel, (cl_uint)i, args[i].size, args[i].value);
+    cl_event done = NULL;
     if (e == CL_SUCCESS && global > 0) {
         global = (global + local - 1) / local * local;
-        e = clEnqueueNDRangeKernel(queue, kernel, 1, NULL, &global, &local, 0, NULL, NULL);
+        e = clEnqueueNDRangeKernel(queue, kernel, 1, NULL, &global, &local, 0, NULL, &done);
     }
-    if (kernel)
-        clReleaseKernel(kernel); /* kept alive by the enqueued command */
+    if (kernel && e == CL_SUCCESS && done)
+        release_when_done(queue, done, 1, kernel);
+    else if (kernel)
+        clReleaseKernel(kernel); /* nothing was enqueued */
     if (e != CL_SUCCESS) {
         snprintf(err, err_len, "opencl: launching %s: %s", name, ffpa_cl_error_string(e));
         return e == CL_MEM_OBJECT_ALLOCATION_FAILURE || e == CL_OUT_OF_RESOURCES ? FFPA_ERR_OUT_OF_MEMORY

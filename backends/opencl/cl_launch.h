@@ -54,6 +54,10 @@ typedef struct ffpa_cl_arg {
 ffpa_status ffpa_cl_launch(cl_command_queue queue, cl_program program, const char *name, const ffpa_cl_arg *args,
                            int n_args, size_t global, size_t local, char *err, size_t err_len);
 
+/* Releases mem once the commands queued on queue so far have completed
+ * (cl_args.c says why not at once). */
+void ffpa_cl_release_mem_when_done(cl_command_queue queue, cl_mem mem);
+
 /* A pass's start (forward, KV cache, backward): the device, the stream's
  * queue, the tiles, pb's parameters and buffers (in). */
 ffpa_status ffpa_cl_forward_begin(const ffpa_gpu_state *st, const ffpa_problem *pb, const ffpa_cl_device **dev,

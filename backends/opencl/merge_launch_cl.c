@@ -71,8 +71,8 @@ ffpa_status ffpa_cl_merge(ffpa_gpu_state *st, const ffpa_merge_problem *mp, char
         args[n++] = (ffpa_cl_arg){sizeof(cl_mem), &lse_mem[i]};
     args[n++] = (ffpa_cl_arg){sizeof(cl_mem), &out_mem};
     args[n++] = (ffpa_cl_arg){sizeof(cl_mem), &lse_out};
-    s = ffpa_cl_launch(ffpa_cl_queue(st->stream), program, "ffpa_merge", args, n,
-                       (size_t)p.rows * kWorkGroup, kWorkGroup, err, err_len);
-    clReleaseMemObject(table);
+    cl_command_queue queue = ffpa_cl_queue(st->stream);
+    s = ffpa_cl_launch(queue, program, "ffpa_merge", args, n, (size_t)p.rows * kWorkGroup, kWorkGroup, err, err_len);
+    ffpa_cl_release_mem_when_done(queue, table);
     return s;
 }

@@ -158,14 +158,39 @@ FFPA_DEV void dq_turn_pass(int *turn, int mine, int bar, int ctid)
         st_release_gpu(turn, mine + 1);
 }
 
+/* One thread adds four staged 64 x 32 fp32 boxes (lo, lo + 8 KiB, hi,
+ * hi + 8 KiB) into `map` at columns col, col + 32, ... of (row, h, b) by TMA
+ * reductions and returns once the TMA has read them. In deterministic mode
+ * (turn) it adds at this key block's turn and passes the turn once the
+ * reductions are performed; the proxy fence keeps them (async proxy) after
+ * the acquire. Used by the consumers (add_dq_bulk) and by the producer's dQ
+ * reducer (bwd_dq_reducer). */
+FFPA_DEV void tma_add_dq_boxes(uint8_t *lo, uint8_t *hi, const CUtensorMap *map, int col, int row, int h, int b,
+                               int *turn, int mine)
+{
+    if (turn) {
+        dq_turn_spin(turn, mine);
+        asm volatile("fence.proxy.async.global;\n" ::: "memory");
+    }
+    if constexpr (!kDiagSkipDq) {
+#pragma unroll
+        for (int k = 0; k < 4; ++k)
+            tma_reduce_add_4d((k < 2 ? lo : hi) + (k & 1) * 8192, map, col + 32 * k, row, h, b);
+    }
+    bulk_commit();
+    if (turn) {
+        bulk_wait_all();
+        st_release_gpu(turn, mine + 1);
+    } else {
+        bulk_wait_read();
+    }
+}
+
 /* A consumer's dQ columns added into the fp32 buffer by TMA reductions:
  * staged in lo and hi (its two own ring slots, which it still holds), then
- * thread 0 issues the four 64 x 32 boxes of `map` at (col, row, h, b) and
- * frees the slots (4 warp arrivals on each empty barrier) once the TMA has
- * read them. In deterministic mode (turn) it adds at this key block's turn
- * and passes the turn once the reductions are performed; the proxy fence
- * keeps them (async proxy) after the acquire. `bar`: the consumer's named
- * barrier. */
+ * thread 0 adds them (tma_add_dq_boxes) and frees the slots (4 warp
+ * arrivals on each empty barrier) once the TMA has read them. `bar`: the
+ * consumer's named barrier. */
 FFPA_DEV void add_dq_bulk(const float (&acc)[64], uint8_t *lo, uint8_t *hi, uint64_t *lo_empty, uint64_t *hi_empty,
                           const CUtensorMap *map, int col, int row, int h, int b, int rows_valid, int *turn, int mine,
                           int bar, int ctid)
@@ -174,22 +199,7 @@ FFPA_DEV void add_dq_bulk(const float (&acc)[64], uint8_t *lo, uint8_t *hi, uint
     fence_proxy_async_shared();
     named_barrier_sync(bar, 128);
     if (ctid == 0) {
-        if (turn) {
-            dq_turn_spin(turn, mine);
-            asm volatile("fence.proxy.async.global;\n" ::: "memory");
-        }
-        if constexpr (!kDiagSkipDq) {
-#pragma unroll
-            for (int k = 0; k < 4; ++k)
-                tma_reduce_add_4d((k < 2 ? lo : hi) + (k & 1) * 8192, map, col + 32 * k, row, h, b);
-        }
-        bulk_commit();
-        if (turn) {
-            bulk_wait_all();
-            st_release_gpu(turn, mine + 1);
-        } else {
-            bulk_wait_read();
-        }
+        tma_add_dq_boxes(lo, hi, map, col, row, h, b, turn, mine);
         mbar_arrive_n(lo_empty, 4);
         mbar_arrive_n(hi_empty, 4);
     }

@@ -173,15 +173,12 @@ FFPA_DEV void bwd_consumer(const BwdMaps &maps, const ffpa_bwd_params &p, const 
                     turn = p.dq_turn ? w.dq_turn(p, h, q0 / 64, dq_col, Cfg::kBc, mine) : nullptr;
                 };
                 auto reduce = [&](const auto &dq, int dq_col) {
-                    const int64_t dq_row0 =
-                        (int64_t)h * p.dq.sh +
-                        (p.cu_q ? (w.q_start + q0) * p.dq.sn : (int64_t)w.b * p.dq.sb + (int64_t)q0 * p.dq.sn);
                     int *turn, mine;
                     turn_of(dq_col, turn, mine);
                     if (turn)
                         dq_turn_wait(turn, mine, kBarDq + consumer, ctid);
                     if constexpr (!kDiagSkipDq)
-                        reduce_dq<T>(dq, p.dq, dq_row0, rows_valid, dq_col, p.dqk, ctid);
+                        reduce_dq<T>(dq, p.dq, w.dq_row(p, h, q0), rows_valid, dq_col, p.dqk, ctid);
                     if (turn)
                         dq_turn_pass(turn, mine, kBarDq + consumer, ctid);
                 };
@@ -251,20 +248,16 @@ FFPA_DEV void bwd_consumer(const BwdMaps &maps, const ffpa_bwd_params &p, const 
 
         if (owns) {
             const int rows_valid = min(Cfg::kBc, w.seqlen_k - w.kb0);
-            const int64_t krow = p.cu_q ? w.k_start + w.kb0 : w.kb0;
-            /* (the block's first key, column 0) of an output view */
-            auto block_row = [&](void *data, int64_t sb, int64_t sh, int64_t sn) {
-                return static_cast<T *>(data) + (int64_t)w.kvh * sh + (p.cu_q ? 0 : (int64_t)w.b * sb) + krow * sn;
-            };
+            const bool varlen = p.cu_q != nullptr;
             const int col0 = w.col0 + slab * 128;
             const bool dk_here = !split || consumer == 1, dv_here = !split || consumer == 0;
-            T *dk_out = block_row(out.dk, out.dk_sb, out.dk_sh, out.dk_sn);
+            T *dk_out = w.key_block<T>(out.dk, out.dk_sb, out.dk_sh, out.dk_sn, varlen);
             if (split && dk_here) /* (two calls: a register array is not picked at run time) */
                 store_grad<T>(dv, dk_out, out.dk_sn, out.dk_sd, rows_valid, col0, p.dqk, ctid);
             else if (dk_here)
                 store_grad<T>(dk, dk_out, out.dk_sn, out.dk_sd, rows_valid, col0, p.dqk, ctid);
             if (dv_here)
-                store_grad<T>(dv, block_row(out.dv, out.dv_sb, out.dv_sh, out.dv_sn), out.dv_sn, out.dv_sd,
+                store_grad<T>(dv, w.key_block<T>(out.dv, out.dv_sb, out.dv_sh, out.dv_sn, varlen), out.dv_sn, out.dv_sd,
                               rows_valid, col0, p.dv, ctid);
         }
     }

@@ -145,24 +145,18 @@ FFPA_DEV void bwd_consumer_keys(const ffpa_bwd_params &p, const BwdOutViews &out
             if (lane == 0)
                 mbar_arrive(&bars->dq_full);
         } else {
-            const int64_t dq_row0 =
-                (int64_t)h * p.dq.sh +
-                (p.cu_q ? (w.q_start + q0) * p.dq.sn : (int64_t)w.b * p.dq.sb + (int64_t)q0 * p.dq.sn);
-            reduce_dq<T>(dq, p.dq, dq_row0, rows_q, 64 * consumer, p.dqk, ctid);
+            reduce_dq<T>(dq, p.dq, w.dq_row(p, h, q0), rows_q, 64 * consumer, p.dqk, ctid);
         }
     }
 
     const int rows_valid = min(64, w.seqlen_k - mine.kb0);
     if (rows_valid <= 0)
         return;
-    const int64_t krow = p.cu_q ? w.k_start + mine.kb0 : mine.kb0;
-    auto block_row = [&](void *data, int64_t sb, int64_t sh, int64_t sn) {
-        return static_cast<T *>(data) + (int64_t)w.kvh * sh + (p.cu_q ? 0 : (int64_t)w.b * sb) + krow * sn;
-    };
-    store_grad<T>(dk, block_row(out.dk, out.dk_sb, out.dk_sh, out.dk_sn), out.dk_sn, out.dk_sd, rows_valid, 0,
-                  p.dqk, ctid);
-    store_grad<T>(dv, block_row(out.dv, out.dv_sb, out.dv_sh, out.dv_sn), out.dv_sn, out.dv_sd, rows_valid, 0, p.dv,
-                  ctid);
+    const bool varlen = p.cu_q != nullptr;
+    store_grad<T>(dk, mine.key_block<T>(out.dk, out.dk_sb, out.dk_sh, out.dk_sn, varlen), out.dk_sn, out.dk_sd,
+                  rows_valid, 0, p.dqk, ctid);
+    store_grad<T>(dv, mine.key_block<T>(out.dv, out.dv_sb, out.dv_sh, out.dv_sn, varlen), out.dv_sn, out.dv_sd,
+                  rows_valid, 0, p.dv, ctid);
 }
 
 /* One producer thread: each tile's staged dQ (both consumers' 8 warps
@@ -184,21 +178,8 @@ FFPA_DEV void bwd_dq_reducer(const BwdMaps &maps, const ffpa_bwd_params &p, uint
         bwd_wait(&bars->dq_full, (uint32_t)it & 1, false, 10, it);
         int mine = 0;
         int *turn = p.dq_turn ? w.dq_turn(p, h, q0 / 64, 0, Cfg::kBc, mine) : nullptr;
-        if (turn) {
-            dq_turn_spin(turn, mine);
-            asm volatile("fence.proxy.async.global;\n" ::: "memory");
-        }
-        if constexpr (!kDiagSkipDq) {
-            for (int k = 0; k < 4; ++k)
-                tma_reduce_add_4d(smem + L::dqs + k * 8192, &maps.dq, 32 * k, (int)w.q_start + q0, h, w.tma_b);
-        }
-        bulk_commit();
-        if (turn) {
-            bulk_wait_all();
-            st_release_gpu(turn, mine + 1);
-        } else {
-            bulk_wait_read();
-        }
+        tma_add_dq_boxes(smem + L::dqs, smem + L::dqs + 2 * 8192, &maps.dq, 0, (int)w.q_start + q0, h, w.tma_b, turn,
+                         mine);
         mbar_arrive(&bars->dq_empty);
     }
 }

@@ -131,6 +131,18 @@ struct BwdWork {
         mine = last_kb(t, p.mask, bc) - kb0 / bc; /* the last block that adds into the tile goes first */
         return p.dq_turn + (((int64_t)b * p.hq + h) * p.dq_turn_tiles + t) * FFPA_BWD_DQ_TURN_PARTS + col / 64;
     }
+    /* Offset of (query head h, query row q0, column 0) in the fp32 dQ buffer. */
+    FFPA_DEV int64_t dq_row(const ffpa_bwd_params &p, int h, int q0) const
+    {
+        return (int64_t)h * p.dq.sh + (p.cu_q ? (q_start + q0) * p.dq.sn : (int64_t)b * p.dq.sb + (int64_t)q0 * p.dq.sn);
+    }
+    /* (this block's first key, column 0) of an output [B, Hkv, Nk, D] view
+     * (dK, dV) with strides sb, sh, sn; packed rows with varlen. */
+    template <class T> FFPA_DEV T *key_block(void *data, int64_t sb, int64_t sh, int64_t sn, bool varlen) const
+    {
+        const int64_t krow = varlen ? k_start + kb0 : kb0;
+        return static_cast<T *>(data) + (int64_t)kvh * sh + (varlen ? 0 : (int64_t)b * sb) + krow * sn;
+    }
 };
 
 template <class Cfg> FFPA_DEV bool bwd_work(const ffpa_bwd_params &p, uint32_t rank, BwdWork &w)

@@ -222,9 +222,19 @@ FFPA_DEV void consumer(const ffpa_gpu_fwd_params &p, uint8_t *smem, RingBarriers
 
 template <class Cfg> FFPA_DEV void fwd_body(const FwdMaps &maps, const ffpa_gpu_fwd_params &p)
 {
-    extern __shared__ uint8_t smem_dyn[];
-    /* 128-byte swizzled tiles want 1024-byte aligned atoms. */
-    uint8_t *smem = reinterpret_cast<uint8_t *>((reinterpret_cast<uintptr_t>(smem_dyn) + 1023) & ~(uintptr_t)1023);
+    /* 128-byte swizzled tiles want 1024-byte aligned atoms. The single-CTA
+     * kernels (D <= 320) align without leaving the shared address space, so
+     * the softmax's plain accesses are LDS/STS (aligned_dynamic_smem); the
+     * cluster kernels keep the integer round trip, which measured faster
+     * around their DSMEM exchange (docs/notes/forward.md, "shared memory
+     * through generic pointers"). */
+    uint8_t *smem;
+    if constexpr (Cfg::kCluster == 1) {
+        smem = aligned_dynamic_smem<1024>();
+    } else {
+        extern __shared__ uint8_t smem_dyn[];
+        smem = reinterpret_cast<uint8_t *>((reinterpret_cast<uintptr_t>(smem_dyn) + 1023) & ~(uintptr_t)1023);
+    }
     using L = FwdSmemLayout<Cfg>;
     RingBarriers *bars = reinterpret_cast<RingBarriers *>(smem + L::bars);
     const uint32_t rank = Cfg::kCluster > 1 ? cluster_rank() : 0;
