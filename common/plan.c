@@ -345,6 +345,7 @@ ffpa_status ffpa_plan_portable(const ffpa_device_limits *lim, ffpa_portable_tile
             *out = t;
             return FFPA_OK;
         }
+        *out = t; /* on failure: the smallest set, whose needs the caller reports */
     }
     return FFPA_ERR_UNSUPPORTED;
 }

@@ -169,7 +169,7 @@ typedef struct ffpa_portable_tiles {
 /* The first tile set, largest first (the default 128 x 16 x 32 x 32 where it
  * fits), whose local memory and work-group fit the device's
  * (lim->smem_per_block, lim->max_threads_per_block); FFPA_ERR_UNSUPPORTED
- * when none does. */
+ * when none does, with *out the smallest set (what the device lacks). */
 ffpa_status ffpa_plan_portable(const ffpa_device_limits *lim, ffpa_portable_tiles *out);
 
 /* Query block that work item w of a causal-aware schedule runs: with

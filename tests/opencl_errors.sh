@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The opencl backend's process-wide choices fail clearly (one process each,
 # as the device is chosen once per process): no OpenCL platform, a device
-# index or name that does not exist. Usage: opencl_errors.sh FFPA_RUN
+# index or name that does not exist, too little local memory for any tiles.
+# Usage: opencl_errors.sh FFPA_RUN
 set -u
 run=$1
 fails=0
@@ -24,5 +25,8 @@ rmdir "$empty"
 expect "FFPA_OPENCL_DEVICE=99: no such device; expected one of:" FFPA_OPENCL_DEVICE=99
 expect "FFPA_OPENCL_DEVICE=7:3: no such device" FFPA_OPENCL_DEVICE=7:3
 expect "FFPA_OPENCL_DEVICE=no-such-accelerator: no such device" FFPA_OPENCL_DEVICE=no-such-accelerator
+# Less local memory than the smallest tiles (common/plan.c) need: refused by the forward, with the needs.
+expect "offers 500 bytes of local memory" FFPA_OPENCL_LOCAL_MEM=500
+expect "the smallest tiles need 960 bytes and 32" FFPA_OPENCL_LOCAL_MEM=959
 echo "$fails failure(s)"
 [ "$fails" -eq 0 ]

@@ -247,6 +247,8 @@ static void test_plan_portable_tiles(void **state)
             const ffpa_status st = ffpa_plan_portable(&lim, &t);
             if (mems[m] < 960 || groups[g] < 32) {
                 assert_int_equal(st, FFPA_ERR_UNSUPPORTED);
+                assert_int_equal(t.local_bytes, 960); /* the smallest set, for the error message */
+                assert_int_equal(t.wg, 32);
                 continue;
             }
             assert_int_equal(st, FFPA_OK);

@@ -2,7 +2,9 @@
  * launchers. See cl_launch.h. */
 #include "cl_launch.h"
 
+#include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cl_memory.h"
@@ -120,6 +122,26 @@ ffpa_status ffpa_cl_upload_offsets(cl_command_queue queue, const ffpa_problem *p
     return FFPA_OK;
 }
 
+/* Objects that queued commands use (each launch's kernel, the merge's part
+ * table) are retired, not released at once, and a host thread releases
+ * them once their command has completed: at a later launch or a
+ * synchronisation. OpenCL says a queued command keeps its objects alive,
+ * but NVIDIA's driver reads a kernel object from one of its own threads
+ * after the enqueue has returned. Released at once, that thread crashed
+ * when several host threads launched together and freed memory was
+ * poisoned (test_threads on the H200 with MALLOC_PERTURB_, every run);
+ * retired, that crash is gone (a rarer one under load remains, in the same
+ * driver code: docs/notes/opencl.md). */
+typedef struct retired {
+    void *object;
+    int is_kernel;
+    cl_event done;
+    struct retired *next;
+} retired;
+
+static retired *retired_list;
+static pthread_mutex_t retired_lock = PTHREAD_MUTEX_INITIALIZER;
+
 static void release_object(int is_kernel, void *object)
 {
     if (is_kernel)
@@ -128,46 +150,58 @@ static void release_object(int is_kernel, void *object)
         clReleaseMemObject((cl_mem)object);
 }
 
-static void CL_CALLBACK release_kernel(cl_event done, cl_int status, void *kernel)
+void ffpa_cl_release_retired(void)
 {
-    (void)status;
-    release_object(1, kernel);
-    clReleaseEvent(done);
+    retired *done_list = NULL;
+    pthread_mutex_lock(&retired_lock);
+    for (retired **at = &retired_list; *at;) {
+        cl_int status = CL_QUEUED;
+        if (clGetEventInfo((*at)->done, CL_EVENT_COMMAND_EXECUTION_STATUS, sizeof status, &status, NULL) ==
+                CL_SUCCESS &&
+            status <= CL_COMPLETE) { /* complete, or ended with an error */
+            retired *r = *at;
+            *at = r->next;
+            r->next = done_list;
+            done_list = r;
+        } else {
+            at = &(*at)->next;
+        }
+    }
+    pthread_mutex_unlock(&retired_lock);
+    while (done_list) {
+        retired *r = done_list;
+        done_list = r->next;
+        release_object(r->is_kernel, r->object);
+        clReleaseEvent(r->done);
+        free(r);
+    }
 }
 
-static void CL_CALLBACK release_mem(cl_event done, cl_int status, void *mem)
-{
-    (void)status;
-    release_object(0, mem);
-    clReleaseEvent(done);
-}
-
-/* Objects a command uses are released once it has completed, not right
- * after the enqueue. OpenCL says the command keeps them alive, but NVIDIA's
- * driver reads a kernel object from a worker thread after the enqueue has
- * returned: with the last reference dropped at once, that thread crashed
- * when several host threads launched together and freed memory was
- * poisoned (test_threads on the H200, MALLOC_PERTURB_; docs/notes/opencl.md).
- * `done`: the command's event (taken over), or NULL for everything queued so
- * far (a marker's). Where no callback can be set, waits, then releases. */
-static void release_when_done(cl_command_queue queue, cl_event done, int is_kernel, void *object)
+/* `done`: the command's event (taken over), or NULL for everything queued so
+ * far (a marker's). Where neither an event nor memory for the entry is to be
+ * had, waits for the queue, then releases. */
+static void retire(cl_command_queue queue, cl_event done, int is_kernel, void *object)
 {
     if (!done && clEnqueueMarkerWithWaitList(queue, 0, NULL, &done) != CL_SUCCESS)
         done = NULL;
-    if (done && clSetEventCallback(done, CL_COMPLETE, is_kernel ? release_kernel : release_mem, object) == CL_SUCCESS)
-        return;
-    if (done) {
-        clWaitForEvents(1, &done);
-        clReleaseEvent(done);
-    } else {
+    retired *r = done ? malloc(sizeof *r) : NULL;
+    if (!r) {
+        if (done)
+            clReleaseEvent(done);
         clFinish(queue);
+        release_object(is_kernel, object);
+        return;
     }
-    release_object(is_kernel, object);
+    *r = (retired){object, is_kernel, done, NULL};
+    pthread_mutex_lock(&retired_lock);
+    r->next = retired_list;
+    retired_list = r;
+    pthread_mutex_unlock(&retired_lock);
 }
 
 void ffpa_cl_release_mem_when_done(cl_command_queue queue, cl_mem mem)
 {
-    release_when_done(queue, NULL, 0, mem);
+    retire(queue, NULL, 0, mem);
 }
 
 ffpa_status ffpa_cl_launch(cl_command_queue queue, cl_program program, const char *name, const ffpa_cl_arg *args,
@@ -182,8 +216,9 @@ ffpa_status ffpa_cl_launch(cl_command_queue queue, cl_program program, const cha
         global = (global + local - 1) / local * local;
         e = clEnqueueNDRangeKernel(queue, kernel, 1, NULL, &global, &local, 0, NULL, &done);
     }
+    ffpa_cl_release_retired(); /* the earlier launches' kernels whose commands are done */
     if (kernel && e == CL_SUCCESS && done)
-        release_when_done(queue, done, 1, kernel);
+        retire(queue, done, 1, kernel);
     else if (kernel)
         clReleaseKernel(kernel); /* nothing was enqueued */
     if (e != CL_SUCCESS) {
@@ -200,8 +235,8 @@ ffpa_status ffpa_cl_tiles(const ffpa_gpu_state *st, ffpa_portable_tiles *tiles, 
         return FFPA_OK;
     snprintf(err, err_len,
              "opencl: the device offers %zu bytes of local memory and %d work-items per work-group; the smallest "
-             "tiles need 960 bytes and 32",
-             st->caps.limits.smem_per_block, st->caps.limits.max_threads_per_block);
+             "tiles need %zu bytes and %d",
+             st->caps.limits.smem_per_block, st->caps.limits.max_threads_per_block, tiles->local_bytes, tiles->wg);
     return FFPA_ERR_UNSUPPORTED;
 }
 

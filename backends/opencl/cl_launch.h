@@ -58,6 +58,10 @@ ffpa_status ffpa_cl_launch(cl_command_queue queue, cl_program program, const cha
  * (cl_args.c says why not at once). */
 void ffpa_cl_release_mem_when_done(cl_command_queue queue, cl_mem mem);
 
+/* Releases the retired objects whose commands have completed (each launch
+ * and each synchronisation calls it). */
+void ffpa_cl_release_retired(void);
+
 /* A pass's start (forward, KV cache, backward): the device, the stream's
  * queue, the tiles, pb's parameters and buffers (in). */
 ffpa_status ffpa_cl_forward_begin(const ffpa_gpu_state *st, const ffpa_problem *pb, const ffpa_cl_device **dev,

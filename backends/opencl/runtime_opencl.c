@@ -37,7 +37,11 @@ static int set_device(int device)
 static int stream_synchronize(void *stream)
 {
     char err[8];
-    return ffpa_cl_device_get(err, sizeof err) ? clFinish(ffpa_cl_queue(stream)) : CL_INVALID_COMMAND_QUEUE;
+    if (!ffpa_cl_device_get(err, sizeof err))
+        return CL_INVALID_COMMAND_QUEUE;
+    const cl_int e = clFinish(ffpa_cl_queue(stream));
+    ffpa_cl_release_retired();
+    return e;
 }
 
 static int cl_malloc(void **ptr, size_t bytes)

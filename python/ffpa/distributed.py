@@ -157,14 +157,22 @@ def _visibility(qc, kc, causal):
 
 def _segments(q_chunks, k_chunks, causal):
     """(q chunk, key offset, key length, causal) calls for one block of keys:
-    adjacent fully visible key chunks go in one call."""
+    adjacent fully visible key chunks go in one call, and so does a diagonal
+    chunk right after them (libffpa's causal mask is bottom-right aligned: the
+    queries then see all the keys before the diagonal and the diagonal's
+    lower triangle, which is the zigzag layout's step-0 case)."""
     calls = []
     for qc in q_chunks:
         run = None  # [offset, length] of the current run of fully visible keys
         for kc in k_chunks:
             mode = _visibility(qc, kc, causal)
-            if mode == "full" and run is not None and run[0] + run[1] == kc.offset:
+            adjacent = run is not None and run[0] + run[1] == kc.offset
+            if mode == "full" and adjacent:
                 run[1] += kc.length
+                continue
+            if mode == "diag" and adjacent:
+                calls.append((qc, run[0], run[1] + kc.length, True))
+                run = None
                 continue
             if run is not None:
                 calls.append((qc, run[0], run[1], False))
