@@ -25,9 +25,10 @@
 #   cp           context parallelism (bench/py/context_parallel.py) on 1, 2, 4, 8 GPUs, as many as the
 #                machine has: NCCL equivalence checks, then ring / all-gather against one GPU (CP_SHAPES N:H)
 #   opencl       the OpenCL backend on this GPU through NVIDIA's OpenCL driver (registered with the ICD
-#                loader here): its test suites, --check of the forward/backward shapes against the cpu
-#                backend, and the forward beside the cuda backend's generic and default kernels and
-#                the fp32 SGEMM ceiling (OCL_PERF shapes)
+#                loader here): its test suites (OCL_TESTS: meson test arguments, default --suite opencl),
+#                --check of the forward/backward shapes against the cpu backend, and the forward (tiled
+#                and portable kernels) beside the cuda backend's generic and default kernels and the
+#                fp32 SGEMM ceiling (OCL_PERF shapes)
 #   hipnv        the HIP backend's sources on this GPU (__HIP_PLATFORM_NVIDIA__, backends/hip/nvidia-check.sh)
 #   ab           same-run A/B: this tree against a fresh build of it with AB_BASE's files laid over
 #                (AB_SHAPES, default the backward rows; AB_FLAGS, default --backward; AB_ROUNDS) in OUT/ab.txt
@@ -373,7 +374,7 @@ if want opencl; then
     export OCL_ICD_VENDORS="$icd" FFPA_OPENCL_CACHE="$PWD/$B/opencl-cache-nvidia"
     FFPA_BACKEND=opencl "$B/tools/ffpa-run" --list >"$OUT/opencl-list.log" 2>&1
     note "opencl device: $(grep -i opencl "$OUT/opencl-list.log" | head -1)"
-    timeout -s KILL 420 meson test -C "$B" --suite opencl --num-processes 4 --no-rebuild \
+    timeout -s KILL 420 meson test -C "$B" --num-processes 4 --no-rebuild ${OCL_TESTS:---suite opencl} \
       >"$OUT/opencl-tests.log" 2>&1
     note "opencl test suites: rc=$? $(grep -E '^(Ok|Fail|Timeout):' "$OUT/opencl-tests.log" | tr -s ' \n' ' ')"
     cp "$B/meson-logs/testlog.txt" "$OUT/opencl-testlog.txt" 2>/dev/null
@@ -384,10 +385,12 @@ if want opencl; then
     note "check backward (opencl) vs cpu: rc=$? $(fails "$OUT/check-bwd-opencl.log" ${#BWD_CHECK[@]})"
     OCL_PERF=(${OCL_PERF:-1,32,32,8192,8192,512,512 1,32,32,8192,8192,128,128 1,32,32,8192,8192,256,256
       1,32,32,8192,8192,1024,1024 1,32,32,8192,8192,512,512,c})
-    timeout 300 "$BENCH" --backend opencl --reps 5 --csv "$OUT/fwd-opencl.csv" "${OCL_PERF[@]}" \
-      >"$OUT/bench-fwd-opencl.log" 2>&1
-    note "bench forward opencl: rc=$?"
-    grep -v "^#" "$OUT/bench-fwd-opencl.log"
+    for k in tiled portable; do
+      FFPA_OPENCL_FORWARD=$k timeout 300 "$BENCH" --backend opencl --reps 3 --csv "$OUT/fwd-opencl-$k.csv" \
+        "${OCL_PERF[@]}" >"$OUT/bench-fwd-opencl-$k.log" 2>&1
+      note "bench forward opencl $k: rc=$?"
+      grep -v "^#" "$OUT/bench-fwd-opencl-$k.log"
+    done
     for k in generic auto; do
       FFPA_CUDA_KERNEL=$k timeout 200 "$BENCH" --backend cuda --reps 5 "${OCL_PERF[@]}" >"$OUT/bench-fwd-cuda-$k.log" 2>&1
       note "bench forward cuda $k (same shapes): rc=$?"

@@ -5,6 +5,9 @@
  *   FFPA_CUDA_KERNEL    CUDA kernel path override (generic | sm90 | auto), read by the CUDA plugin
  *   FFPA_BWD_SMEM_LIMIT cap on the backward's shared memory per block (bytes), read by the GPU plugins
  *   FFPA_TUNING         0 disables tuning tables; FFPA_TUNING_FILE names one
+ *   FFPA_OPENCL_DEVICE  the OpenCL device (P:D, N or a name substring), read by the OpenCL plugin
+ *   FFPA_OPENCL_FORWARD tiled | portable: the OpenCL forward kernel (default: tiled on GPUs)
+ *   FFPA_OPENCL_LOCAL_MEM, FFPA_OPENCL_CACHE: local-memory cap for its tile planner, program cache folder
  */
 #ifndef FFPA_COMMON_ENV_H
 #define FFPA_COMMON_ENV_H

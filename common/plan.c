@@ -339,7 +339,7 @@ ffpa_status ffpa_plan_portable(const ffpa_device_limits *lim, ffpa_portable_tile
      * dropped P (br x (bc + 1)) fitting in the K chunk's memory. */
     static const int sets[][4] = {{128, 16, 32, 32}, {128, 16, 32, 16}, {64, 8, 16, 16}, {32, 4, 8, 8}};
     for (size_t i = 0; i < sizeof sets / sizeof sets[0]; ++i) {
-        ffpa_portable_tiles t = {sets[i][0], sets[i][1], sets[i][2], sets[i][3], 0};
+        ffpa_portable_tiles t = {sets[i][0], sets[i][1], sets[i][2], sets[i][3], 0, 0};
         t.local_bytes = portable_local_bytes(t.br, t.bc, t.dc);
         if ((size_t)t.wg <= (size_t)lim->max_threads_per_block && t.local_bytes <= lim->smem_per_block) {
             *out = t;
@@ -348,4 +348,17 @@ ffpa_status ffpa_plan_portable(const ffpa_device_limits *lim, ffpa_portable_tile
         *out = t; /* on failure: the smallest set, whose needs the caller reports */
     }
     return FFPA_ERR_UNSUPPORTED;
+}
+
+ffpa_status ffpa_plan_portable_tiled(const ffpa_device_limits *lim, int64_t dv, ffpa_portable_tiles *out)
+{
+    const int tr = dv <= 512 ? 4 : 2, wg = 128, groups = 16, bc = 4 * groups, dc = 32, dcv = 4 * groups;
+    ffpa_portable_tiles t = {wg, (wg / groups) * tr, bc, dc, 0, tr};
+    /* Q chunk, K chunk, P^T, V chunk, one float per (row, column group) */
+    t.local_bytes = sizeof(float) * ((size_t)t.br * dc + (size_t)bc * dc + (size_t)bc * t.br + (size_t)bc * dcv +
+                                     (size_t)t.br * groups);
+    *out = t; /* either way: on failure, what the device lacks */
+    return (size_t)wg > (size_t)lim->max_threads_per_block || t.local_bytes > lim->smem_per_block
+               ? FFPA_ERR_UNSUPPORTED
+               : FFPA_OK;
 }

@@ -164,6 +164,7 @@ int ffpa_plan_sm90_bwd_covers(int64_t dqk, int64_t dv, int boxes, int cluster);
 typedef struct ffpa_portable_tiles {
     int wg, br, bc, dc;
     size_t local_bytes;
+    int tr; /* forward only: rows per work-item of the register-tiled kernel (kernels/fwd_tiled.cl), 0: fwd.cl */
 } ffpa_portable_tiles;
 
 /* The first tile set, largest first (the default 128 x 16 x 32 x 32 where it
@@ -171,6 +172,13 @@ typedef struct ffpa_portable_tiles {
  * (lim->smem_per_block, lim->max_threads_per_block); FFPA_ERR_UNSUPPORTED
  * when none does, with *out the smallest set (what the device lacks). */
 ffpa_status ffpa_plan_portable(const ffpa_device_limits *lim, ffpa_portable_tiles *out);
+
+/* The register-tiled forward's tiles (kernels/fwd_tiled.cl: 128 work-items,
+ * 64 keys, 32-column Q/K chunks, 64-column V chunks): tr = 4 rows per
+ * work-item (32 per work-group) for Dv <= 512, 2 (16) above, so that O's
+ * registers stay at 128 per work-item; FFPA_ERR_UNSUPPORTED where its local
+ * memory or work-group does not fit the device (*out filled either way). */
+ffpa_status ffpa_plan_portable_tiled(const ffpa_device_limits *lim, int64_t dv, ffpa_portable_tiles *out);
 
 /* Query block that work item w of a causal-aware schedule runs: with
  * FFPA_ORDER_LONGEST_FIRST, item 0 is the last (longest) query block. */

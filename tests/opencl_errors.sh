@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The opencl backend's process-wide choices fail clearly (one process each,
 # as the device is chosen once per process): no OpenCL platform, a device
-# index or name that does not exist, too little local memory for any tiles.
+# index or name that does not exist, too little local memory for any tiles,
+# a forward kernel override that is unknown or does not fit.
 # Usage: opencl_errors.sh FFPA_RUN
 set -u
 run=$1
@@ -28,5 +29,8 @@ expect "FFPA_OPENCL_DEVICE=no-such-accelerator: no such device" FFPA_OPENCL_DEVI
 # Less local memory than the smallest tiles (common/plan.c) need: refused by the forward, with the needs.
 expect "offers 500 bytes of local memory" FFPA_OPENCL_LOCAL_MEM=500
 expect "the smallest tiles need 960 bytes and 32" FFPA_OPENCL_LOCAL_MEM=959
+# The forward kernel's override: a value it does not know; the tiled kernel where it does not fit.
+expect "FFPA_OPENCL_FORWARD=bogus: expected tiled or portable" FFPA_OPENCL_FORWARD=bogus
+expect "FFPA_OPENCL_FORWARD=tiled: the tiled forward needs 38912 bytes" FFPA_OPENCL_FORWARD=tiled FFPA_OPENCL_LOCAL_MEM=20000
 echo "$fails failure(s)"
 [ "$fails" -eq 0 ]

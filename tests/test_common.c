@@ -220,6 +220,43 @@ static void test_plan_mla_and_options(void **state)
         }
 }
 
+/* A GPU's limits as the planners see them: 1024 work-items, 48 KiB of local memory. */
+static ffpa_device_limits gpu_limits(void)
+{
+    ffpa_device_limits lim = {0};
+    lim.is_gpu = 1;
+    lim.max_threads_per_block = 1024;
+    lim.smem_per_block = 48 * 1024;
+    return lim;
+}
+
+/* The register-tiled forward's tiles: 4 rows per work-item up to Dv = 512,
+ * 2 above (O's registers stay at 128); refused where its local memory does
+ * not fit, with its needs filled in for the message. */
+static void test_plan_portable_tiled(void **state)
+{
+    (void)state;
+    ffpa_device_limits lim = gpu_limits();
+    ffpa_portable_tiles t;
+    assert_int_equal(ffpa_plan_portable_tiled(&lim, 512, &t), FFPA_OK);
+    assert_int_equal(t.tr, 4);
+    assert_int_equal(t.wg, 128);
+    assert_int_equal(t.br, 32);
+    assert_int_equal(t.bc, 64);
+    assert_int_equal(t.local_bytes, 38912); /* 4 x (32 x 32 + 64 x 32 + 64 x 32 + 64 x 64 + 32 x 16) */
+    assert_int_equal(ffpa_plan_portable_tiled(&lim, 513, &t), FFPA_OK);
+    assert_int_equal(t.tr, 2);
+    assert_int_equal(t.br, 16);
+    assert_int_equal(t.local_bytes, 31744);
+    lim.smem_per_block = 31743;
+    assert_int_equal(ffpa_plan_portable_tiled(&lim, 1024, &t), FFPA_ERR_UNSUPPORTED);
+    assert_int_equal(t.local_bytes, 31744);
+    lim.smem_per_block = 1 << 20;
+    lim.max_threads_per_block = 64;
+    assert_int_equal(ffpa_plan_portable_tiled(&lim, 64, &t), FFPA_ERR_UNSUPPORTED);
+    assert_int_equal(t.wg, 128);
+}
+
 /* The portable (OpenCL) kernels' tiles: the default where it fits, smaller
  * sets as local memory or the work-group shrink, each set within the
  * device's limits and keeping the kernels' divisibility rules; none below
@@ -227,10 +264,7 @@ static void test_plan_mla_and_options(void **state)
 static void test_plan_portable_tiles(void **state)
 {
     (void)state;
-    ffpa_device_limits lim = {0};
-    lim.is_gpu = 1;
-    lim.max_threads_per_block = 1024;
-    lim.smem_per_block = 48 * 1024;
+    ffpa_device_limits lim = gpu_limits();
     ffpa_portable_tiles t;
     assert_int_equal(ffpa_plan_portable(&lim, &t), FFPA_OK);
     assert_int_equal(t.wg, 128);
@@ -743,6 +777,7 @@ int main(void)
         cmocka_unit_test(test_plan_mla_and_options),
         cmocka_unit_test(test_plan_rejects_bad_input),
         cmocka_unit_test(test_plan_portable_tiles),
+        cmocka_unit_test(test_plan_portable_tiled),
         cmocka_unit_test(test_plan_q_block_order),
         cmocka_unit_test(test_kv_schedule),
         cmocka_unit_test(test_f16_decode_and_round_trip),

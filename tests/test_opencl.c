@@ -71,7 +71,7 @@ static void test_compile_failure_is_clear_and_writes_nothing(void **state)
     (void)state;
     problem p;
     make(&p);
-    /* A build option the kernel source turns into #error (kernels/fwd.cl). */
+    /* A build option the kernel sources turn into #error (kernels/cl_score.h). */
     setenv("FFPA_OPENCL_BUILD_OPTIONS", "-DFFPA_CL_TEST_COMPILE_ERROR", 1);
     ffpa_status s = ffpa_forward(ctx, &p.tq, &p.tq, &p.tq, &p.to, NULL, NULL);
     unsetenv("FFPA_OPENCL_BUILD_OPTIONS");

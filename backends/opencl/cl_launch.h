@@ -67,7 +67,14 @@ void ffpa_cl_release_retired(void);
 ffpa_status ffpa_cl_forward_begin(const ffpa_gpu_state *st, const ffpa_problem *pb, const ffpa_cl_device **dev,
                                   cl_command_queue *queue, ffpa_cl_inputs_t *in, char *err, size_t err_len);
 
-/* The forward kernel (kernels/fwd.cl): its program for pb, and one launch
+/* Picks the forward kernel: the register-tiled one (kernels/fwd_tiled.cl)
+ * on GPUs where its tiles fit, kernels/fwd.cl otherwise; FFPA_OPENCL_FORWARD
+ * = tiled | portable forces one (tiled where it does not fit: an error).
+ * Sets in->tiles and the query blocks of in->p. */
+ffpa_status ffpa_cl_forward_kernel(const ffpa_gpu_state *st, const ffpa_cl_device *dev, const ffpa_problem *pb,
+                                   ffpa_cl_inputs_t *in, char *err, size_t err_len);
+
+/* The forward kernel (kernels/fwd.cl or fwd_tiled.cl, by in->tiles.tr): its program for pb, and one launch
  * over in's buffers; kv->paged: a KV-cache call, key rows through the pages
  * (block_table NULL: page b is sequence b; seqlens NULL: kv->uniform_len). */
 ffpa_status ffpa_cl_forward_program(const ffpa_cl_device *dev, const ffpa_problem *pb, const ffpa_portable_tiles *t,

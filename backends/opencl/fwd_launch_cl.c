@@ -11,8 +11,10 @@
 
 #include "cl_program.h"
 #include "dtype.h"
+#include "env.h"
 
 extern const char ffpa_cl_fwd_source[];
+extern const char ffpa_cl_fwd_tiled_source[];
 
 
 size_t ffpa_cl_forward_workspace(const ffpa_gpu_state *state, const ffpa_problem *pb)
@@ -23,15 +25,20 @@ size_t ffpa_cl_forward_workspace(const ffpa_gpu_state *state, const ffpa_problem
 
 /* The forward program for pb's dtype and Dv: GPUs get O's registers sized to
  * Dv and the Dv loop unrolled; CPUs one program per dtype (kernels/fwd.cl
- * says why). */
+ * says why; the tiled kernel's O holds 512 or 1024 columns there). */
 ffpa_status ffpa_cl_forward_program(const ffpa_cl_device *dev, const ffpa_problem *pb, const ffpa_portable_tiles *t,
                                     cl_program *program, char *err, size_t err_len)
 {
     char tiles[64], options[160];
+    const char *unroll = dev->is_gpu ? " -DFFPA_CL_UNROLL" : "";
+    if (t->tr) {
+        const int dvb = dev->is_gpu ? (int)((pb->dv + 63) / 64 * 64) : pb->dv <= 512 ? 512 : FFPA_MAX_HEAD_DIM;
+        snprintf(options, sizeof options, "-DTR=%d -DDT=%d -DDVB=%d%s", t->tr, (int)pb->dtype, dvb, unroll);
+        return ffpa_cl_program(dev, ffpa_cl_fwd_tiled_source, options, program, err, err_len);
+    }
     ffpa_cl_tile_options(t, tiles, sizeof tiles);
     const int dvb = dev->is_gpu ? (int)((pb->dv + t->dc - 1) / t->dc * t->dc) : FFPA_MAX_HEAD_DIM;
-    snprintf(options, sizeof options, "%s -DDT=%d -DDVB=%d%s", tiles, (int)pb->dtype, dvb,
-             dev->is_gpu ? " -DFFPA_CL_UNROLL" : "");
+    snprintf(options, sizeof options, "%s -DDT=%d -DDVB=%d%s", tiles, (int)pb->dtype, dvb, unroll);
     return ffpa_cl_program(dev, ffpa_cl_fwd_source, options, program, err, err_len);
 }
 
@@ -46,7 +53,33 @@ ffpa_status ffpa_cl_forward_launch(cl_command_queue queue, cl_program program, c
                                 {sizeof(cl_mem), &seqlens}};
     const size_t wg = (size_t)in->tiles.wg;
     const size_t global = (size_t)in->p.q_blocks * (size_t)pb->hq * (size_t)pb->batch * wg;
-    return ffpa_cl_launch(queue, program, "ffpa_fwd", args, 12, global, wg, err, err_len);
+    return ffpa_cl_launch(queue, program, in->tiles.tr ? "ffpa_fwd_tiled" : "ffpa_fwd", args, 12, global, wg, err,
+                          err_len);
+}
+
+ffpa_status ffpa_cl_forward_kernel(const ffpa_gpu_state *st, const ffpa_cl_device *dev, const ffpa_problem *pb,
+                                   ffpa_cl_inputs_t *in, char *err, size_t err_len)
+{
+    const char *want = ffpa_env_string("FFPA_OPENCL_FORWARD");
+    if (want && strcmp(want, "tiled") != 0 && strcmp(want, "portable") != 0) {
+        snprintf(err, err_len, "FFPA_OPENCL_FORWARD=%s: expected tiled or portable", want);
+        return FFPA_ERR_INVALID_ARGUMENT;
+    }
+    if (want ? strcmp(want, "portable") == 0 : !dev->is_gpu)
+        return FFPA_OK;
+    ffpa_portable_tiles tiled;
+    if (ffpa_plan_portable_tiled(&st->caps.limits, pb->dv, &tiled) != FFPA_OK) {
+        if (!want)
+            return FFPA_OK; /* the device's local memory is too small for it: fwd.cl */
+        snprintf(err, err_len,
+                 "FFPA_OPENCL_FORWARD=tiled: the tiled forward needs %zu bytes of local memory and %d work-items "
+                 "per work-group; the device offers %zu and %d",
+                 tiled.local_bytes, tiled.wg, st->caps.limits.smem_per_block, st->caps.limits.max_threads_per_block);
+        return FFPA_ERR_UNSUPPORTED;
+    }
+    in->tiles = tiled;
+    in->p.q_blocks = (int)((pb->nq + tiled.br - 1) / tiled.br);
+    return FFPA_OK;
 }
 
 ffpa_status ffpa_cl_forward_begin(const ffpa_gpu_state *st, const ffpa_problem *pb, const ffpa_cl_device **dev,
@@ -77,6 +110,8 @@ ffpa_status ffpa_cl_forward(ffpa_gpu_state *st, const ffpa_problem *pb, void *ws
     }
     if (s == FFPA_OK)
         s = ffpa_cl_upload_offsets(queue, pb, ws, &in, err, err_len); /* [cu_q | cu_k] at the workspace's start */
+    if (s == FFPA_OK)
+        s = ffpa_cl_forward_kernel(st, dev, pb, &in, err, err_len);
     cl_program program;
     if (s == FFPA_OK)
         s = ffpa_cl_forward_program(dev, pb, &in.tiles, &program, err, err_len);
@@ -85,6 +120,6 @@ ffpa_status ffpa_cl_forward(ffpa_gpu_state *st, const ffpa_problem *pb, void *ws
     if (s == FFPA_OK)
         s = ffpa_cl_forward_launch(queue, program, pb, &in, &no_cache, NULL, NULL, err, err_len);
     if (s == FFPA_OK)
-        st->last_kernel = "opencl portable";
+        st->last_kernel = in.tiles.tr ? "opencl tiled" : "opencl portable";
     return s;
 }

@@ -84,8 +84,8 @@ static void tile_grads(const ffpa_cl_fwd_params p, const ffpa_cl_bwd_params bp, 
         const long lsn = pass ? bp.do_sn : p.q_sn, rsn = pass ? p.v_sn : p.k_sn;
         const long lsd = pass ? bp.do_sd : p.q_sd, rsd = pass ? p.v_sd : p.k_sd;
         for (int d0 = 0; d0 < dim; d0 += DC) {
-            stage(&qs[0][0], DC, BR, DC, lhs, lbase, lsn, lsd, q0, g.seqlen_q, d0, dim, DT, tid, WG);
-            stage(&ks[0][0], DC + 1, BC, DC, rhs, rbase, rsn, rsd, kv0, g.seqlen_k, d0, dim, DT, tid, WG);
+            stage(&qs[0][0], DC, 0, BR, DC, lhs, lbase, lsn, lsd, q0, g.seqlen_q, d0, dim, DT, tid, WG);
+            stage(&ks[0][0], DC + 1, 0, BC, DC, rhs, rbase, rsn, rsd, kv0, g.seqlen_k, d0, dim, DT, tid, WG);
             barrier(CLK_LOCAL_MEM_FENCE);
             for (int cc = 0; cc < DC; ++cc) {
                 const float lv = qs[r][cc];
@@ -174,7 +174,7 @@ ffpa_bwd_dkdv(const ffpa_cl_fwd_params p, const ffpa_cl_bwd_params bp, __global 
                 const long sn = pass ? p.q_sn : bp.do_sn, sd = pass ? p.q_sd : bp.do_sd;
                 __local float(*w)[BC + 1] = pass ? dsl : pzl;
                 for (int d0 = 0; d0 < dim; d0 += DC) {
-                    stage(&qs[0][0], DC, BR, DC, src, base, sn, sd, q0, g.seqlen_q, d0, dim, DT, tid, WG);
+                    stage(&qs[0][0], DC, 0, BR, DC, src, base, sn, sd, q0, g.seqlen_q, d0, dim, DT, tid, WG);
                     barrier(CLK_LOCAL_MEM_FENCE);
                     for (int x = 0; x < DC / UPARTS; ++x) {
                         const int cc = upart * (DC / UPARTS) + x, col = d0 + cc;
@@ -276,7 +276,8 @@ ffpa_bwd_dq(const ffpa_cl_fwd_params p, const ffpa_cl_bwd_params bp, __global co
                     /* dQ += scale dS K, chunk by chunk (K staged again). */
                     const long k_base = p.k_off + (p.varlen ? g.k_start * p.k_sn : (long)b * p.k_sb) + (long)kvh * p.k_sh;
                     for (int d0 = 0; d0 < p.dqk; d0 += DC) {
-                        stage(&ks[0][0], DC + 1, BC, DC, kb, k_base, p.k_sn, p.k_sd, kv0, g.seqlen_k, d0, p.dqk, DT, tid, WG);
+                        stage(&ks[0][0], DC + 1, 0, BC, DC, kb, k_base, p.k_sn, p.k_sd, kv0, g.seqlen_k, d0, p.dqk, DT,
+                              tid, WG);
                         barrier(CLK_LOCAL_MEM_FENCE);
                         for (int x = 0; x < DC / TPR; ++x) {
                             const int cc = tc + TPR * x, col = d0 + cc;

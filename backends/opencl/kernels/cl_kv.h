@@ -29,15 +29,77 @@ static long kv_row(const ffpa_cl_kv_params kv, __global const int *btb, long off
     return off + page * sp + (long)h * sh + (long)(j % kv.page_size) * sn;
 }
 
+/* A forward work-group's share (kernels/fwd.cl, fwd_tiled.cl): its
+ * (sequence, query head, first query row), the sequence geometry (with a
+ * paged cache, the cache length is the key count), where its Q, K and V
+ * rows start, its ALiBi slope. Work-group g runs query block g % q_blocks
+ * of br rows. */
+typedef struct fwd_group {
+    int b, h, kvh, q0;
+    int rows; /* query rows of the block in the sequence (<= 0: none, the work-group has nothing to do) */
+    int diag; /* seqlen_k - seqlen_q: where the causal diagonal is */
+    seq_geom sg;
+    long q_base, k_base, v_base;
+    float slope;
+} fwd_group;
+
+static fwd_group fwd_group_of(const ffpa_cl_fwd_params p, const ffpa_cl_kv_params kv, __global const int *cub,
+                              __global const int *lensb, __global const float *alibib, int br)
+{
+    fwd_group w;
+    const int g = (int)get_group_id(0);
+    w.h = (g / p.q_blocks) % p.hq;
+    w.b = g / (p.q_blocks * p.hq);
+    w.kvh = w.h / p.group;
+    w.q0 = (g % p.q_blocks) * br;
+    w.sg = seq_of(p, cub, w.b);
+    if (kv.paged)
+        w.sg.seqlen_k = kv_seqlen(kv, lensb, w.b);
+    w.rows = min(br, w.sg.seqlen_q - w.q0);
+    w.diag = w.sg.seqlen_k - w.sg.seqlen_q;
+    w.q_base = p.q_off + (p.varlen ? w.sg.q_start * p.q_sn : (long)w.b * p.q_sb) + (long)w.h * p.q_sh;
+    w.k_base = p.k_off + (p.varlen ? w.sg.k_start * p.k_sn : (long)w.b * p.k_sb) + (long)w.kvh * p.k_sh;
+    w.v_base = p.v_off + (p.varlen ? w.sg.k_start * p.v_sn : (long)w.b * p.v_sb) + (long)w.kvh * p.v_sh;
+    w.slope = p.has_alibi ? alibib[p.alibi_off + (long)w.b * p.alibi_sb + (long)w.h * p.alibi_sh] : 0.0f;
+    return w;
+}
+
+/* Where query row i's output row (column 0) and LSE live. */
+static long fwd_o_row(const ffpa_cl_fwd_params p, fwd_group w, int i)
+{
+    return p.o_off + (p.varlen ? (w.sg.q_start + i) * p.o_sn : (long)w.b * p.o_sb + (long)i * p.o_sn) +
+           (long)w.h * p.o_sh;
+}
+
+static long fwd_lse_at(const ffpa_cl_fwd_params p, fwd_group w, int i)
+{
+    return p.lse_off + (p.varlen ? (w.sg.q_start + i) * p.lse_sn : (long)w.b * p.lse_sb + (long)i * p.lse_sn) +
+           (long)w.h * p.lse_sh;
+}
+
 /* stage() for key rows: dense rows from dense_base, or (kv.paged) rows
  * through the pages of the pool (off, sp, sh, sn) of kv head h. */
-static void stage_keys(__local float *dst, int ld, int rows, int cols, __global const uchar *src,
+static void stage_keys(__local float *dst, int ld, int layout, int rows, int cols, __global const uchar *src,
                        const ffpa_cl_kv_params kv, __global const int *btb, long dense_base, long off, long sp,
                        long sh, long sn, long sd, int b, int h, int r0, int valid, int d0, int dim, int dt, int tid,
                        int nthreads)
 {
     if (!kv.paged) {
-        stage(dst, ld, rows, cols, src, dense_base, sn, sd, r0, valid, d0, dim, dt, tid, nthreads);
+        stage(dst, ld, layout, rows, cols, src, dense_base, sn, sd, r0, valid, d0, dim, dt, tid, nthreads);
+        return;
+    }
+    if (quads_fit(layout, ld, sd, cols, d0, dim)) {
+        const int quads = cols >> 2;
+        for (int e = tid; e < rows * quads; e += nthreads) {
+            const int rr = e / quads, cc = (e % quads) << 2;
+            float4 x = (float4)(0.0f);
+            if (r0 + rr < valid) {
+                const long row = kv_row(kv, btb, off, sp, sh, sn, b, h, r0 + rr);
+                if (row >= 0)
+                    x = load_quad(src, row + d0 + cc, dt);
+            }
+            vstore4(x, 0, dst + local_at(rr, cc, ld, layout));
+        }
         return;
     }
     for (int e = tid; e < rows * cols; e += nthreads) {
@@ -48,7 +110,7 @@ static void stage_keys(__local float *dst, int ld, int rows, int cols, __global 
             if (row >= 0)
                 x = load_elem(src, row + (long)(d0 + cc) * sd, dt);
         }
-        dst[rr * ld + cc] = x;
+        dst[local_at(rr, cc, ld, layout)] = x;
     }
 }
 

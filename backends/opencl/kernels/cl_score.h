@@ -10,6 +10,10 @@
 
 #include "cl_params.h"
 
+#ifdef FFPA_CL_TEST_COMPILE_ERROR
+#error "FFPA_CL_TEST_COMPILE_ERROR: the build-failure path's test (FFPA_OPENCL_BUILD_OPTIONS)"
+#endif
+
 /* Element idx of a buffer of dtype dt (0 f16, 1 bf16, 2 f32) as float: f16
  * through vload_half (no cl_khr_fp16 needed), bf16 as a float's high half. */
 static float load_elem(__global const uchar *base, long idx, int dt)
@@ -38,18 +42,66 @@ static void store_elem(__global uchar *base, long idx, float v, int dt)
     }
 }
 
+/* How stage() lays a tile out and loads it (flags): STAGE_SWIZZLE, the
+ * groups of 4 columns XOR-ed with the row's group of 4 (mod 8), so that
+ * 4-column reads (vload4) of 8 row groups at one column hit different banks;
+ * STAGE_QUADS, 4 contiguous columns per load where the source allows (a load
+ * and its index arithmetic per element cost the register-tiled forward as
+ * much as its FMAs). Both for kernels/fwd_tiled.cl: on the H200 the quads
+ * made fwd.cl 13-18% slower at D >= 512 (its odd-pitch K chunk), so fwd.cl
+ * and bwd.cl stage element by element (docs/notes/opencl.md). */
+#define STAGE_SWIZZLE 1
+#define STAGE_QUADS 2
+
+/* Where element (rr, cc) of a staged tile lives in local memory: row pitch
+ * ld, swizzled with STAGE_SWIZZLE in layout. */
+static int local_at(int rr, int cc, int ld, int layout)
+{
+    if (!(layout & STAGE_SWIZZLE))
+        return rr * ld + cc;
+    const int group = cc >> 2;
+    return rr * ld + ((group & ~7) | ((group ^ (rr >> 2)) & 7)) * 4 + (cc & 3);
+}
+
+/* Elements idx..idx + 3 of a buffer of dtype dt, as load_elem. */
+static float4 load_quad(__global const uchar *base, long idx, int dt)
+{
+    if (dt == 2)
+        return vload4(0, (__global const float *)base + idx);
+    if (dt == 0)
+        return vload_half4(0, (__global const half *)base + idx);
+    return as_float4(convert_uint4(vload4(0, (__global const ushort *)base + idx)) << 16);
+}
+
+/* Whether a staged chunk goes 4 columns at a time: asked for, unit column
+ * stride, whole groups of 4 in 16-byte aligned local rows, none past dim
+ * (the last chunk of an odd Dv is not). */
+static int quads_fit(int layout, int ld, long sd, int cols, int d0, int dim)
+{
+    return (layout & STAGE_QUADS) && sd == 1 && (cols & 3) == 0 && (ld & 3) == 0 && d0 + cols <= dim;
+}
+
 /* rows x cols elements of a strided tensor (row stride sn, column stride
  * sd; rows r0.. valid below `valid`, columns d0.. below dim; zeros
- * elsewhere) into local memory with row pitch ld, the work-group's nthreads
- * work-items sharing the copy. */
-static void stage(__local float *dst, int ld, int rows, int cols, __global const uchar *src, long base, long sn,
-                  long sd, int r0, int valid, int d0, int dim, int dt, int tid, int nthreads)
+ * elsewhere) into local memory (local_at(ld, layout)), the work-group's
+ * nthreads work-items sharing the copy. */
+static void stage(__local float *dst, int ld, int layout, int rows, int cols, __global const uchar *src, long base,
+                  long sn, long sd, int r0, int valid, int d0, int dim, int dt, int tid, int nthreads)
 {
+    if (quads_fit(layout, ld, sd, cols, d0, dim)) {
+        const int quads = cols >> 2;
+        for (int e = tid; e < rows * quads; e += nthreads) {
+            const int rr = e / quads, cc = (e % quads) << 2;
+            vstore4(r0 + rr < valid ? load_quad(src, base + (long)(r0 + rr) * sn + d0 + cc, dt) : (float4)(0.0f), 0,
+                    dst + local_at(rr, cc, ld, layout));
+        }
+        return;
+    }
     for (int e = tid; e < rows * cols; e += nthreads) {
         const int rr = e / cols, cc = e % cols;
-        dst[rr * ld + cc] = r0 + rr < valid && d0 + cc < dim
-                                ? load_elem(src, base + (long)(r0 + rr) * sn + (long)(d0 + cc) * sd, dt)
-                                : 0.0f;
+        dst[local_at(rr, cc, ld, layout)] = r0 + rr < valid && d0 + cc < dim
+                                             ? load_elem(src, base + (long)(r0 + rr) * sn + (long)(d0 + cc) * sd, dt)
+                                             : 0.0f;
     }
 }
 

@@ -28,10 +28,6 @@
 #include "cl_score.h"
 #include "philox.h"
 
-#ifdef FFPA_CL_TEST_COMPILE_ERROR
-#error "FFPA_CL_TEST_COMPILE_ERROR: the build-failure path's test (FFPA_OPENCL_BUILD_OPTIONS)"
-#endif
-
 /* Tiles: build options from common/plan.c's ffpa_plan_portable (the device's
  * local memory and work-group limits), these defaults otherwise. */
 #ifndef WG
@@ -64,26 +60,13 @@ ffpa_fwd(const ffpa_cl_fwd_params p, __global const uchar *qb, __global const uc
 
     const int tid = (int)get_local_id(0);
     const int r = tid / TPR, tc = tid % TPR;
-    const int g = (int)get_group_id(0);
-    const int qblk = g % p.q_blocks, h = (g / p.q_blocks) % p.hq, b = g / (p.q_blocks * p.hq);
-    const int kvh = h / p.group;
-
-    seq_geom sg = seq_of(p, cub, b);
-    if (kv.paged)
-        sg.seqlen_k = kv_seqlen(kv, lensb, b);
-    const long q_start = sg.q_start, k_start = sg.k_start;
-    const int seqlen_q = sg.seqlen_q, seqlen_k = sg.seqlen_k;
-    const int q0 = qblk * BR;
-    if (q0 >= seqlen_q)
+    const fwd_group w = fwd_group_of(p, kv, cub, lensb, alibib, BR);
+    if (w.rows <= 0)
         return; /* the whole work-group: no barrier is left waiting */
-    const int rows = min(BR, seqlen_q - q0);
+    const int b = w.b, h = w.h, kvh = w.kvh, q0 = w.q0, rows = w.rows, diag = w.diag;
+    const seq_geom sg = w.sg;
+    const int seqlen_q = sg.seqlen_q, seqlen_k = sg.seqlen_k;
     const int i = q0 + r; /* this work-item's row */
-    const int diag = seqlen_k - seqlen_q;
-
-    const long q_base = p.q_off + (p.varlen ? q_start * p.q_sn : (long)b * p.q_sb) + (long)h * p.q_sh;
-    const long k_base = p.k_off + (p.varlen ? k_start * p.k_sn : (long)b * p.k_sb) + (long)kvh * p.k_sh;
-    const long v_base = p.v_off + (p.varlen ? k_start * p.v_sn : (long)b * p.v_sb) + (long)kvh * p.v_sh;
-    const float slope = p.has_alibi ? alibib[p.alibi_off + (long)b * p.alibi_sb + (long)h * p.alibi_sh] : 0.0f;
 
     /* Key tiles the rows may see (the others are skipped). */
     int tile_begin;
@@ -100,9 +83,9 @@ ffpa_fwd(const ffpa_cl_fwd_params p, __global const uchar *qb, __global const uc
         for (int k = 0; k < BC / TPR; ++k)
             sacc[k] = 0.0f;
         for (int d0 = 0; d0 < p.dqk; d0 += DC) {
-            stage(&qs[0][0], DC, BR, DC, qb, q_base, p.q_sn, p.q_sd, q0, seqlen_q, d0, p.dqk, DT, tid, WG);
-            stage_keys(&ks[0][0], DC + 1, BC, DC, kb, kv, btb, k_base, p.k_off, p.k_sb, p.k_sh, p.k_sn, p.k_sd, b, kvh,
-                       kv0, seqlen_k, d0, p.dqk, DT, tid, WG);
+            stage(&qs[0][0], DC, 0, BR, DC, qb, w.q_base, p.q_sn, p.q_sd, q0, seqlen_q, d0, p.dqk, DT, tid, WG);
+            stage_keys(&ks[0][0], DC + 1, 0, BC, DC, kb, kv, btb, w.k_base, p.k_off, p.k_sb, p.k_sh, p.k_sn, p.k_sd, b,
+                       kvh, kv0, seqlen_k, d0, p.dqk, DT, tid, WG);
             barrier(CLK_LOCAL_MEM_FENCE);
             for (int cc = 0; cc < DC; ++cc) {
                 const float qv = qs[r][cc];
@@ -115,7 +98,7 @@ ffpa_fwd(const ffpa_cl_fwd_params p, __global const uchar *qb, __global const uc
         /* Score epilogue (natural-log units). */
         for (int k = 0; k < BC / TPR; ++k) {
             const int c = tc + TPR * k;
-            ss[r][c] = score(p, sacc[k], b, h, i, kv0 + c, sg, biasb, slope, 0);
+            ss[r][c] = score(p, sacc[k], b, h, i, kv0 + c, sg, biasb, w.slope, 0);
         }
         barrier(CLK_LOCAL_MEM_FENCE);
 
@@ -150,8 +133,8 @@ ffpa_fwd(const ffpa_cl_fwd_params p, __global const uchar *qb, __global const uc
             const int d0 = chunk * DC;
             if (d0 >= p.dv)
                 break; /* uniform: every work-item leaves at the same chunk */
-            stage_keys(&vs[0][0], DC, BC, DC, vb, kv, btb, v_base, p.v_off, p.v_sb, p.v_sh, p.v_sn, p.v_sd, b, kvh, kv0,
-                       seqlen_k, d0, p.dv, DT, tid, WG);
+            stage_keys(&vs[0][0], DC, 0, BC, DC, vb, kv, btb, w.v_base, p.v_off, p.v_sb, p.v_sh, p.v_sn, p.v_sd, b, kvh,
+                       kv0, seqlen_k, d0, p.dv, DT, tid, WG);
             barrier(CLK_LOCAL_MEM_FENCE);
 #pragma unroll
             for (int x = 0; x < DC / TPR; ++x) {
@@ -168,8 +151,7 @@ ffpa_fwd(const ffpa_cl_fwd_params p, __global const uchar *qb, __global const uc
     if (r >= rows)
         return;
     const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-    const long o_row = p.o_off + (p.varlen ? (q_start + i) * p.o_sn : (long)b * p.o_sb + (long)i * p.o_sn) +
-                       (long)h * p.o_sh;
+    const long o_row = fwd_o_row(p, w, i);
     DV_LOOP
     for (int chunk = 0; chunk < DVB / DC && chunk * DC < p.dv; ++chunk)
 #pragma unroll
@@ -179,8 +161,6 @@ ffpa_fwd(const ffpa_cl_fwd_params p, __global const uchar *qb, __global const uc
                 store_elem(ob, o_row + (long)col * p.o_sd, l > 0.0f ? o[chunk * (DC / TPR) + x] * inv : 0.0f, DT);
         }
     if (p.has_lse && tc == 0) {
-        const long at = p.lse_off + (p.varlen ? (q_start + i) * p.lse_sn : (long)b * p.lse_sb + (long)i * p.lse_sn) +
-                        (long)h * p.lse_sh;
-        lseb[at] = l > 0.0f ? m + log(l) : -INFINITY;
+        lseb[fwd_lse_at(p, w, i)] = l > 0.0f ? m + log(l) : -INFINITY;
     }
 }
