@@ -29,6 +29,15 @@ static long kv_row(const ffpa_cl_kv_params kv, __global const int *btb, long off
     return off + page * sp + (long)h * sh + (long)(j % kv.page_size) * sn;
 }
 
+/* The forward kernels' loops over Dv chunks: unrolled on GPUs
+ * (FFPA_CL_UNROLL), so that O stays in registers; a loop elsewhere (CPU
+ * compilers such as pocl's take minutes over an unrolled loop of barriers). */
+#ifdef FFPA_CL_UNROLL
+#define DV_LOOP _Pragma("unroll")
+#else
+#define DV_LOOP _Pragma("unroll 1")
+#endif
+
 /* A forward work-group's share (kernels/fwd.cl, fwd_tiled.cl): its
  * (sequence, query head, first query row), the sequence geometry (with a
  * paged cache, the cache length is the key count), where its Q, K and V

@@ -39,12 +39,6 @@
 #define TPR (WG / BR)
 #define OCOLS (DVB / TPR)
 
-#ifdef FFPA_CL_UNROLL
-#define DV_LOOP _Pragma("unroll")
-#else
-#define DV_LOOP _Pragma("unroll 1")
-#endif
-
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 ffpa_fwd(const ffpa_cl_fwd_params p, __global const uchar *qb, __global const uchar *kb, __global const uchar *vb,
          __global uchar *ob, __global float *lseb, __global const uchar *biasb, __global const float *alibib,

@@ -43,12 +43,6 @@
 #define DCV (4 * CG)
 #define OCH (DVB / DCV)
 
-#ifdef FFPA_CL_UNROLL
-#define DV_LOOP _Pragma("unroll")
-#else
-#define DV_LOOP _Pragma("unroll 1")
-#endif
-
 #if TR == 4
 #define LOAD_ROWS(at) vload4(0, at)
 typedef float4 rowvec;
