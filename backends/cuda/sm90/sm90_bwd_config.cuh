@@ -76,10 +76,12 @@ template <typename T_, int kBoxes_, int kCluster_ = 1, bool kKeySplit_ = false> 
     static constexpr size_t kDpBytes = kKeySplit ? 0 : kCluster == 1 ? kBlockBytes : (kCluster - 1) * kBlockBytes;
     static constexpr size_t kRsBytes = (kCluster - 1) * kBlockBytes; /* the peers' partial S^T blocks */
     static constexpr size_t kPdsBytes = 64 * 64 * 2; /* P^T or dS^T of 64 keys, 16-bit, swizzled */
-    /* P^T and dS^T of the CTA's keys; kKeySplit keeps dS^T of two tiles
-     * (each consumer's dQ reads the other's, sm90_bwd_keys.cuh). */
-    static constexpr size_t kPtBytes = kPdsBytes * (kBc / 64);
-    static constexpr size_t kDstBytes = kPtBytes * (kKeySplit ? 2 : 1);
+    /* P^T and dS^T of the CTA's keys. kKeySplit keeps P^T in registers
+     * (the dV GEMM reads it from there) and dS^T of two tiles (each
+     * consumer's dQ reads the other's, sm90_bwd_keys.cuh). */
+    static constexpr size_t kDsTileBytes = kPdsBytes * (kBc / 64);
+    static constexpr size_t kPtBytes = kKeySplit ? 0 : kDsTileBytes;
+    static constexpr size_t kDstBytes = kDsTileBytes * (kKeySplit ? 2 : 1);
     /* LSE (base 2) and Delta of the tile's rows (kKeySplit: of two tiles) */
     static constexpr size_t kRowBytes = 2 * 64 * 4 * (kKeySplit ? 2 : 1);
     /* kKeySplit: the tile's dQ (64 x 128 fp32, four 64 x 32 boxes) staged

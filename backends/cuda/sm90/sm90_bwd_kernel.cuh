@@ -86,7 +86,7 @@ FFPA_DEV void bwd_consumer(const BwdMaps &maps, const ffpa_bwd_params &p, const 
              * the pass's own column slabs (held for phase 2). */
             float acc[32];
             if (consumer == 0)
-                rows[ctid] = next_row; /* the previous tile's readers are past kBarPdsFull */
+                rows[ctid] = row_value(next_row, ctid); /* the previous tile's readers are past kBarPdsFull */
             BwdBiasTile<Cfg> bias;
             if constexpr (kExtras)
                 if (p.mask.bias)

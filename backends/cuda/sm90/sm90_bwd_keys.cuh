@@ -3,15 +3,22 @@
  * 128): the FlashAttention-3 split of the work. A CTA owns 128 keys and
  * consumer c the 64 keys [64 c, 64 c + 64) of them; each streams every
  * query tile (Q and dO, read by both consumers) and per tile:
- *   S^T_c = K_c Q^T and dP^T_c = V_c dO^T (wgmma SS over D), both in its
+ *   S^T_c = K_c Q^T, then dP^T_c = V_c dO^T (wgmma SS over D), both in its
  *     registers: no exchange between the GEMM phases;
- *   P^T_c, dS^T_c (softmax_grad over all 8 n8-blocks) into its tiles;
+ *   P^T_c while dP^T_c is in flight (grad_probs), then dV_c += P^T_c Z dO
+ *     with P^T from registers (wgmma RS);
+ *   dS^T_c while that runs (grad_dscores), into its registers and its
+ *     shared tile;
  *   one barrier: both consumers' dS^T are written;
- *   dV_c += P^T_c dO, dK_c += dS^T_c Q, and dQ's columns [64 c, 64 c + 64)
- *     = dS K over all 128 keys, staged in shared memory; a producer warp
- *     adds the tile into the fp32 buffer by TMA reductions
+ *   dQ's columns [64 c, 64 c + 64) = dS K over all 128 keys, then dK_c +=
+ *     dS^T_c Q from registers, under which dQ is staged in shared memory;
+ *     a producer warp adds the tile into the fp32 buffer by TMA reductions
  *     (bwd_dq_reducer), so the consumers do not wait on them. With
  *     FFPA_GRAD_ACCUM_OUTPUT they reduce into the output from registers.
+ * (Staging tile t's dQ under tile t+1's first GEMM instead needs dQ's
+ * wgmma group waited for across the loop's back edge: ptxas 13.0 then
+ * cannot tell the group is done when dQ's registers are read and
+ * serialises every wgmma of the kernel, C7514 / C7515.)
  * Against the 64-key kernel (sm90_bwd_kernel.cuh) each Q / dO tile and each
  * dQ reduction serves twice the keys, and a tile has one barrier instead of
  * two.
@@ -19,13 +26,14 @@
  * Buffers shared by the consumers alternate by tile: dS^T (the other
  * consumer may still read tile t's for dQ while this one writes tile t+1's)
  * and the rows' LSE / Delta (consumer 0 writes tile t+1's during tile t).
- * Both are written after the writer passed the barrier of tile t-1 and
- * read after the barrier of tile t, and the buffer's previous readers (of
- * tile t-1) were done before that barrier.
+ * Both are written during tile t, after the writer passed the barrier of
+ * tile t-1, and the buffer's previous readers (tile t-2's dQ GEMMs, tile
+ * t-1's softmax gradient) were done before that barrier.
  *
- * kExtras as there (dropout, the variants; bias and dbias work but spill:
- * the launcher keeps them on the 64-key kernel, as deterministic mode with
- * FFPA_GRAD_ACCUM_OUTPUT, sm90_bwd_launch.cu).
+ * kExtras as there (dropout, the variants), without a bias or dbias: its
+ * 32 values a thread would spill beside dK, dV, S^T and dP^T, so
+ * sm90_bwd_launch.cu keeps a bias on the 64-key kernel, as deterministic
+ * mode with FFPA_GRAD_ACCUM_OUTPUT.
  */
 #ifndef FFPA_CUDA_SM90_BWD_KEYS_CUH
 #define FFPA_CUDA_SM90_BWD_KEYS_CUH
@@ -51,7 +59,6 @@ FFPA_DEV void bwd_consumer_keys(const ffpa_bwd_params &p, const BwdOutViews &out
     const int lane = ctid & 31;
     constexpr uint32_t kHalf = 2 * kBoxBytes; /* K or V of 64 keys (load_kv's layout) */
     const uint32_t k_addr = smem_u32(smem + L::k), v_addr = smem_u32(smem + L::v);
-    uint8_t *pt = smem + L::pt + consumer * Cfg::kPdsBytes;
     float *rows = reinterpret_cast<float *>(smem + L::rows);
     BwdWork mine = w; /* this consumer's 64 keys, for the masks */
     mine.kb0 += 64 * consumer;
@@ -68,11 +75,30 @@ FFPA_DEV void bwd_consumer_keys(const ffpa_bwd_params &p, const BwdOutViews &out
      * tile after next a tile ahead (fetch_row). */
     float next_row = 0.0f;
     if (consumer == 0 && items > 0) {
-        rows[ctid] = fetch_row(p, w, w.head(0), w.q0(0), ctid);
+        rows[ctid] = row_value(fetch_row(p, w, w.head(0), w.q0(0), ctid), ctid);
         if (items > 1)
             next_row = fetch_row(p, w, w.head(1), w.q0(1), ctid);
     }
     named_barrier_sync(kBarDpFull, 256); /* tile 0's rows */
+
+    /* Tile t's dQ, once its GEMMs are done: staged for the reducer (the
+     * stage is free once the reducer has read tile t-1's), or reduced into
+     * the output from registers. */
+    auto finish_dq = [&](float(&dq)[32], int t) {
+        const int h = w.head(t), q0 = w.q0(t), rows_q = min(Cfg::kBr, w.seqlen_q - q0);
+        if (p.dq.is_f32) {
+            if (t > 0)
+                bwd_wait(&bars->dq_empty, (uint32_t)(t - 1) & 1, false, 9, t);
+            uint8_t *stage = smem + L::dqs + consumer * (2 * 8192); /* its two 64 x 32 boxes */
+            stage_dq(dq, stage, stage, rows_q, ctid);
+            fence_proxy_async_shared();
+            __syncwarp();
+            if (lane == 0)
+                mbar_arrive(&bars->dq_full);
+        } else {
+            reduce_dq<T>(dq, p.dq, w.dq_row(p, h, q0), rows_q, 64 * consumer, p.dqk, ctid);
+        }
+    };
 
     float dv[64], dk[64];
 #pragma unroll
@@ -82,17 +108,16 @@ FFPA_DEV void bwd_consumer_keys(const ffpa_bwd_params &p, const BwdOutViews &out
     for (int it = 0; it < items; ++it) {
         const int h = w.head(it), q0 = w.q0(it);
         if (consumer == 0 && it + 1 < items) {
-            rows[((it + 1) & 1) * 128 + ctid] = next_row;
+            rows[((it + 1) & 1) * 128 + ctid] = row_value(next_row, ctid);
             if (it + 2 < items)
                 next_row = fetch_row(p, w, w.head(it + 2), w.q0(it + 2), ctid);
         }
         const uint32_t q_slab = smem_u32(R::ptr(smem, 0, it)), do_slab = smem_u32(R::ptr(smem, 1, it));
+        const float *tile_rows = rows + (it & 1) * 128;
+        uint8_t *dst = smem + L::dst + (it & 1) * Cfg::kDsTileBytes; /* this tile's dS^T, both consumers' keys */
 
-        /* Phase 1: S^T and dP^T of this consumer's keys (the bias loads in flight meanwhile). */
-        BwdBiasTile<Cfg> bias;
-        if constexpr (kExtras)
-            if (p.mask.bias)
-                bias.load(p, mine, h, q0, ctid, 0, 8);
+        /* Phase 1: S^T, then dP^T, of this consumer's keys; the dropout
+         * draws while they run. */
         float s[32], dpt[32];
         bwd_wait(R::full(bars, 0, it), R::parity(it), false, 2, it);
         fence_operands(s);
@@ -103,50 +128,44 @@ FFPA_DEV void bwd_consumer_keys(const ffpa_bwd_params &p, const BwdOutViews &out
         bwd_wait(R::full(bars, 1, it), R::parity(it), false, 2, it);
         G::scores_slab(dpt, v_addr + consumer * kHalf, do_slab, 0, true);
         wgmma_commit();
-        wgmma_wait<0>();
-        fence_operands(s);
-        fence_operands(dpt);
+        const uint32_t keep =
+            kExtras && p.mask.has_dropout ? keep_bits<Cfg>(p.mask, mine, h, q0, ctid, 0, 8) : 0xFFFFFFFFu;
 
-        uint8_t *dst = smem + L::dst + (it & 1) * Cfg::kPtBytes; /* this tile's dS^T, both consumers' keys */
-        softmax_grad<Cfg, kExtras>(OwnScores{s, dpt}, rows + (it & 1) * 128, pt, dst + consumer * Cfg::kPdsBytes,
-                                   p, mine, h, q0, ctid, 0, 0, 8, nullptr, true, bias);
+        /* P^T under the dP^T GEMM, then dV_c += P^T Z dO from registers. */
+        wgmma_wait<1>();
+        fence_operands(s);
+        uint32_t pf[4][4], df[4][4];
+        grad_probs<Cfg, kExtras>(s, pf, tile_rows, keep, p, mine, h, q0, ctid);
+        fence_operands(dv);
+        wgmma_fence();
+        G::grad_slab_regs(dv, pf, do_slab);
+        wgmma_commit();
+
+        /* dS^T under the dV GEMM; once both consumers' are written, dQ's
+         * columns of this consumer over all 128 keys, then dK_c += dS^T Q
+         * from registers, under which dQ is finished. */
+        wgmma_wait<1>();
+        fence_operands(dpt);
+        grad_dscores<Cfg, kExtras>(s, dpt, df, dst + consumer * Cfg::kPdsBytes, tile_rows, keep, p, ctid);
         fence_proxy_async_shared();
         named_barrier_sync(kBarPdsFull, 256);
-
-        /* Phase 2: dV_c, dK_c, and dQ's columns of this consumer over all 128 keys. */
         float dq[32];
         const uint32_t dst_addr = smem_u32(dst);
-        fence_operands(dv);
-        fence_operands(dk);
         wgmma_fence();
-        G::grad_slab(dv, smem_u32(pt), do_slab);
-        wgmma_commit();
-        G::grad_slab(dk, dst_addr + consumer * (uint32_t)Cfg::kPdsBytes, q_slab);
-        wgmma_commit();
         G::template dq_gemm<64>(dq, dst_addr, k_addr + consumer * kBoxBytes);
         G::template dq_gemm<64>(dq, dst_addr + (uint32_t)Cfg::kPdsBytes, k_addr + kHalf + consumer * kBoxBytes, true);
         wgmma_commit();
-        wgmma_wait<1>();
-        release(0, it);
+        fence_operands(dk);
+        G::grad_slab_regs(dk, df, q_slab);
+        wgmma_commit();
+        wgmma_wait<1>(); /* dV (the dO slab is read) and dQ */
         release(1, it);
-        wgmma_wait<0>();
+        fence_operands(dq);
+        finish_dq(dq, it);
+        wgmma_wait<0>(); /* dK: the Q slab is read */
+        release(0, it);
         fence_operands(dv);
         fence_operands(dk);
-        fence_operands(dq);
-        const int rows_q = min(Cfg::kBr, w.seqlen_q - q0);
-        if (p.dq.is_f32) {
-            /* The stage is free once the reducer has read the last tile's. */
-            if (it > 0)
-                bwd_wait(&bars->dq_empty, (uint32_t)(it - 1) & 1, false, 9, it);
-            uint8_t *stage = smem + L::dqs + consumer * (2 * 8192); /* its two 64 x 32 boxes */
-            stage_dq(dq, stage, stage, rows_q, ctid);
-            fence_proxy_async_shared();
-            __syncwarp();
-            if (lane == 0)
-                mbar_arrive(&bars->dq_full);
-        } else {
-            reduce_dq<T>(dq, p.dq, w.dq_row(p, h, q0), rows_q, 64 * consumer, p.dqk, ctid);
-        }
     }
 
     const int rows_valid = min(64, w.seqlen_k - mine.kb0);

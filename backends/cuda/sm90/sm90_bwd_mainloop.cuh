@@ -289,6 +289,16 @@ template <class Cfg> struct BwdGemms {
                                 make_desc_sw128(slab_addr + kk * 2048, kBoxBytes, 1024), 1);
     }
 
+    /* The same with A from this consumer's registers (wgmma RS): the A
+     * fragments of each k16 step of the 64 rows (the key-split kernel's
+     * P^T Z and dS^T, grad_probs / grad_dscores). */
+    static FFPA_DEV void grad_slab_regs(float (&acc)[64], const uint32_t (&a)[4][4], uint32_t slab_addr)
+    {
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk)
+            wgmma_rs<T, 128>(acc, a[kk], make_desc_sw128(slab_addr + kk * 2048, kBoxBytes, 1024), 1);
+    }
+
     /* acc(64 rows x N columns) = dS K_cols: dS read MN-major from the
      * stored dS^T (keys x rows), K's N / 64 boxes of the columns MN-major. */
     template <int N>

@@ -12,7 +12,9 @@
  *          in here: it multiplies both dK = dS^T Q and dQ = dS K).
  * Both leave as 16-bit tiles in shared memory in the TMA 128-byte swizzle
  * (rows of 64 query rows = 128 bytes), the layout the wgmma descriptors of
- * the second GEMM phase read. P and dS stay fp32 until that rounding.
+ * the second GEMM phase read (softmax_grad); the key-split kernel keeps
+ * them in registers as wgmma A fragments and stores only dS^T, for dQ
+ * (grad_probs, grad_dscores). P and dS stay fp32 until that rounding.
  */
 #ifndef FFPA_CUDA_SM90_BWD_SOFTMAX_CUH
 #define FFPA_CUDA_SM90_BWD_SOFTMAX_CUH
@@ -31,19 +33,24 @@ namespace sm90 {
 /* The query rows' lse2 (base-2 LSE; +inf past the sequence or for a row
  * with no keys, so P = 0 there) and Delta: this thread's value of
  * rows[0..127] (rows[0..63] the lse2, rows[64..127] Delta), one per thread
- * of consumer 0. The kernel loads it a tile ahead and stores it at the
- * tile's start, so the global load's latency is off the critical path. */
+ * of consumer 0. The kernel loads it a tile ahead (fetch_row: the global
+ * value as it is) and stores it at the tile's start (row_value: converted
+ * there, so nothing waits on the load until then). */
 FFPA_DEV float fetch_row(const ffpa_bwd_params &p, const BwdWork &w, int h, int q0, int ctid)
 {
     const int r = q0 + (ctid & 63);
     if (ctid < 64) {
         const float *lse =
             p.lse + (int64_t)h * p.lse_sh + (p.cu_q ? w.q_start * p.lse_sn : (int64_t)w.b * p.lse_sb);
-        const float l = r < w.seqlen_q ? lse[(int64_t)r * p.lse_sn] : -INFINITY;
-        return l == -INFINITY ? INFINITY : l * 1.4426950408889634f;
+        return r < w.seqlen_q ? lse[(int64_t)r * p.lse_sn] : -INFINITY;
     }
     const float *dl = p.delta + (int64_t)h * p.total_q + (p.cu_q ? w.q_start : (int64_t)w.b * p.nq);
     return r < w.seqlen_q ? dl[r] : 0.0f;
+}
+
+FFPA_DEV float row_value(float fetched, int ctid)
+{
+    return ctid >= 64 ? fetched : fetched == -INFINITY ? INFINITY : fetched * 1.4426950408889634f;
 }
 
 /* Byte offset of element (row, 2 * quad .. +1 of column chunk j) in a
@@ -182,22 +189,71 @@ template <class Cfg> struct SharedScores {
     }
 };
 
-/* Both in this consumer's registers (the key-split kernel). */
-struct OwnScores {
-    const float (&s)[32], (&dp)[32];
-    FFPA_DEV void operator()(int j, float (&sraw)[4], float (&dpv)[4]) const
-    {
+/* This thread's 4 elements of n8-block j of the tile (query row q0 on,
+ * w.kb0's 64 keys), from their raw scores: sv the logits in log2 units
+ * before the row's LSE, the variants applied (bias: where `bias` is given
+ * and the problem has one); live inside the sequence, the causal triangle
+ * and the window (all, unchecked, without kMask: a tile inside all three);
+ * th tanh of the capped logit (0 without a softcap), whose
+ * 1 - th^2 the gradient needs. The tests are once per n8-block (uniform),
+ * not per element, so each step is straight-line code over 4 values. */
+template <class Cfg, bool kExtras, bool kMask = true>
+FFPA_DEV void grad_logits(const float (&sraw)[4], const ffpa_bwd_params &p, const BwdWork &w, int q0, int ctid,
+                          int j, float slope, const BwdBiasTile<Cfg> *bias, float (&sv)[4], bool (&live)[4],
+                          float (&th)[4])
+{
+    const int warp = ctid >> 5, lane = ctid & 31, quad = lane & 3;
+    const ffpa_gpu_fwd_params &m = p.mask;
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            sraw[i] = s[4 * j + i];
-            dpv[i] = dp[4 * j + i];
-        }
+    for (int i = 0; i < 4; ++i) {
+        const int key = w.kb0 + warp * 16 + (lane >> 2) + 8 * (i >> 1), q = q0 + 8 * j + 2 * quad + (i & 1);
+        live[i] = !kMask || (key < w.seqlen_k && (!p.causal || key <= q + w.diag));
+        sv[i] = sraw[i] * m.scale_log2;
+        th[i] = 0.0f;
     }
-};
+    if constexpr (kExtras) {
+        if (kMask && m.window)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int key = w.kb0 + warp * 16 + (lane >> 2) + 8 * (i >> 1), q = q0 + 8 * j + 2 * quad + (i & 1);
+                live[i] = live[i] && key >= first_visible_col(m, q, w.diag) && key <= last_visible_col(m, q, w.diag);
+            }
+        if (m.softcap_out > 0.0f)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                th[i] = arch::tanh_fast(sv[i] * m.softcap_in);
+                sv[i] = m.softcap_out * th[i];
+            }
+        if (bias && m.bias) /* (a dead element's value never reaches P) */
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+                sv[i] += bias->log2_at(4 * (j % GradBlocks<Cfg>::kCount) + i, m.bias_dtype);
+        if (m.alibi)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int key = w.kb0 + warp * 16 + (lane >> 2) + 8 * (i >> 1), q = q0 + 8 * j + 2 * quad + (i & 1);
+                sv[i] -= slope * (float)abs(q + w.diag - key);
+            }
+    }
+}
+
+/* The ALiBi slope of head h in log2 units (0 without ALiBi). */
+template <bool kExtras> FFPA_DEV float alibi_slope_log2(const ffpa_bwd_params &p, const BwdWork &w, int h)
+{
+    const ffpa_gpu_fwd_params &m = p.mask;
+    return kExtras && m.alibi ? m.alibi[(int64_t)w.b * m.alibi_sb + (int64_t)h * m.alibi_sh] * kLog2e : 0.0f;
+}
+
+/* Dropout's factor Z of element i of n8-block j: dropout_scale where kept,
+ * 0 where dropped (keep: keep_bits' word, all ones without dropout). */
+FFPA_DEV float keep_factor(uint32_t keep, int j, int i, float z_kept)
+{
+    return (keep >> ((4 * j + i) & 31)) & 1 ? z_kept : 0.0f;
+}
 
 /* P^T and dS^T of n8-blocks [j0, j0 + count) of the tile (query head h,
  * first row q0) of the 64 keys from w.kb0, S^T and dP^T from `src`
- * (SharedScores, OwnScores). In a cluster the pairs written also go
+ * (SharedScores). In a cluster the pairs written also go
  * to every peer's tiles (the all-gather, completing on the peers' ag_full);
  * bias: the tile's bias elements (BwdBiasTile, loaded with a bias). kExtras: bias,
  * dropout, window, softcap or ALiBi (a separate kernel instantiation: in the same kernel their
@@ -210,7 +266,7 @@ FFPA_DEV void softmax_grad(const Src &src, const float *rows, uint8_t *pt, uint8
 {
     using T = typename Cfg::T;
     const int warp = ctid >> 5, lane = ctid & 31, quad = lane & 3;
-    const float scale_log2 = p.mask.scale_log2, scale = p.scale;
+    const float scale = p.scale;
     const ffpa_gpu_fwd_params &m = p.mask;
     const uint32_t keep = kExtras && m.has_dropout ? keep_bits<Cfg>(m, w, h, q0, ctid, j0, count) : 0xFFFFFFFFu;
     const float z_kept = kExtras && m.has_dropout ? m.dropout_scale : 1.0f;
@@ -218,52 +274,21 @@ FFPA_DEV void softmax_grad(const Src &src, const float *rows, uint8_t *pt, uint8
     if constexpr (kExtras)
         db = BwdDbias::of(p, w, h, ctid);
     const bool dbias = kExtras && add_dbias && db.plane;
-    const float slope = kExtras && m.alibi ? m.alibi[(int64_t)w.b * m.alibi_sb + (int64_t)h * m.alibi_sh] * kLog2e : 0.0f;
+    const float slope = alibi_slope_log2<kExtras>(p, w, h);
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
         if (j < j0 || j >= j0 + count)
             continue; /* j stays a compile-time register index */
         float dpv[4], sraw[4];
         src(j, sraw, dpv);
-        float pv[4], g[4], dsv[4], sv[4], th[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        float pv[4], g[4], dsv[4], sv[4], th[4];
         bool live[4];
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            const int key = w.kb0 + warp * 16 + (lane >> 2) + 8 * (i >> 1), q = q0 + 8 * j + 2 * quad + (i & 1);
-            live[i] = key < w.seqlen_k && (!p.causal || key <= q + w.diag);
-            sv[i] = sraw[i] * scale_log2;
-        }
-        /* The variants: each test once per n8-block (uniform), not per
-         * element, so each step is straight-line code over its 4 values. */
-        if constexpr (kExtras) {
-            if (m.window)
-#pragma unroll
-                for (int i = 0; i < 4; ++i) {
-                    const int key = w.kb0 + warp * 16 + (lane >> 2) + 8 * (i >> 1), q = q0 + 8 * j + 2 * quad + (i & 1);
-                    live[i] = live[i] && key >= first_visible_col(m, q, w.diag) && key <= last_visible_col(m, q, w.diag);
-                }
-            if (m.softcap_out > 0.0f)
-#pragma unroll
-                for (int i = 0; i < 4; ++i) {
-                    th[i] = arch::tanh_fast(sv[i] * m.softcap_in);
-                    sv[i] = m.softcap_out * th[i];
-                }
-            if (m.bias) /* (a dead element's value never reaches P) */
-#pragma unroll
-                for (int i = 0; i < 4; ++i)
-                    sv[i] += bias.log2_at(4 * (j % GradBlocks<Cfg>::kCount) + i, m.bias_dtype);
-            if (m.alibi)
-#pragma unroll
-                for (int i = 0; i < 4; ++i) {
-                    const int key = w.kb0 + warp * 16 + (lane >> 2) + 8 * (i >> 1), q = q0 + 8 * j + 2 * quad + (i & 1);
-                    sv[i] -= slope * (float)abs(q + w.diag - key);
-                }
-        }
+        grad_logits<Cfg, kExtras>(sraw, p, w, q0, ctid, j, slope, &bias, sv, live, th);
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
             const int e = i & 1;
             const float pr = live[i] ? arch::exp2_fast(sv[i] - rows[8 * j + 2 * quad + e]) : 0.0f;
-            const float z = (keep >> ((4 * j + i) & 31)) & 1 ? z_kept : 0.0f;
+            const float z = keep_factor(keep, j, i, z_kept);
             pv[i] = pr * z;
             g[i] = pr * (dpv[i] * z - rows[64 + 8 * j + 2 * quad + e]); /* d(score) = dbias */
             /* d(capped)/d(raw) = 1 - tanh^2 (th = 0 without softcap). */
@@ -288,6 +313,89 @@ FFPA_DEV void softmax_grad(const Src &src, const float *rows, uint8_t *pt, uint8
     }
     if (dbias)
         db.flush(lane);
+}
+
+/* The key-split kernel's softmax gradient, in two halves around its GEMMs
+ * (all 8 n8-blocks of the consumer's 64 keys, S^T and dP^T in its own
+ * registers; no bias: sm90_bwd_launch.cu keeps a bias off that kernel).
+ * grad_probs, once S^T is done and while dP^T is still in flight: s becomes
+ * P^T scale (1 - tanh^2) in place (what dS^T needs of it), pf the A
+ * fragments of P^T Z for the dV GEMM from registers (wgmma RS; the m64n64
+ * accumulator's pairs packed to 16 bits, as the forward's P). The rows'
+ * lse2 are read first, as pairs, and every exp2 is taken, dead elements'
+ * dropped after: a load or an exp under each element's mask ran one after
+ * another. A tile that no key bound, causal diagonal or window cuts
+ * (uniform) skips the masks. */
+template <class Cfg, bool kExtras, bool kMask>
+FFPA_DEV void grad_probs_blocks(float (&s)[32], uint32_t (&pf)[4][4], const float *rows, uint32_t keep,
+                                const ffpa_bwd_params &p, const BwdWork &w, int h, int q0, int ctid)
+{
+    using T = typename Cfg::T;
+    const int quad = ctid & 3;
+    const float z_kept = kExtras && p.mask.has_dropout ? p.mask.dropout_scale : 1.0f;
+    const float slope = alibi_slope_log2<kExtras>(p, w, h), scale = p.scale;
+    float2 lse[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+        lse[j] = reinterpret_cast<const float2 *>(rows)[4 * j + quad];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+        const float sraw[4] = {s[4 * j], s[4 * j + 1], s[4 * j + 2], s[4 * j + 3]};
+        float sv[4], th[4], pz[4];
+        bool live[4];
+        grad_logits<Cfg, kExtras, kMask>(sraw, p, w, q0, ctid, j, slope, nullptr, sv, live, th);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const float e = arch::exp2_fast(sv[i] - (i & 1 ? lse[j].y : lse[j].x));
+            const float pr = live[i] ? e : 0.0f;
+            pz[i] = pr * keep_factor(keep, j, i, z_kept);
+            s[4 * j + i] = pr * scale * (1.0f - th[i] * th[i]);
+        }
+        pf[j >> 1][2 * (j & 1)] = arch::pack_f32x2<T>(pz[0], pz[1]);
+        pf[j >> 1][2 * (j & 1) + 1] = arch::pack_f32x2<T>(pz[2], pz[3]);
+    }
+}
+
+template <class Cfg, bool kExtras>
+FFPA_DEV void grad_probs(float (&s)[32], uint32_t (&pf)[4][4], const float *rows, uint32_t keep,
+                         const ffpa_bwd_params &p, const BwdWork &w, int h, int q0, int ctid)
+{
+    /* (Not in the extras build: two copies of its longer code spill there.) */
+    const bool inside = !kExtras && w.kb0 + 64 <= w.seqlen_k && (!p.causal || w.kb0 + 63 <= q0 + w.diag);
+    if (inside)
+        grad_probs_blocks<Cfg, kExtras, false>(s, pf, rows, keep, p, w, h, q0, ctid);
+    else
+        grad_probs_blocks<Cfg, kExtras, true>(s, pf, rows, keep, p, w, h, q0, ctid);
+}
+
+/* grad_dscores, once dP^T is done: dS^T = (grad_probs' s) (dP^T Z - Delta)
+ * into dst (the swizzled 16-bit tile the dQ GEMMs read) and df (the dK
+ * GEMM's A fragments); the rows' Delta read first, as pairs. */
+template <class Cfg, bool kExtras>
+FFPA_DEV void grad_dscores(const float (&ps)[32], const float (&dp)[32], uint32_t (&df)[4][4], uint8_t *dst,
+                           const float *rows, uint32_t keep, const ffpa_bwd_params &p, int ctid)
+{
+    using T = typename Cfg::T;
+    const int warp = ctid >> 5, lane = ctid & 31, quad = lane & 3;
+    const float z_kept = kExtras && p.mask.has_dropout ? p.mask.dropout_scale : 1.0f;
+    float2 delta[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j)
+        delta[j] = reinterpret_cast<const float2 *>(rows + 64)[4 * j + quad];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+        float dsv[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+            dsv[i] = ps[4 * j + i] * (dp[4 * j + i] * keep_factor(keep, j, i, z_kept) -
+                                      (i & 1 ? delta[j].y : delta[j].x));
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            const uint32_t dw = arch::pack_f32x2<T>(dsv[2 * half], dsv[2 * half + 1]);
+            df[j >> 1][2 * (j & 1) + half] = dw;
+            *reinterpret_cast<uint32_t *>(dst + swizzled_pair(warp * 16 + (lane >> 2) + 8 * half, j, quad)) = dw;
+        }
+    }
 }
 
 /* Without a cluster the consumers exchange the halves the other finishes
