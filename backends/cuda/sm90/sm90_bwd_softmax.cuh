@@ -275,6 +275,9 @@ FFPA_DEV void softmax_grad(const Src &src, const float *rows, uint8_t *pt, uint8
         db = BwdDbias::of(p, w, h, ctid);
     const bool dbias = kExtras && add_dbias && db.plane;
     const float slope = alibi_slope_log2<kExtras>(p, w, h);
+    /* Every exp2 taken, dead elements dropped after it, and the rows'
+     * values read whatever the mask: a load or an exp under each element's
+     * mask ran one after another (v2.18). */
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
         if (j < j0 || j >= j0 + count)
@@ -286,11 +289,12 @@ FFPA_DEV void softmax_grad(const Src &src, const float *rows, uint8_t *pt, uint8
         grad_logits<Cfg, kExtras>(sraw, p, w, q0, ctid, j, slope, &bias, sv, live, th);
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-            const int e = i & 1;
-            const float pr = live[i] ? arch::exp2_fast(sv[i] - rows[8 * j + 2 * quad + e]) : 0.0f;
+            const int row = 8 * j + 2 * quad + (i & 1);
+            const float e = arch::exp2_fast(sv[i] - rows[row]);
+            const float pr = live[i] ? e : 0.0f;
             const float z = keep_factor(keep, j, i, z_kept);
             pv[i] = pr * z;
-            g[i] = pr * (dpv[i] * z - rows[64 + 8 * j + 2 * quad + e]); /* d(score) = dbias */
+            g[i] = pr * (dpv[i] * z - rows[64 + row]); /* d(score) = dbias */
             /* d(capped)/d(raw) = 1 - tanh^2 (th = 0 without softcap). */
             dsv[i] = g[i] * scale * (1.0f - th[i] * th[i]);
         }
