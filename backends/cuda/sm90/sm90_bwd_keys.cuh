@@ -74,18 +74,21 @@ FFPA_DEV void bwd_consumer_keys(const ffpa_bwd_params &p, const BwdOutViews &out
     /* Consumer 0: tile 0's LSE / Delta now, then this thread's value of the
      * tile after next a tile ahead (fetch_row). */
     float next_row = 0.0f;
+    BwdWork::Step step = w.first_step(); /* tile it's query head and tile */
     if (consumer == 0 && items > 0) {
-        rows[ctid] = row_value(fetch_row(p, w, w.head(0), w.q0(0), ctid), ctid);
+        rows[ctid] = row_value(fetch_row(p, w, step.h, w.q0_of(step), ctid), ctid);
+        BwdWork::Step next = step;
+        w.advance(next);
         if (items > 1)
-            next_row = fetch_row(p, w, w.head(1), w.q0(1), ctid);
+            next_row = fetch_row(p, w, next.h, w.q0_of(next), ctid);
     }
     named_barrier_sync(kBarDpFull, 256); /* tile 0's rows */
 
     /* Tile t's dQ, once its GEMMs are done: staged for the reducer (the
      * stage is free once the reducer has read tile t-1's), or reduced into
      * the output from registers. */
-    auto finish_dq = [&](float(&dq)[32], int t) {
-        const int h = w.head(t), q0 = w.q0(t), rows_q = min(Cfg::kBr, w.seqlen_q - q0);
+    auto finish_dq = [&](float(&dq)[32], int t, int h, int q0) {
+        const int rows_q = min(Cfg::kBr, w.seqlen_q - q0);
         if (p.dq.is_f32) {
             if (t > 0)
                 bwd_wait(&bars->dq_empty, (uint32_t)(t - 1) & 1, false, 9, t);
@@ -105,12 +108,17 @@ FFPA_DEV void bwd_consumer_keys(const ffpa_bwd_params &p, const BwdOutViews &out
     for (int i = 0; i < 64; ++i)
         dv[i] = dk[i] = 0.0f;
 #pragma unroll 1
-    for (int it = 0; it < items; ++it) {
-        const int h = w.head(it), q0 = w.q0(it);
+    for (int it = 0; it < items; ++it, w.advance(step)) {
+        /* (The extras build divides: the cursor's registers spill there, softcap -5%.) */
+        const int h = kExtras ? w.head(it) : step.h, q0 = kExtras ? w.q0(it) : w.q0_of(step);
         if (consumer == 0 && it + 1 < items) {
             rows[((it + 1) & 1) * 128 + ctid] = row_value(next_row, ctid);
-            if (it + 2 < items)
-                next_row = fetch_row(p, w, w.head(it + 2), w.q0(it + 2), ctid);
+            if (it + 2 < items) {
+                BwdWork::Step ahead = step;
+                w.advance(ahead);
+                w.advance(ahead);
+                next_row = fetch_row(p, w, ahead.h, w.q0_of(ahead), ctid);
+            }
         }
         const uint32_t q_slab = smem_u32(R::ptr(smem, 0, it)), do_slab = smem_u32(R::ptr(smem, 1, it));
         const float *tile_rows = rows + (it & 1) * 128;
@@ -161,7 +169,7 @@ FFPA_DEV void bwd_consumer_keys(const ffpa_bwd_params &p, const BwdOutViews &out
         wgmma_wait<1>(); /* dV (the dO slab is read) and dQ */
         release(1, it);
         fence_operands(dq);
-        finish_dq(dq, it);
+        finish_dq(dq, it, h, q0);
         wgmma_wait<0>(); /* dK: the Q slab is read */
         release(0, it);
         fence_operands(dv);
