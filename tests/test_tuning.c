@@ -803,7 +803,10 @@ static void test_apply_family_cluster(void **state)
     assert_false(ffpa_plan_sm90_covers(328, 320, 1));
     assert_true(ffpa_plan_sm90_covers(384, 384, 2));
     assert_true(ffpa_plan_sm90_covers(576, 512, 4));
-    assert_false(ffpa_plan_sm90_covers(576, 512, 2));
+    assert_true(ffpa_plan_sm90_covers(576, 512, 2)); /* Q/K 320 x 2, V 256 x 2 */
+    assert_false(ffpa_plan_sm90_covers(576, 576, 2));
+    assert_false(ffpa_plan_sm90_covers(704, 512, 2));
+    assert_false(ffpa_plan_sm90_covers(512, 576, 2));
     assert_true(ffpa_plan_sm90_covers(1024, 1024, 4));
     assert_false(ffpa_plan_sm90_covers(64, 64, 3));
 }

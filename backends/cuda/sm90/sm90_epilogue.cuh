@@ -26,7 +26,7 @@ FFPA_DEV void store_o(const float (&o)[Cfg::kOAcc], const float (&inv_l)[2], typ
             continue;
         T *orow = og + (int64_t)r * o_sn;
 #pragma unroll
-        for (int nt = 0; nt < Cfg::kSlice / 8; ++nt) {
+        for (int nt = 0; nt < Cfg::kSliceV / 8; ++nt) {
             const int c = col0 + nt * 8 + arch::frag_c_col(lane, 2 * half);
             if (c < dv)
                 *reinterpret_cast<uint32_t *>(orow + c) =

@@ -3,13 +3,17 @@
  * shared-memory layout (host and device agree on it through this file).
  *
  * A cluster of kCluster CTAs owns 128 query rows of one (batch, head). CTA
- * `rank` owns the head-dimension slice [rank*kSlice, (rank+1)*kSlice) of Q, K
- * and V (Split-D across the cluster): it computes a partial S over its
- * slice, the cluster turns the partials into one P through distributed
- * shared memory (sm90_exchange.cuh: every CTA ends with the same P), and
- * each CTA writes its own kSlice columns of O. The fp32 O
- * accumulator is then 64 x kSlice per consumer warpgroup, which fits the
- * register file for D up to kCluster * 256.
+ * `rank` owns the head-dimension slice [rank*kSlice, (rank+1)*kSlice) of Q
+ * and K and [rank*kSliceV, (rank+1)*kSliceV) of V (Split-D across the
+ * cluster): it computes a partial S over its slice, the cluster turns the
+ * partials into one P through distributed shared memory (sm90_exchange.cuh:
+ * every CTA ends with the same P), and each CTA writes its own kSliceV
+ * columns of O. The fp32 O accumulator is then 64 x kSliceV per consumer
+ * warpgroup, which fits the register file for Dv up to kCluster * 256.
+ * kSliceV < kSlice serves Dqk > Dv without padding V to Dqk: absorbed MLA's
+ * prefill, Dqk 576 / Dv 512, 320 / 256 columns per CTA in a pair, where the
+ * square shapes ran it on four CTAs of 192 (a third of the work on zeros);
+ * the non-absorbed one, 192 / 128, on one CTA instead of 256 / 256.
  *
  * Threads: warpgroup 0 is the producer (one thread issues TMA loads);
  * warpgroups 1 and 2 are consumers, 64 query rows each.
@@ -30,23 +34,25 @@ constexpr int kBoxRows = 64;
 constexpr uint32_t kBoxBytes = kBoxCols * kBoxRows * 2;
 constexpr size_t kSmemLimit = 232448; /* H100/H200 opt-in shared memory per block */
 
-template <typename T_, int kSlice_, int kCluster_> struct FwdConfig {
+template <typename T_, int kSlice_, int kCluster_, int kSliceV_ = kSlice_> struct FwdConfig {
     using T = T_;
-    static constexpr int kSlice = kSlice_;     /* head-dim columns per CTA (Q, K and V) */
+    static constexpr int kSlice = kSlice_;     /* head-dim columns per CTA of Q and K */
+    static constexpr int kSliceV = kSliceV_;   /* ... of V and O */
     static constexpr int kCluster = kCluster_; /* CTAs splitting D (1, 2 or 4) */
     static constexpr int kBoxes = kSlice / kBoxCols;
+    static constexpr int kVBoxes = kSliceV / kBoxCols;
     static constexpr int kBr = 128;            /* query rows per cluster */
     static constexpr int kBc = 64;             /* keys per tile */
     static constexpr int kConsumers = 2;       /* consumer warpgroups, 64 rows each */
     static constexpr int kThreads = 128 * (1 + kConsumers);
     static constexpr int kNT = kBc / 8;        /* S n8-blocks per warp */
-    static constexpr int kOAcc = kSlice / 2;   /* fp32 O accumulators per thread */
+    static constexpr int kOAcc = kSliceV / 2;  /* fp32 O accumulators per thread */
 
     /* Bytes of the pieces of shared memory. */
     static constexpr size_t kQBytes = (size_t)kConsumers * kBoxes * kBoxBytes;
     /* The ring holds slabs: the K slice of a key tile or its V slice, in the
      * order K0 V0 K1 V1 ...; a consumer's GEMM phase holds two (K(t+1), V(t)). */
-    static constexpr size_t kSlabBytes = (size_t)kBoxes * kBoxBytes;
+    static constexpr size_t kSlabBytes = (size_t)(kBoxes > kVBoxes ? kBoxes : kVBoxes) * kBoxBytes;
     /* Cluster exchange (sm90_exchange.cuh): the key tile's columns are cut
      * into kCluster blocks, one owned by each CTA; per consumer and peer one
      * reduce-scatter slot (64 x block fp32) and one all-gather slot (64 x
@@ -71,6 +77,7 @@ template <typename T_, int kSlice_, int kCluster_> struct FwdConfig {
     static constexpr size_t kSmemBytes = kQBytes + kSlots * kSlabBytes + kXBytes + kBarBytes + kAlignSlack;
 
     static_assert(kSlice % kBoxCols == 0 && kSlice <= 320, "a slice is 1-5 boxes");
+    static_assert(kSliceV % kBoxCols == 0 && kSliceV <= kSlice, "a V slice is whole boxes, at most the QK slice");
     static_assert(kCluster == 1 || kCluster == 2 || kCluster == 4, "cluster of 1, 2 or 4");
     static_assert(kSmemBytes <= kSmemLimit, "fits the opt-in shared memory");
     static_assert(kSlots >= 3, "a GEMM phase holds two slabs; one more is in flight");

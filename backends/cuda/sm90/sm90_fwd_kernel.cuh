@@ -72,6 +72,7 @@ template <class Cfg> FFPA_DEV bool cta_work(const ffpa_gpu_fwd_params &p, uint32
     tc.kvh = cw.w.h / p.group;
     tc.b = p.cu_q ? 0 : cw.w.b;
     tc.col0 = (int)rank * Cfg::kSlice;
+    tc.col0_v = (int)rank * Cfg::kSliceV;
     return true;
 }
 
@@ -212,7 +213,7 @@ FFPA_DEV void consumer(const ffpa_gpu_fwd_params &p, uint8_t *smem, RingBarriers
     ts.sm.finish(inv_l, lse);
     T *og = static_cast<T *>(p.o) + (p.cu_q ? cw.q_start * p.o_sn : (int64_t)cw.w.b * p.o_sb) +
             (int64_t)cw.w.h * p.o_sh + (int64_t)cw.q0 * p.o_sn;
-    store_o<Cfg>(o, inv_l, og, p.o_sn, row_in_block, cw.rows_valid, cw.tc.col0, p.dv, lane);
+    store_o<Cfg>(o, inv_l, og, p.o_sn, row_in_block, cw.rows_valid, cw.tc.col0_v, p.dv, lane);
     if (rank == 0 && p.lse) {
         float *lg = p.lse + (p.cu_q ? cw.q_start * p.lse_sn : (int64_t)cw.w.b * p.lse_sb) +
                     (int64_t)cw.w.h * p.lse_sh + (int64_t)cw.q0 * p.lse_sn;

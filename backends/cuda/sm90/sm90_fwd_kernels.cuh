@@ -25,7 +25,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 }
 
 struct KernelDesc {
-    int slice, cluster;
+    int slice, slice_v, cluster; /* columns per CTA of Q/K and of V/O */
     size_t smem_bytes;
     const char *name;
     cudaError_t (*launch)(const FwdMaps &maps, const ffpa_gpu_fwd_params &p, int64_t clusters,
@@ -41,11 +41,11 @@ cudaError_t launch(const FwdMaps &maps, const ffpa_gpu_fwd_params &p, int64_t cl
 
 template <class Cfg> constexpr KernelDesc desc(const char *name)
 {
-    return KernelDesc{Cfg::kSlice, Cfg::kCluster, Cfg::kSmemBytes, name, &launch<Cfg>};
+    return KernelDesc{Cfg::kSlice, Cfg::kSliceV, Cfg::kCluster, Cfg::kSmemBytes, name, &launch<Cfg>};
 }
 
 /* Slice x cluster shapes, smallest cover first (see sm90_fwd_launch.cu). */
-constexpr int kNumShapes = 7;
+constexpr int kNumShapes = 9;
 extern const KernelDesc fwd_f16[kNumShapes], fwd_bf16[kNumShapes];
 
 } /* namespace sm90 */

@@ -31,8 +31,7 @@ const KernelDesc *pick(ffpa_dtype dtype, int64_t dqk, int64_t dv, int cluster)
     const KernelDesc *first = NULL;
     for (int i = 0; i < ffpa::sm90::kNumShapes; ++i) {
         const KernelDesc &d = table[i];
-        const int64_t cover = (int64_t)d.slice * d.cluster;
-        if (round_up64(dqk) > cover || round_up64(dv) > cover)
+        if (round_up64(dqk) > (int64_t)d.slice * d.cluster || round_up64(dv) > (int64_t)d.slice_v * d.cluster)
             continue;
         if (cluster <= 0 || d.cluster == cluster)
             return &d;

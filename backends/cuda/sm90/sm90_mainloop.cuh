@@ -38,8 +38,9 @@ struct TileCoords {
     int q_row0;    /* first query row of the cluster's block (packed row for varlen) */
     int k_row0;    /* first key row of the sequence */
     int h, kvh, b; /* head, kv head, batch coordinate (0 for varlen) */
-    int col0;      /* first head-dim column of this CTA's slice; columns past
-                      Dqk / Dv (even whole boxes) are zero-filled by TMA */
+    int col0;      /* first head-dim column of this CTA's slice of Q and K; */
+    int col0_v;    /* ... of V and O; columns past Dqk / Dv (even whole boxes)
+                      are zero-filled by TMA */
 };
 
 template <class Cfg> struct Ring {
@@ -70,11 +71,12 @@ template <class Cfg> struct Producer {
             const uint32_t slot = Ring<Cfg>::slot(i);
             if (i >= Cfg::kSlots)
                 mbar_wait(&bars->empty[slot], Ring<Cfg>::parity(i) ^ 1);
-            mbar_arrive_expect_tx(&bars->full[slot], (uint32_t)Cfg::kSlabBytes);
+            const int boxes = is_v ? Cfg::kVBoxes : Cfg::kBoxes;
+            mbar_arrive_expect_tx(&bars->full[slot], (uint32_t)boxes * kBoxBytes);
             uint8_t *dst = smem + L::ring + (size_t)slot * Cfg::kSlabBytes;
-            for (int box = 0; box < Cfg::kBoxes; ++box)
+            for (int box = 0; box < boxes; ++box)
                 tma_load_4d(dst + (size_t)box * kBoxBytes, is_v ? &maps.v : &maps.k, &bars->full[slot],
-                            tc.col0 + box * kBoxCols, key, tc.kvh, tc.b);
+                            (is_v ? tc.col0_v : tc.col0) + box * kBoxCols, key, tc.kvh, tc.b);
         }
     }
 };
@@ -104,14 +106,14 @@ template <class Cfg> struct ConsumerGemms {
         }
     }
 
-    /* o += P V: per k16 step of the 64 keys, one m64 n(kSlice) wgmma (two,
+    /* o += P V: per k16 step of the 64 keys, one m64 n(kSliceV) wgmma (two,
      * 256 + the rest, when the slice is wider than wgmma's N of 256); V rows
      * are 128 bytes apart, so 16 keys = 2048 bytes; the slice's boxes are
      * kBoxBytes apart (the descriptor's leading byte offset). */
     static FFPA_DEV void pv_issue(float (&o)[Cfg::kOAcc], const uint32_t (&pf)[4][4], uint32_t v_addr)
     {
-        constexpr int kN0 = Cfg::kSlice < 256 ? Cfg::kSlice : 256;
-        constexpr int kN1 = Cfg::kSlice - kN0;
+        constexpr int kN0 = Cfg::kSliceV < 256 ? Cfg::kSliceV : 256;
+        constexpr int kN1 = Cfg::kSliceV - kN0;
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
             wgmma_rs<T, kN0>(reinterpret_cast<float(&)[kN0 / 2]>(o[0]), pf[kk],
