@@ -673,7 +673,7 @@ static void print_row(const bench_opts *o, FILE *csv, const ffpa_context *ctx, c
     fflush(stdout);
     if (!csv)
         return;
-    fprintf(csv, "\"%s\",%s,\"%s\",%s,%s,%.4f,%.2f,\"%s%s\"", s->text, ffpa_backend_name(ctx),
+    fprintf(csv, "\"%s\",%s,\"%s\",%s,\"%s\",%.4f,%.2f,\"%s%s\"", s->text, ffpa_backend_name(ctx),
             ffpa_device_name(ctx), ffpa_dtype_name(o->dtype), kernel, ms, tflops, verdict, msg);
     if (o->backward)
         fprintf(csv, ",%s", pass);

@@ -12,6 +12,8 @@
 #                CSVs in OUT
 #   sdpa         PyTorch SDPA on the bench step's forward, backward and dense-decode rows and the GEMM
 #                ceiling (bf16 8192^3 matmul); the decode rows carry their own same-run copy ceiling
+#   fa2          the generic mma.sync kernels (FFPA_CUDA_KERNEL=generic) beside FlashAttention-2 (SDPA forced to
+#                its flash backend), forward and backward, FA2_SHAPES (default D = 64, 128, 256, plain and causal)
 #   mla          the Hopper MLA decode kernel: page sizes, fp16, beside the generic kernels
 #   profile      Nsight Compute on the forward kernels (PROFILE_SHAPES) and/or the Hopper backward
 #                (PROFILE_PASSES="fwd bwd", PROFILE_BWD_SHAPES)
@@ -227,6 +229,19 @@ if want sdpa && python3 -c "import torch" 2>/dev/null; then
     note "sdpa beside $f: rc=$?"
     tail -12 "$OUT/sdpa-$f.log"
   done
+fi
+
+if want fa2 && python3 -c "import torch" 2>/dev/null; then
+  # Issue 25's peer: the same mma.sync instruction, the same run.
+  FA2=(${FA2_SHAPES:-1,32,32,8192,8192,64,64 1,32,32,8192,8192,128,128 1,32,32,8192,8192,256,256
+    1,32,32,8192,8192,128,128,c})
+  FFPA_CUDA_KERNEL=generic timeout 400 "$BENCH" --backend cuda --backward --reps 10 --csv "$OUT/fa2-generic.csv" \
+    "${FA2[@]}" >"$OUT/fa2-generic.log" 2>&1
+  note "bench generic forward + backward: rc=$?"
+  timeout 400 python3 bench/py/sdpa_bench.py --backward --sdpa-backend flash --gemm --merge "$OUT/fa2-generic.csv" \
+    --csv "$OUT/fa2.csv" >"$OUT/fa2.log" 2>&1
+  note "FlashAttention-2 (SDPA flash) beside the generic kernels: rc=$?"
+  cat "$OUT/fa2.log"
 fi
 
 if want mla; then

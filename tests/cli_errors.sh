@@ -2,7 +2,7 @@
 # The command-line tools refuse bad input by name (tools/cli.h): every
 # malformed or out-of-range value exits 2 with a message naming the flag;
 # --help prints on stdout and exits 0; a CSV into a missing folder fails
-# before any run. Usage: cli_errors.sh FFPA_RUN FFPA_BENCH FFPA_TUNE
+# before any run; ffpa-bench's CSV parses. Usage: cli_errors.sh FFPA_RUN FFPA_BENCH FFPA_TUNE
 set -u
 run=$1 bench=$2 tune=$3
 fails=0
@@ -38,6 +38,20 @@ expect 2 "shape '1,2,2,8'" "$bench" --backend cpu 1,2,2,8
 expect 2 "--reps 'x'" "$tune" --reps x
 expect 2 "--pass 'sideways'" "$tune" --pass sideways
 expect 2 "--backend 'cpu'" "$tune" --backend cpu
+# ffpa-bench's CSV: every row as wide as the header, the kernel column
+# quoted (the CUDA backward's names hold commas: "bwd dkdv ..., dq ...").
+csv_out=$(mktemp)
+if "$bench" --backend cpu --backward --reps 1 --warmup 0 --csv "$csv_out" 1,2,2,8,8,16,16 >/dev/null 2>&1 &&
+  python3 -c 'import csv, sys
+rows = list(csv.reader(open(sys.argv[1])))
+assert len(rows) == 3 and all(len(r) == len(rows[0]) for r in rows), rows' "$csv_out" &&
+  grep -q ',"bwd [^"]*",' "$csv_out"; then
+  echo "ok: ffpa-bench --csv rows and quoting"
+else
+  echo "not ok: ffpa-bench --csv: $(cat "$csv_out")"
+  fails=$((fails + 1))
+fi
+rm -f "$csv_out"
 for tool in "$run" "$bench" "$tune"; do
   out=$("$tool" --help 2>/dev/null)
   rc=$?

@@ -12,6 +12,11 @@ half for causal. Timing: CUDA events, 3 warm-up, median of 20.
 --gemm: also prints the GEMM ceiling of this run (a bf16 8192^3 torch.matmul,
 cuBLAS), the tensor-core rate the attention kernels are measured against.
 
+--sdpa-backend flash|efficient|cudnn|math: SDPA forced to one backend
+(torch.nn.attention.sdpa_kernel); flash is FlashAttention-2, the peer of the
+generic mma.sync kernels (bench/gpu.sh fa2). A shape the backend does not
+take (flash: D > 256) prints nan. Default auto: SDPA's own choice.
+
 --backward (with ffpa-bench --backward's CSV): also times the SDPA backward,
 torch.autograd.grad of the output w.r.t. q, k, v for a random grad_output on
 a graph kept from one untimed forward (only the backward is timed), FLOPs
@@ -19,6 +24,7 @@ a graph kept from one untimed forward (only the backward is timed), FLOPs
 then get a pass column (fwd|bwd); without --backward they are as before.
 """
 import argparse
+import contextlib
 import csv
 import sys
 
@@ -105,6 +111,16 @@ def gemm_tflops(n=8192, reps=20):
     return 2.0 * n ** 3 / (ms * 1e-3) * 1e-12
 
 
+def sdpa_backend(name):
+    """The context that forces SDPA to backend `name` (auto: none)."""
+    if name == "auto":
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return sdpa_kernel({"flash": SDPBackend.FLASH_ATTENTION, "efficient": SDPBackend.EFFICIENT_ATTENTION,
+                        "cudnn": SDPBackend.CUDNN_ATTENTION, "math": SDPBackend.MATH}[name])
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("shapes", nargs="*")
@@ -113,6 +129,8 @@ def main():
     ap.add_argument("--backward", action="store_true",
                     help="also time the SDPA backward, beside ffpa's pass=bwd rows")
     ap.add_argument("--gemm", action="store_true", help="also print the bf16 GEMM ceiling of this run")
+    ap.add_argument("--sdpa-backend", default="auto", choices=["auto", "flash", "efficient", "cudnn", "math"],
+                    help="force SDPA to one backend (flash = FlashAttention-2)")
     args = ap.parse_args()
     if args.gemm:
         print(f"gemm ceiling: {gemm_tflops():.0f} TFLOP/s (bf16 8192^3 matmul)")
@@ -125,11 +143,12 @@ def main():
                 ours[(row["shape"], row.get("pass") or "fwd")] = row
     shapes = args.shapes or list(dict.fromkeys(s for s, _ in ours))
     passes = ("fwd", "bwd") if args.backward else ("fwd",)
-    print(f"# device {torch.cuda.get_device_name()} torch {torch.__version__}")
+    print(f"# device {torch.cuda.get_device_name()} torch {torch.__version__} sdpa backend {args.sdpa_backend}")
     rows = []
     for s in shapes:
         for p in passes:
-            ms, tf = time_sdpa(s) if p == "fwd" else time_sdpa_backward(s)
+            with sdpa_backend(args.sdpa_backend):
+                ms, tf = time_sdpa(s) if p == "fwd" else time_sdpa_backward(s)
             o = ours.get((s, p), {})
             ot = float(o.get("tflops", "nan") or "nan")
             om = float(o.get("ms", "nan") or "nan")
