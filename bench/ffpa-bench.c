@@ -746,6 +746,15 @@ static void usage(FILE *f)
 }
 
 /* One shape's text, as a forward SHAPE or (with --decode) a KV-cache shape. */
+/* The parsed forward/backward shapes and the decode shapes' texts. */
+static void free_shape_lists(shape *shapes, char **decode_shapes, int n_decode)
+{
+    for (int i = 0; i < n_decode; ++i)
+        free(decode_shapes[i]);
+    free(decode_shapes);
+    free(shapes);
+}
+
 static void add_shape(const char *text, int decode, shape **shapes, int *n_shapes, int *cap, char **decode_shapes,
                       int *n_decode)
 {
@@ -816,6 +825,7 @@ int main(int argc, char **argv)
     }
     if (!n_shapes && !n_decode) {
         usage(stderr);
+        free_shape_lists(shapes, decode_shapes, n_decode);
         return CLI_EXIT_USAGE;
     }
     if (o.reps < 10)
@@ -824,6 +834,7 @@ int main(int argc, char **argv)
     ffpa_context *ctx = NULL;
     if (ffpa_create(&ctx, o.backend) != FFPA_OK) {
         fprintf(stderr, "ffpa_create: %s\n", ffpa_last_error(NULL));
+        free_shape_lists(shapes, decode_shapes, n_decode);
         return 1;
     }
     printf("# backend %s, device %s, dtype %s\n", ffpa_backend_name(ctx), ffpa_device_name(ctx),
@@ -831,6 +842,7 @@ int main(int argc, char **argv)
     if (decode) {
         int rc = kv_bench_run(ctx, o.dtype, o.reps, o.check, o.csv, decode_shapes, n_decode);
         ffpa_destroy(ctx);
+        free_shape_lists(shapes, decode_shapes, n_decode);
         return rc;
     }
     FILE *csv = o.csv ? cli_open_out("--csv", o.csv) : NULL;
@@ -878,6 +890,6 @@ int main(int argc, char **argv)
     if (csv && cli_close_out(csv, o.csv))
         ++failures;
     ffpa_destroy(ctx);
-    free(shapes);
+    free_shape_lists(shapes, decode_shapes, n_decode);
     return failures ? CLI_EXIT_FAILED : CLI_EXIT_OK;
 }
