@@ -745,7 +745,6 @@ static void usage(FILE *f)
             "exit status: 0 success, 1 a run or check failed, 2 bad usage\n");
 }
 
-/* One shape's text, as a forward SHAPE or (with --decode) a KV-cache shape. */
 /* The parsed forward/backward shapes and the decode shapes' texts. */
 static void free_shape_lists(shape *shapes, char **decode_shapes, int n_decode)
 {
@@ -755,6 +754,7 @@ static void free_shape_lists(shape *shapes, char **decode_shapes, int n_decode)
     free(shapes);
 }
 
+/* One shape's text, as a forward SHAPE or (with --decode) a KV-cache shape. */
 static void add_shape(const char *text, int decode, shape **shapes, int *n_shapes, int *cap, char **decode_shapes,
                       int *n_decode)
 {

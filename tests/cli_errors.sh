@@ -39,9 +39,8 @@ expect 2 "--reps 'x'" "$tune" --reps x
 expect 2 "--pass 'sideways'" "$tune" --pass sideways
 expect 2 "--backend 'cpu'" "$tune" --backend cpu
 # ffpa-bench's CSV: every row as wide as the header, the text columns
-# quoted (the CUDA backward's names hold commas: "bwd dkdv ..., dq ...").
-# (A pattern, not python's csv module: under the ASan build python would run
-# with the sanitizer's environment.)
+# quoted (the CUDA backward's names hold commas: "bwd dkdv ..., dq ..."),
+# and a clean exit (under ASan this caught the decode-shape list leaking).
 csv_out=$(mktemp)
 row='^"[^"]*",[^,"]*,"[^"]*",[^,"]*,"[^"]*",[0-9.]+,[0-9.]+,"[^"]*",(fwd|bwd)$'
 if "$bench" --backend cpu --backward --reps 1 --warmup 0 --csv "$csv_out" 1,2,2,8,8,16,16 >/dev/null 2>&1 &&

@@ -244,6 +244,12 @@ template <bool kExtras> FFPA_DEV float alibi_slope_log2(const ffpa_bwd_params &p
     return kExtras && m.alibi ? m.alibi[(int64_t)w.b * m.alibi_sb + (int64_t)h * m.alibi_sh] * kLog2e : 0.0f;
 }
 
+/* What a kept element is scaled by: dropout_scale with dropout, else 1. */
+template <bool kExtras> FFPA_DEV float dropout_kept_scale(const ffpa_bwd_params &p)
+{
+    return kExtras && p.mask.has_dropout ? p.mask.dropout_scale : 1.0f;
+}
+
 /* Dropout's factor Z of element i of n8-block j: dropout_scale where kept,
  * 0 where dropped (keep: keep_bits' word, all ones without dropout). */
 FFPA_DEV float keep_factor(uint32_t keep, int j, int i, float z_kept)
@@ -269,7 +275,7 @@ FFPA_DEV void softmax_grad(const Src &src, const float *rows, uint8_t *pt, uint8
     const float scale = p.scale;
     const ffpa_gpu_fwd_params &m = p.mask;
     const uint32_t keep = kExtras && m.has_dropout ? keep_bits<Cfg>(m, w, h, q0, ctid, j0, count) : 0xFFFFFFFFu;
-    const float z_kept = kExtras && m.has_dropout ? m.dropout_scale : 1.0f;
+    const float z_kept = dropout_kept_scale<kExtras>(p);
     BwdDbias db{};
     if constexpr (kExtras)
         db = BwdDbias::of(p, w, h, ctid);
@@ -328,15 +334,15 @@ FFPA_DEV void softmax_grad(const Src &src, const float *rows, uint8_t *pt, uint8
  * accumulator's pairs packed to 16 bits, as the forward's P). The rows'
  * lse2 are read first, as pairs, and every exp2 is taken, dead elements'
  * dropped after: a load or an exp under each element's mask ran one after
- * another. A tile that no key bound, causal diagonal or window cuts
- * (uniform) skips the masks. */
+ * another. In the plain build a tile that no key bound or causal diagonal
+ * cuts (uniform) skips the masks. */
 template <class Cfg, bool kExtras, bool kMask>
 FFPA_DEV void grad_probs_blocks(float (&s)[32], uint32_t (&pf)[4][4], const float *rows, uint32_t keep,
                                 const ffpa_bwd_params &p, const BwdWork &w, int h, int q0, int ctid)
 {
     using T = typename Cfg::T;
     const int quad = ctid & 3;
-    const float z_kept = kExtras && p.mask.has_dropout ? p.mask.dropout_scale : 1.0f;
+    const float z_kept = dropout_kept_scale<kExtras>(p);
     const float slope = alibi_slope_log2<kExtras>(p, w, h), scale = p.scale;
     float2 lse[8];
 #pragma unroll
@@ -381,7 +387,7 @@ FFPA_DEV void grad_dscores(const float (&ps)[32], const float (&dp)[32], uint32_
 {
     using T = typename Cfg::T;
     const int warp = ctid >> 5, lane = ctid & 31, quad = lane & 3;
-    const float z_kept = kExtras && p.mask.has_dropout ? p.mask.dropout_scale : 1.0f;
+    const float z_kept = dropout_kept_scale<kExtras>(p);
     float2 delta[8];
 #pragma unroll
     for (int j = 0; j < 8; ++j)
