@@ -268,15 +268,16 @@ int ffpa_plan_use_fwd_tile(const ffpa_plan_input *in, int br, int bc, int chunk,
     return 1;
 }
 
-/* Largest Dqk and Dv the sm_90a forward instantiations cover per cluster
- * size: slices 128, 256, 320 alone; 192, 256 in clusters of 2 and of 4, and
- * 320 of Q/K with 256 of V in a cluster of 2 (Dqk 576 / Dv 512); 192 / 128
- * alone lies inside 256 / 256 (backends/cuda/sm90/sm90_fwd_inst_*.cu). */
+/* The Dqk and Dv each sm_90a forward instantiation covers
+ * (FFPA_SM90_FWD_SHAPES: slice x cluster columns of Q/K, slice_v x cluster
+ * of V). */
 int ffpa_plan_sm90_covers(int64_t dqk, int64_t dv, int cluster)
 {
+#define FFPA_FWD_COVER(slice, slice_v, c, label) {c, (slice) * (c), (slice_v) * (c)},
     static const struct {
         int cluster, max_dqk, max_dv;
-    } cover[] = {{1, 320, 320}, {2, 2 * 256, 2 * 256}, {2, 2 * 320, 2 * 256}, {4, 4 * 256, 4 * 256}};
+    } cover[] = {FFPA_SM90_FWD_SHAPES(FFPA_FWD_COVER)};
+#undef FFPA_FWD_COVER
     for (size_t i = 0; i < sizeof cover / sizeof cover[0]; ++i)
         if (cover[i].cluster == cluster && round_up(dqk, 64) <= cover[i].max_dqk &&
             round_up(dv, 64) <= cover[i].max_dv)

@@ -138,8 +138,18 @@ int ffpa_plan_fwd_tiles(int64_t dv, ffpa_fwd_tile *out, int max);
 int ffpa_plan_use_fwd_tile(const ffpa_plan_input *in, int br, int bc, int chunk, int warps,
                            ffpa_plan *plan);
 
+/* The sm_90a forward's shapes, smallest cover first (the launcher takes the
+ * first that covers Dqk and Dv): X(slice, slice_v, cluster, label), Q/K
+ * columns and V/O columns per CTA. The instantiation tables
+ * (sm90_fwd_inst_*.cu) and ffpa_plan_sm90_covers both expand it, so a shape
+ * is added in one place. */
+#define FFPA_SM90_FWD_SHAPES(X)                                                                                   \
+    X(128, 128, 1, "d128") X(192, 128, 1, "d192/128") X(256, 256, 1, "d256") X(320, 320, 1, "d320")             \
+    X(192, 192, 2, "d192x2 cluster") X(256, 256, 2, "d256x2 cluster") X(320, 256, 2, "d320/256x2 cluster")     \
+    X(192, 192, 4, "d192x4 cluster") X(256, 256, 4, "d256x4 cluster")
+
 /* Whether an sm_90a forward instantiation with `cluster` CTAs per cluster
- * covers Dqk and Dv (backends/cuda/sm90: slice x cluster shapes). */
+ * covers Dqk and Dv (FFPA_SM90_FWD_SHAPES). */
 int ffpa_plan_sm90_covers(int64_t dqk, int64_t dv, int cluster);
 
 /* The sm_90a backward's widths in the launcher's order of preference

@@ -9,6 +9,7 @@
 
 #include <cuda_runtime.h>
 
+#include "plan.h" /* FFPA_SM90_FWD_SHAPES */
 #include "sm90_fwd_kernel.cuh"
 #include "sm90_launch.cuh"
 
@@ -44,8 +45,11 @@ template <class Cfg> constexpr KernelDesc desc(const char *name)
     return KernelDesc{Cfg::kSlice, Cfg::kSliceV, Cfg::kCluster, Cfg::kSmemBytes, name, &launch<Cfg>};
 }
 
-/* Slice x cluster shapes, smallest cover first (see sm90_fwd_launch.cu). */
-constexpr int kNumShapes = 9;
+/* Slice x cluster shapes, smallest cover first (FFPA_SM90_FWD_SHAPES in
+ * common/plan.h; see sm90_fwd_launch.cu). */
+#define FFPA_SM90_FWD_COUNT(slice, slice_v, cluster, label) +1
+constexpr int kNumShapes = 0 FFPA_SM90_FWD_SHAPES(FFPA_SM90_FWD_COUNT);
+#undef FFPA_SM90_FWD_COUNT
 extern const KernelDesc fwd_f16[kNumShapes], fwd_bf16[kNumShapes];
 
 } /* namespace sm90 */
