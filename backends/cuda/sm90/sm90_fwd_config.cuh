@@ -34,7 +34,20 @@ constexpr int kBoxRows = 64;
 constexpr uint32_t kBoxBytes = kBoxCols * kBoxRows * 2;
 constexpr size_t kSmemLimit = 232448; /* H100/H200 opt-in shared memory per block */
 
-template <typename T_, int kSlice_, int kCluster_, int kSliceV_ = kSlice_> struct FwdConfig {
+/* Keys per tile. A 64-key tile's fixed costs (barriers, waits, row max
+ * reductions, the ping-pong turn) weigh on the GEMMs of a narrow slice, so
+ * the single-CTA kernels up to 192 columns take 128 (their K and V slabs
+ * still leave a ring of 3+ slots beside Q). 64 elsewhere: the exchange is
+ * written for it, and at 256 columns 96-key tiles lost 25% (3 ring slots,
+ * 120 bytes of spills; docs/notes/forward.md). */
+constexpr int default_key_tile(int slice, int cluster)
+{
+    return cluster == 1 && slice <= 192 ? 128 : 64;
+}
+
+template <typename T_, int kSlice_, int kCluster_, int kSliceV_ = kSlice_,
+          int kBc_ = default_key_tile(kSlice_, kCluster_)>
+struct FwdConfig {
     using T = T_;
     static constexpr int kSlice = kSlice_;     /* head-dim columns per CTA of Q and K */
     static constexpr int kSliceV = kSliceV_;   /* ... of V and O */
@@ -42,17 +55,23 @@ template <typename T_, int kSlice_, int kCluster_, int kSliceV_ = kSlice_> struc
     static constexpr int kBoxes = kSlice / kBoxCols;
     static constexpr int kVBoxes = kSliceV / kBoxCols;
     static constexpr int kBr = 128;            /* query rows per cluster */
-    static constexpr int kBc = 64;             /* keys per tile */
+    static constexpr int kBc = kBc_;           /* keys per tile */
     static constexpr int kConsumers = 2;       /* consumer warpgroups, 64 rows each */
     static constexpr int kThreads = 128 * (1 + kConsumers);
     static constexpr int kNT = kBc / 8;        /* S n8-blocks per warp */
+    static constexpr int kSAcc = kBc / 2;      /* fp32 S accumulators per thread */
+    static constexpr int kPSteps = kBc / 16;   /* k16 steps of the PV GEMM */
+    /* A slab stores each 64-column box of a tile's kBc rows contiguously
+     * (kBc / 64 TMA boxes of 64 rows stacked), so a box column is
+     * kColBytes long and the GEMMs walk the keys linearly. */
+    static constexpr uint32_t kColBytes = (uint32_t)kBc * kBoxCols * 2;
     static constexpr int kOAcc = kSliceV / 2;  /* fp32 O accumulators per thread */
 
     /* Bytes of the pieces of shared memory. */
     static constexpr size_t kQBytes = (size_t)kConsumers * kBoxes * kBoxBytes;
     /* The ring holds slabs: the K slice of a key tile or its V slice, in the
      * order K0 V0 K1 V1 ...; a consumer's GEMM phase holds two (K(t+1), V(t)). */
-    static constexpr size_t kSlabBytes = (size_t)(kBoxes > kVBoxes ? kBoxes : kVBoxes) * kBoxBytes;
+    static constexpr size_t kSlabBytes = (size_t)(kBoxes > kVBoxes ? kBoxes : kVBoxes) * kColBytes;
     /* Cluster exchange (sm90_exchange.cuh): the key tile's columns are cut
      * into kCluster blocks, one owned by each CTA; per consumer and peer one
      * reduce-scatter slot (64 x block fp32) and one all-gather slot (64 x
@@ -79,6 +98,7 @@ template <typename T_, int kSlice_, int kCluster_, int kSliceV_ = kSlice_> struc
     static_assert(kSlice % kBoxCols == 0 && kSlice <= 320, "a slice is 1-5 boxes");
     static_assert(kSliceV % kBoxCols == 0 && kSliceV <= kSlice, "a V slice is whole boxes, at most the QK slice");
     static_assert(kCluster == 1 || kCluster == 2 || kCluster == 4, "cluster of 1, 2 or 4");
+    static_assert(kBc == 64 || (kBc == 128 && kCluster == 1), "64-key tiles, or 128 without the exchange");
     static_assert(kSmemBytes <= kSmemLimit, "fits the opt-in shared memory");
     static_assert(kSlots >= 3, "a GEMM phase holds two slabs; one more is in flight");
 };

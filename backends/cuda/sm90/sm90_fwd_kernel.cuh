@@ -118,8 +118,8 @@ FFPA_DEV void consumer(const ffpa_gpu_fwd_params &p, uint8_t *smem, RingBarriers
             mbar_arrive(&bars->empty[R::slot(slab)]);
     };
     if (n > 0) {
-        float s[32];
-        uint32_t pf[4][4];
+        float s[Cfg::kSAcc];
+        uint32_t pf[Cfg::kPSteps][4];
         if (consumer_idx == 1)
             named_barrier_arrive(bar_other, 256); /* consumer 0 issues first */
         mbar_wait(&bars->q_full, 0);
@@ -133,7 +133,7 @@ FFPA_DEV void consumer(const ffpa_gpu_fwd_params &p, uint8_t *smem, RingBarriers
         wgmma_wait<0>();
         fence_operands(s);
         release(0);
-        if (Cfg::kCluster > 1) {
+        if constexpr (Cfg::kCluster > 1) {
             xch.scatter(s);
             xch.reduce(s, 0);
         }
@@ -175,14 +175,14 @@ FFPA_DEV void consumer(const ffpa_gpu_fwd_params &p, uint8_t *smem, RingBarriers
             fence_operands(s);
             release(k_next);
             FFPA_SM90_DIAG_MARK(3);
-            if (Cfg::kCluster > 1)
+            if constexpr (Cfg::kCluster > 1)
                 xch.scatter(s);
             FFPA_SM90_DIAG_MARK(4);
             wgmma_wait<0>();
             fence_operands(o);
             release(v_cur);
             FFPA_SM90_DIAG_MARK(5);
-            if (Cfg::kCluster > 1)
+            if constexpr (Cfg::kCluster > 1)
                 xch.reduce(s, t + 1);
             FFPA_SM90_DIAG_MARK(6);
             ts.run(s, o, pf, xch, p, lane, t + 1);

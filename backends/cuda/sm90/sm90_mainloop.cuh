@@ -1,8 +1,8 @@
 /*
  * Main loop pieces of the Hopper forward: the producer's TMA loads into the
  * slab ring, and the consumers' two warpgroup GEMMs per key tile:
- *   S(64 x 64)       = Q_slice K_slice^T   (wgmma SS, both K-major)
- *   O(64 x kSlice)  += P V_slice           (wgmma RS: P from registers, V MN-major)
+ *   S(64 x kBc)      = Q_slice K_slice^T   (wgmma SS, both K-major)
+ *   O(64 x kSliceV) += P V_slice           (wgmma RS: P from registers, V MN-major)
  *
  * Ring of slabs (slab 2t = K slice of key tile t, 2t+1 = its V slice); slab
  * i sits in slot i % kSlots, use u = i / kSlots:
@@ -72,11 +72,13 @@ template <class Cfg> struct Producer {
             if (i >= Cfg::kSlots)
                 mbar_wait(&bars->empty[slot], Ring<Cfg>::parity(i) ^ 1);
             const int boxes = is_v ? Cfg::kVBoxes : Cfg::kBoxes;
-            mbar_arrive_expect_tx(&bars->full[slot], (uint32_t)boxes * kBoxBytes);
+            mbar_arrive_expect_tx(&bars->full[slot], (uint32_t)boxes * Cfg::kColBytes);
             uint8_t *dst = smem + L::ring + (size_t)slot * Cfg::kSlabBytes;
             for (int box = 0; box < boxes; ++box)
-                tma_load_4d(dst + (size_t)box * kBoxBytes, is_v ? &maps.v : &maps.k, &bars->full[slot],
-                            (is_v ? tc.col0_v : tc.col0) + box * kBoxCols, key, tc.kvh, tc.b);
+                for (int r = 0; r < Cfg::kBc; r += kBoxRows)
+                    tma_load_4d(dst + (size_t)box * Cfg::kColBytes + (size_t)r * 128, is_v ? &maps.v : &maps.k,
+                                &bars->full[slot], (is_v ? tc.col0_v : tc.col0) + box * kBoxCols, key + r, tc.kvh,
+                                tc.b);
         }
     }
 };
@@ -87,7 +89,7 @@ template <class Cfg> struct ConsumerGemms {
     /* s = Q_c K^T over the slice: 4 k16 steps per box. Straight-line on
      * purpose: a branch around wgmma makes ptxas serialise them (C7520).
      * Boxes past Dqk were zero-filled by TMA, so they add nothing. */
-    static FFPA_DEV void qk_issue(float (&s)[32], uint32_t q_addr, uint32_t k_addr)
+    static FFPA_DEV void qk_issue(float (&s)[Cfg::kSAcc], uint32_t q_addr, uint32_t k_addr)
     {
         const uint64_t q0 = make_desc_sw128(q_addr, 16, 1024);
 #pragma unroll
@@ -101,26 +103,28 @@ template <class Cfg> struct ConsumerGemms {
                  * spills instead of 48). */
                 const uint64_t qd =
                     Cfg::kBoxes > 4 ? desc_advance(q0, off) : make_desc_sw128(q_addr + off, 16, 1024);
-                wgmma_ss<T, 64>(s, qd, make_desc_sw128(k_addr + off, 16, 1024), box > 0 || kk > 0);
+                const uint32_t k_off = (uint32_t)box * Cfg::kColBytes + kk * 32;
+                wgmma_ss<T, Cfg::kBc>(s, qd, make_desc_sw128(k_addr + k_off, 16, 1024), box > 0 || kk > 0);
             }
         }
     }
 
-    /* o += P V: per k16 step of the 64 keys, one m64 n(kSliceV) wgmma (two,
+    /* o += P V: per k16 step of the kBc keys, one m64 n(kSliceV) wgmma (two,
      * 256 + the rest, when the slice is wider than wgmma's N of 256); V rows
      * are 128 bytes apart, so 16 keys = 2048 bytes; the slice's boxes are
-     * kBoxBytes apart (the descriptor's leading byte offset). */
-    static FFPA_DEV void pv_issue(float (&o)[Cfg::kOAcc], const uint32_t (&pf)[4][4], uint32_t v_addr)
+     * kColBytes apart (the descriptor's leading byte offset). */
+    static FFPA_DEV void pv_issue(float (&o)[Cfg::kOAcc], const uint32_t (&pf)[Cfg::kPSteps][4], uint32_t v_addr)
     {
         constexpr int kN0 = Cfg::kSliceV < 256 ? Cfg::kSliceV : 256;
         constexpr int kN1 = Cfg::kSliceV - kN0;
 #pragma unroll
-        for (int kk = 0; kk < 4; ++kk) {
+        for (int kk = 0; kk < Cfg::kPSteps; ++kk) {
             wgmma_rs<T, kN0>(reinterpret_cast<float(&)[kN0 / 2]>(o[0]), pf[kk],
-                             make_desc_sw128(v_addr + kk * 2048, kBoxBytes, 1024), 1);
+                             make_desc_sw128(v_addr + kk * 2048, Cfg::kColBytes, 1024), 1);
             if constexpr (kN1 > 0)
                 wgmma_rs<T, kN1>(reinterpret_cast<float(&)[kN1 / 2]>(o[kN0 / 2]), pf[kk],
-                                 make_desc_sw128(v_addr + (kN0 / kBoxCols) * kBoxBytes + kk * 2048, kBoxBytes, 1024),
+                                 make_desc_sw128(v_addr + (kN0 / kBoxCols) * Cfg::kColBytes + kk * 2048,
+                                                 Cfg::kColBytes, 1024),
                                  1);
         }
     }

@@ -35,7 +35,7 @@ template <class Cfg> struct TileSoftmax {
     /* Masks the n8-blocks [nt0, nt0 + kN) of loop tile t's scores, at key
      * column col0 of that tile. */
     template <int kN>
-    FFPA_DEV void mask(float (&s)[32], int nt0, int t, int col0, const ffpa_gpu_fwd_params &p, int lane)
+    FFPA_DEV void mask(float (&s)[Cfg::kSAcc], int nt0, int t, int col0, const ffpa_gpu_fwd_params &p, int lane)
     {
         arch::FragC(&sf)[kN] = *reinterpret_cast<arch::FragC(*)[kN]>(&s[4 * nt0]);
         mc.col0 = (tile0 + t) * Cfg::kBc + col0;
@@ -45,7 +45,7 @@ template <class Cfg> struct TileSoftmax {
     }
 
     /* O *= alpha, dropout over the whole tile, P -> A fragments. */
-    FFPA_DEV void finish_tile(float (&s)[32], float (&o)[Cfg::kOAcc], uint32_t (&pf)[4][4], const float (&alpha)[2],
+    FFPA_DEV void finish_tile(float (&s)[Cfg::kSAcc], float (&o)[Cfg::kOAcc], uint32_t (&pf)[Cfg::kPSteps][4], const float (&alpha)[2],
                               const ffpa_gpu_fwd_params &p, int lane, int t)
     {
         OnlineSoftmax::rescale(reinterpret_cast<arch::FragC(&)[Cfg::kOAcc / 4]>(o), alpha);
@@ -54,7 +54,7 @@ template <class Cfg> struct TileSoftmax {
             apply_dropout<Cfg::kNT>(reinterpret_cast<arch::FragC(&)[Cfg::kNT]>(s), p, mc, lane);
         }
 #pragma unroll
-        for (int kk = 0; kk < 4; ++kk) {
+        for (int kk = 0; kk < Cfg::kPSteps; ++kk) {
             pf[kk][0] = arch::pack_f32x2<T>(s[8 * kk + 0], s[8 * kk + 1]);
             pf[kk][1] = arch::pack_f32x2<T>(s[8 * kk + 2], s[8 * kk + 3]);
             pf[kk][2] = arch::pack_f32x2<T>(s[8 * kk + 4], s[8 * kk + 5]);
@@ -63,7 +63,7 @@ template <class Cfg> struct TileSoftmax {
     }
 
     /* The full S of key tile t is in s. */
-    FFPA_DEV void whole_tile(float (&s)[32], float (&o)[Cfg::kOAcc], uint32_t (&pf)[4][4],
+    FFPA_DEV void whole_tile(float (&s)[Cfg::kSAcc], float (&o)[Cfg::kOAcc], uint32_t (&pf)[Cfg::kPSteps][4],
                              const ffpa_gpu_fwd_params &p, int lane, int t)
     {
         mask<Cfg::kNT>(s, 0, t, 0, p, lane);
@@ -76,7 +76,7 @@ template <class Cfg> struct TileSoftmax {
      * maxima m (>= the running max), exponentiate relative to them, round
      * to fp16 (ph, what the peers receive) and keep the rounded values in s. */
     template <int b>
-    FFPA_DEV void own_block(float (&s)[32], uint32_t (&ph)[2 * kBlockNT], float (&m)[2],
+    FFPA_DEV void own_block(float (&s)[Cfg::kSAcc], uint32_t (&ph)[2 * kBlockNT], float (&m)[2],
                             const ffpa_gpu_fwd_params &p, int lane, int t)
     {
         using X = ClusterExchange<Cfg>;
@@ -107,7 +107,7 @@ template <class Cfg> struct TileSoftmax {
      * compile-time constant (no run-time register indexing), so one branch
      * per rank, uniform across the CTA. */
     template <int b>
-    FFPA_DEV void own_block_of_rank(float (&s)[32], float (&mb)[kC][2], const ClusterExchange<Cfg> &x,
+    FFPA_DEV void own_block_of_rank(float (&s)[Cfg::kSAcc], float (&mb)[kC][2], const ClusterExchange<Cfg> &x,
                                     const ffpa_gpu_fwd_params &p, int lane, int t)
     {
         if (b == (int)x.rank) {
@@ -121,7 +121,7 @@ template <class Cfg> struct TileSoftmax {
 
     /* Split-D across the cluster: our block of s holds its full S of tile t
      * (after ClusterExchange::reduce), the other blocks are free. */
-    FFPA_DEV void cluster(float (&s)[32], float (&o)[Cfg::kOAcc], uint32_t (&pf)[4][4],
+    FFPA_DEV void cluster(float (&s)[Cfg::kSAcc], float (&o)[Cfg::kOAcc], uint32_t (&pf)[Cfg::kPSteps][4],
                           const ClusterExchange<Cfg> &x, const ffpa_gpu_fwd_params &p, int lane, int t)
     {
         float mb[kC][2];
@@ -157,7 +157,7 @@ template <class Cfg> struct TileSoftmax {
         finish_tile(s, o, pf, alpha, p, lane, t);
     }
 
-    FFPA_DEV void run(float (&s)[32], float (&o)[Cfg::kOAcc], uint32_t (&pf)[4][4], const ClusterExchange<Cfg> &x,
+    FFPA_DEV void run(float (&s)[Cfg::kSAcc], float (&o)[Cfg::kOAcc], uint32_t (&pf)[Cfg::kPSteps][4], const ClusterExchange<Cfg> &x,
                       const ffpa_gpu_fwd_params &p, int lane, int t)
     {
         if constexpr (kC > 1)
