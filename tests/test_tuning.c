@@ -798,6 +798,7 @@ static void test_apply_family_cluster(void **state)
     assert_int_equal(p.cluster, 1);
 
     /* The coverage the sm90 launcher's pick follows. */
+    assert_true(ffpa_plan_sm90_covers(64, 64, 1));
     assert_true(ffpa_plan_sm90_covers(128, 128, 1));
     assert_true(ffpa_plan_sm90_covers(320, 320, 1));
     assert_false(ffpa_plan_sm90_covers(328, 320, 1));
