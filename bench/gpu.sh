@@ -34,7 +34,7 @@
 #   hipnv        the HIP backend's sources on this GPU (__HIP_PLATFORM_NVIDIA__, backends/hip/nvidia-check.sh)
 #   ab           same-run A/B: this tree against a fresh build of it with AB_BASE's files laid over
 #                (AB_SHAPES, default the backward rows; AB_FLAGS, default --backward; AB_ROUNDS) in OUT/ab.txt
-#   diag         the sm90 diagnostic builds, timing only (DIAG=1: forward without the DSMEM exchange;
+#   diag         the sm90 diagnostic builds, timing only, DIAG_SHAPES (DIAG=1: forward without the DSMEM exchange;
 #                2: forward timeline; 3: backward without the dQ reductions)
 #
 # Logs and CSVs go to OUT (default /tmp/ffpa-gpu); each step prints "== ..." lines, a summary ends.
@@ -468,7 +468,8 @@ if want diag; then
   reps=$([ "${DIAG:-1}" = 2 ] && echo "--reps 1 --iters 1 --warmup 0" || echo "--reps 10")
   [ "${DIAG:-1}" = 3 ] && reps="$reps --backward"
   FFPA_BACKEND_PATH="$PWD/$D/backends/cuda" FFPA_CUDA_KERNEL=sm90 timeout 120 "$D/bench/ffpa-bench" --backend cuda \
-    $reps 1,32,32,8192,8192,256,256 1,32,32,8192,8192,512,512 1,32,32,8192,8192,1024,1024 >"$OUT/bench-diag.log" 2>&1
+    $reps ${DIAG_SHAPES:-1,32,32,8192,8192,256,256 1,32,32,8192,8192,512,512 1,32,32,8192,8192,1024,1024} \
+    >"$OUT/bench-diag.log" 2>&1
   note "diag ${DIAG:-1} ($flag): rc=$?"
   grep -v "^#" "$OUT/bench-diag.log"
 fi
