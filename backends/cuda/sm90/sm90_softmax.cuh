@@ -45,8 +45,8 @@ template <class Cfg> struct TileSoftmax {
     }
 
     /* O *= alpha, dropout over the whole tile, P -> A fragments. */
-    FFPA_DEV void finish_tile(float (&s)[Cfg::kSAcc], float (&o)[Cfg::kOAcc], uint32_t (&pf)[Cfg::kPSteps][4], const float (&alpha)[2],
-                              const ffpa_gpu_fwd_params &p, int lane, int t)
+    FFPA_DEV void finish_tile(float (&s)[Cfg::kSAcc], float (&o)[Cfg::kOAcc], uint32_t (&pf)[Cfg::kPSteps][4],
+                              const float (&alpha)[2], const ffpa_gpu_fwd_params &p, int lane, int t)
     {
         OnlineSoftmax::rescale(reinterpret_cast<arch::FragC(&)[Cfg::kOAcc / 4]>(o), alpha);
         if (p.has_dropout) {
@@ -157,8 +157,8 @@ template <class Cfg> struct TileSoftmax {
         finish_tile(s, o, pf, alpha, p, lane, t);
     }
 
-    FFPA_DEV void run(float (&s)[Cfg::kSAcc], float (&o)[Cfg::kOAcc], uint32_t (&pf)[Cfg::kPSteps][4], const ClusterExchange<Cfg> &x,
-                      const ffpa_gpu_fwd_params &p, int lane, int t)
+    FFPA_DEV void run(float (&s)[Cfg::kSAcc], float (&o)[Cfg::kOAcc], uint32_t (&pf)[Cfg::kPSteps][4],
+                      const ClusterExchange<Cfg> &x, const ffpa_gpu_fwd_params &p, int lane, int t)
     {
         if constexpr (kC > 1)
             cluster(s, o, pf, x, p, lane, t);
