@@ -64,6 +64,8 @@ FWD_CHECK=(1,2,2,77,77,64,64,l 2,4,2,130,200,128,128,cl 1,2,1,70,33,256,256,cl 1
   1,8,8,3,777,512,512,cl 2,2,2,16,300,320,320,cdl 1,3,1,200,129,384,384,cl 1,2,2,129,257,448,448,l
   1,2,2,40,40,264,264,l 1,2,2,100,100,512,384,l 1,2,1,1000,1000,512,512,c 1,2,1,70,150,1024,1024,cl
   1,2,2,90,90,768,768,bl 1,2,2,100,100,576,512,cl 2,2,2,60,100,1024,1024,vdl 1,2,2,33,70,536,536,l
+  1,2,2,130,200,768,768,cl 2,4,2,90,150,696,648,l 3,2,2,80,100,768,768,vcdl 1,8,8,3,777,600,600,cl
+  1,2,1,1000,1000,768,768,c 2,2,2,150,150,640,640,cs30bl
   1,2,2,64,64,8,8 1,8,2,1,1000,128,128,l 1,4,1,1,500,1024,1024,l
   1,2,2,300,300,128,128,w40.7l 2,4,2,200,330,320,320,cw100l 1,2,1,130,90,512,512,w5.0l 1,2,2,200,200,256,256,s5l
   2,2,2,150,150,512,512,cs30bl 1,4,2,200,260,128,128,al 3,2,2,100,120,512,512,vcw33s20adl 1,8,2,2,900,128,128,w64al
@@ -92,7 +94,8 @@ KV_CHECK=(1,8,2,1,1,64,64,16 3,8,2,1,17,128,128,16,x 2,32,8,1,5000,128,128,64 2,
   5,128,1,1,65,576,512,64,m 3,32,1,2,1001,576,512,16,mc 4,64,1,4,300,576,512,256,mcx
   2,16,1,1,17,576,512,16,ma 1,128,1,4,129,576,512,32,mca 7,16,1,1,3000,576,512,64,mx 2,8,1,1,500,576,512,64,md)
 FWD_SAN=(1,2,1,70,90,128,128,bdl 1,1,1,33,70,256,256,cl 1,1,1,40,70,320,320,l 1,1,1,33,70,512,512,cbl
-  2,2,2,20,40,128,128,vl 1,1,1,40,140,1024,1024,cl 1,4,1,1,300,512,512,l 1,2,1,70,130,320,320,cw20s10al)
+  2,2,2,20,40,128,128,vl 1,1,1,40,140,1024,1024,cl 1,4,1,1,300,512,512,l 1,2,1,70,130,320,320,cw20s10al
+  1,2,1,70,130,768,768,cbdl 2,2,2,30,70,696,648,vl)
 BWD_SAN=(1,2,1,70,130,320,320,c 1,1,1,40,140,1024,1024,c 1,1,1,90,200,768,768,c 2,2,2,20,40,128,128,v
   1,1,1,40,70,512,512,bd 1,2,1,200,260,512,512,cr 1,1,1,130,200,1024,1024,r 1,2,1,70,130,512,512,cg
   1,1,1,40,140,1024,1024,go 2,2,2,60,70,256,256,gr 1,2,1,70,130,320,320,cw20s10a 1,2,1,70,130,256,256,c
@@ -155,11 +158,11 @@ if want check; then
   timeout 200 "$BENCH" --backend cuda --check --no-time "${FWD_CHECK[@]}" >"$OUT/check-fwd.log" 2>&1
   note "check forward (auto) vs cpu: rc=$? $(fails "$OUT/check-fwd.log" ${#FWD_CHECK[@]})"
   # sm90: every shape but the three it does not cover (D = 8, the two decode rows).
-  FFPA_CUDA_KERNEL=sm90 timeout 200 "$BENCH" --backend cuda --check --no-time "${FWD_CHECK[@]:0:24}" \
-    "${FWD_CHECK[@]:27}" >"$OUT/check-fwd-sm90.log" 2>&1
+  FFPA_CUDA_KERNEL=sm90 timeout 200 "$BENCH" --backend cuda --check --no-time "${FWD_CHECK[@]:0:30}" \
+    "${FWD_CHECK[@]:33}" >"$OUT/check-fwd-sm90.log" 2>&1
   note "check forward (sm90) vs cpu: rc=$? $(fails "$OUT/check-fwd-sm90.log" $(( ${#FWD_CHECK[@]} - 3 )))"
   # The variants' shapes on the generic kernels too (auto runs them on sm90).
-  FFPA_CUDA_KERNEL=generic timeout 200 "$BENCH" --backend cuda --check --no-time "${FWD_CHECK[@]:27}" \
+  FFPA_CUDA_KERNEL=generic timeout 200 "$BENCH" --backend cuda --check --no-time "${FWD_CHECK[@]:33}" \
     >"$OUT/check-var-generic.log" 2>&1 &&
     FFPA_CUDA_KERNEL=generic timeout 200 "$BENCH" --backend cuda --backward --check --no-time "${BWD_CHECK[@]: -8}" \
       >>"$OUT/check-var-generic.log" 2>&1

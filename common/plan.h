@@ -147,7 +147,7 @@ int ffpa_plan_use_fwd_tile(const ffpa_plan_input *in, int br, int bc, int chunk,
     X(64, 64, 1, "d64") X(128, 128, 1, "d128") X(192, 128, 1, "d192/128") X(256, 256, 1, "d256")                \
     X(320, 320, 1, "d320")                                                                                        \
     X(192, 192, 2, "d192x2 cluster") X(256, 256, 2, "d256x2 cluster") X(320, 256, 2, "d320/256x2 cluster")     \
-    X(192, 192, 4, "d192x4 cluster") X(256, 256, 4, "d256x4 cluster")
+    X(256, 256, 3, "d256x3 cluster") X(192, 192, 4, "d192x4 cluster") X(256, 256, 4, "d256x4 cluster")
 
 /* Whether an sm_90a forward instantiation with `cluster` CTAs per cluster
  * covers Dqk and Dv (FFPA_SM90_FWD_SHAPES). */

@@ -301,8 +301,8 @@ static int parse_config(const cJSON *cfg, int version, tuning_entry *e, char *wh
     e->family = (ffpa_fwd_family)family;
     e->dkdv = (ffpa_bwd_dkdv_kernel)dkdv;
     e->dq = (ffpa_bwd_dq_kernel)dq;
-    if (!get_int(cfg, "cluster", 1, 1, 4, &cluster) || (cluster == 3 && !e->backward))
-        return snprintf(why, why_len, "\"cluster\" is not 1, 2 or 4 (a bwd one 1 to 4)"), 0;
+    if (!get_int(cfg, "cluster", 1, 1, 4, &cluster))
+        return snprintf(why, why_len, "\"cluster\" is not an integer from 1 to 4"), 0;
     if (cluster && e->family == FFPA_FAMILY_GENERIC)
         return snprintf(why, why_len, "\"cluster\" goes with \"kernel\": \"sm90\", not \"generic\""), 0;
     e->cluster = (int)cluster;

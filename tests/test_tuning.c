@@ -571,7 +571,7 @@ static void test_malformed_v2_fields(void **state)
     } bad[] = {
         {FWD("\"kernel\": \"wgmma\""), "\"kernel\""},
         {FWD("\"kernel\": 1"), "\"kernel\""},
-        {FWD("\"kernel\": \"sm90\", \"cluster\": 3"), "\"cluster\""},
+        {FWD("\"kernel\": \"sm90\", \"cluster\": 5"), "\"cluster\""},
         {FWD("\"cluster\": 8"), "\"cluster\""},
         {FWD("\"cluster\": 0"), "\"cluster\""},
         {FWD("\"cluster\": \"2\""), "\"cluster\""},
@@ -757,6 +757,8 @@ static void test_apply_family_cluster(void **state)
         {"\"kernel\": \"sm90\", \"cluster\": 1", 512, FFPA_FAMILY_HOPPER, 0, FFPA_FAMILY_AUTO}, /* 320 < 512 */
         {"\"cluster\": 2", 1024, FFPA_FAMILY_AUTO, 0, FFPA_FAMILY_AUTO},                        /* 512 < 1024 */
         {"\"cluster\": 4", 1024, FFPA_FAMILY_AUTO, 4, FFPA_FAMILY_AUTO},
+        {"\"cluster\": 3", 768, FFPA_FAMILY_AUTO, 3, FFPA_FAMILY_AUTO},
+        {"\"cluster\": 3", 1024, FFPA_FAMILY_AUTO, 0, FFPA_FAMILY_AUTO}, /* 768 < 1024 */
         {"\"cluster\": 1", 320, FFPA_FAMILY_AUTO, 1, FFPA_FAMILY_AUTO},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
@@ -809,7 +811,10 @@ static void test_apply_family_cluster(void **state)
     assert_false(ffpa_plan_sm90_covers(704, 512, 2));
     assert_false(ffpa_plan_sm90_covers(512, 576, 2));
     assert_true(ffpa_plan_sm90_covers(1024, 1024, 4));
-    assert_false(ffpa_plan_sm90_covers(64, 64, 3));
+    assert_true(ffpa_plan_sm90_covers(768, 768, 3)); /* 256 x 3 */
+    assert_true(ffpa_plan_sm90_covers(700, 640, 3));
+    assert_false(ffpa_plan_sm90_covers(832, 768, 3));
+    assert_false(ffpa_plan_sm90_covers(64, 64, 8));
 }
 
 static void test_apply_backward(void **state)

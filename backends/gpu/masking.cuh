@@ -115,8 +115,7 @@ template <int kNT, typename B>
 __device__ __forceinline__ void add_bias(arch::FragC (&s)[kNT], const B *bias, const ffpa_gpu_fwd_params &p,
                                          const MaskCtx &mc, int lane)
 {
-    constexpr int kGroup = kNT < 2 ? kNT : 2;
-    static_assert(kNT % kGroup == 0, "whole groups of n8-blocks");
+    constexpr int kGroup = kNT < 2 ? kNT : 2; /* an odd kNT (3: clusters of three) ends on a single block */
     const B *plane = bias + (int64_t)mc.b * p.bias_sb + (int64_t)mc.h * p.bias_sh;
 #pragma unroll
     for (int g0 = 0; g0 < kNT; g0 += kGroup) {
@@ -125,6 +124,8 @@ __device__ __forceinline__ void add_bias(arch::FragC (&s)[kNT], const B *bias, c
         for (int g = 0; g < kGroup; ++g)
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
+                if (g0 + g >= kNT)
+                    continue;
                 const int i = mc.row0 + arch::frag_c_row(lane, e);
                 const int j = mc.col0 + (g0 + g) * 8 + arch::frag_c_col(lane, e);
                 raw[g][e] = i < mc.seqlen_q && j < mc.seqlen_k
@@ -135,7 +136,8 @@ __device__ __forceinline__ void add_bias(arch::FragC (&s)[kNT], const B *bias, c
         for (int g = 0; g < kGroup; ++g)
 #pragma unroll
             for (int e = 0; e < 4; ++e)
-                s[g0 + g].r[e] += bias_value(raw[g][e]) * kLog2e;
+                if (g0 + g < kNT)
+                    s[g0 + g].r[e] += bias_value(raw[g][e]) * kLog2e;
     }
 }
 

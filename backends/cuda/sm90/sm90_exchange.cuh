@@ -19,8 +19,11 @@
  * maxima (12.25 / 18.75 KiB), and each CTA computes the exponentials of 1/C
  * of the tile instead of all of it.
  *
- * Slots, per consumer and peer distance d = rank ^ peer (1..C-1): one RS
- * slot (64 x kBc/C fp32) and one AG slot (64 x kBc/C fp16 + 64 maxima); the
+ * Slots, per consumer and peer distance d (1..C-1; rank ^ peer in clusters
+ * of 2 and 4, (sender - receiver) mod 3 in clusters of 3): one RS slot (64
+ * x the largest block, fp32) and one AG slot (the same in fp16 + 64
+ * maxima). A cluster of three cuts the tile's 8 n8-blocks 3, 3, 2, so the
+ * messages' sizes follow the block (FwdConfig::blocks_of); the
  * receiver's rs_full / ag_full mbarrier counts the bytes of all its peers
  * (one local arrive.expect_tx per tile). No "empty" barriers are needed: a
  * CTA writes a peer's RS slot for tile t+1 only after it received that
@@ -45,10 +48,10 @@ namespace sm90 {
 template <class Cfg> struct ClusterExchange {
     static constexpr int kC = Cfg::kCluster;
     static constexpr int kBlockNT = Cfg::kBlockNT;
-    static constexpr int kRsVec = kBlockNT;     /* float4 per thread and block (4 scores per n8-block) */
-    static constexpr int kAgVec = kBlockNT / 2; /* uint4 per thread and block (fp16 pairs) */
     static constexpr size_t kPeerBytes = (size_t)Cfg::kRsSlotBytes + Cfg::kAgSlotBytes;
-    static_assert(kC == 1 || (kBlockNT >= 2 && kBlockNT % 2 == 0), "whole uint4 of fp16 pairs per block");
+    /* Clusters of 2 and 4 pair slots by rank ^ peer (the same distance both
+     * ways); a cluster of 3 by (sender - receiver) mod 3. */
+    static constexpr bool kXor = (kC & (kC - 1)) == 0;
 
     uint8_t *slots; /* this consumer's [peer distance - 1] {RS, AG} slots */
     uint64_t *rs_full, *ag_full;
@@ -61,11 +64,18 @@ template <class Cfg> struct ClusterExchange {
     {
     }
 
+    /* Distance (1..C-1) of the slot our messages take in peer b, and of the
+     * slot peer b's messages take here. */
+    FFPA_DEV int dist_there(int b) const { return kXor ? (int)rank ^ b : ((int)rank - b + kC) % kC; }
+    FFPA_DEV int dist_here(int b) const { return kXor ? (int)rank ^ b : (b - (int)rank + kC) % kC; }
+
     FFPA_DEV float4 *rs_slot(int d) const { return reinterpret_cast<float4 *>(slots + (size_t)(d - 1) * kPeerBytes); }
     FFPA_DEV uint4 *ag_slot(int d) const
     {
         return reinterpret_cast<uint4 *>(slots + (size_t)(d - 1) * kPeerBytes + Cfg::kRsSlotBytes);
     }
+    /* A block of nb n8-blocks: nb / 2 uint4 per thread, then (nb odd) one uint2. */
+    FFPA_DEV static uint2 *ag_tail(uint4 *slot, int nb) { return reinterpret_cast<uint2 *>(slot + (nb / 2) * 128); }
     /* Row maxima after the probabilities: [warp][row in warp's quad rows] (m of row r, r + 8). */
     FFPA_DEV float2 *ag_max(int d) const
     {
@@ -81,9 +91,11 @@ template <class Cfg> struct ClusterExchange {
         for (int b = 0; b < kC; ++b) {
             if (b == (int)rank)
                 continue;
-            float4 *slot = rs_slot(b ^ (int)rank);
+            float4 *slot = rs_slot(dist_there(b));
 #pragma unroll
-            for (int q = 0; q < kRsVec; ++q) {
+            for (int q = 0; q < kBlockNT; ++q) {
+                if (q >= Cfg::blocks_of(b))
+                    continue;
                 const int i = 4 * (b * kBlockNT + q);
                 st_async_remote_v4(slot + q * 128 + tid, rs_full, (uint32_t)b, s[i], s[i + 1], s[i + 2], s[i + 3]);
             }
@@ -97,7 +109,7 @@ template <class Cfg> struct ClusterExchange {
     {
 #ifndef FFPA_SM90_DIAG_SKIP_EXCHANGE
         if (tid == 0)
-            mbar_arrive_expect_tx(rs_full, Cfg::kPeers * Cfg::kRsSlotBytes);
+            mbar_arrive_expect_tx(rs_full, Cfg::kPeers * Cfg::blocks_of((int)rank) * 128 * 16);
         mbar_wait_cluster(rs_full, tile & 1);
 #pragma unroll
         for (int b = 0; b < kC; ++b) {
@@ -107,7 +119,9 @@ template <class Cfg> struct ClusterExchange {
             for (int d = 1; d < kC; ++d) {
                 const float4 *slot = rs_slot(d);
 #pragma unroll
-                for (int q = 0; q < kRsVec; ++q) {
+                for (int q = 0; q < kBlockNT; ++q) {
+                    if (q >= Cfg::blocks_of(b))
+                        continue;
                     const float4 x = slot[q * 128 + tid];
                     const int i = 4 * (b * kBlockNT + q);
                     s[i] += x.x;
@@ -120,21 +134,27 @@ template <class Cfg> struct ClusterExchange {
 #endif
     }
 
-    /* 2a. Our block's probabilities (fp16 pairs, n8-block major) and row maxima to every peer. */
-    FFPA_DEV void gather_send(const uint32_t (&ph)[2 * kBlockNT], const float (&m)[2]) const
+    /* 2a. Our block's probabilities (fp16 pairs, n8-block major; kNb
+     * n8-blocks) and row maxima to every peer. */
+    template <int kNb> FFPA_DEV void gather_send(const uint32_t (&ph)[2 * kBlockNT], const float (&m)[2]) const
     {
 #ifndef FFPA_SM90_DIAG_SKIP_EXCHANGE
 #pragma unroll
-        for (int d = 1; d < kC; ++d) {
-            const uint32_t peer = rank ^ (uint32_t)d;
+        for (int b = 0; b < kC; ++b) {
+            if (b == (int)rank)
+                continue;
+            const int d = dist_there(b);
             uint4 *slot = ag_slot(d);
 #pragma unroll
-            for (int q = 0; q < kAgVec; ++q)
-                st_async_remote_v4(slot + q * 128 + tid, ag_full, peer, __uint_as_float(ph[4 * q]),
+            for (int q = 0; q < kNb / 2; ++q)
+                st_async_remote_v4(slot + q * 128 + tid, ag_full, (uint32_t)b, __uint_as_float(ph[4 * q]),
                                    __uint_as_float(ph[4 * q + 1]), __uint_as_float(ph[4 * q + 2]),
                                    __uint_as_float(ph[4 * q + 3]));
+            if constexpr (kNb % 2 == 1)
+                st_async_remote_v2(ag_tail(slot, kNb) + tid, ag_full, (uint32_t)b,
+                                   __uint_as_float(ph[2 * kNb - 2]), __uint_as_float(ph[2 * kNb - 1]));
             if ((lane & 3) == 0)
-                st_async_remote_v2(ag_max(d) + warp * 8 + lane / 4, ag_full, peer, m[0], m[1]);
+                st_async_remote_v2(ag_max(d) + warp * 8 + lane / 4, ag_full, (uint32_t)b, m[0], m[1]);
         }
 #endif
     }
@@ -145,7 +165,7 @@ template <class Cfg> struct ClusterExchange {
     {
 #ifndef FFPA_SM90_DIAG_SKIP_EXCHANGE
         if (tid == 0)
-            mbar_arrive_expect_tx(ag_full, Cfg::kPeers * Cfg::kAgSlotBytes);
+            mbar_arrive_expect_tx(ag_full, (Cfg::kNT - Cfg::blocks_of((int)rank)) * 128 * 8 + Cfg::kPeers * 64 * 4);
         mbar_wait_cluster(ag_full, tile & 1);
 #endif
 #pragma unroll
@@ -156,10 +176,13 @@ template <class Cfg> struct ClusterExchange {
             /* Diagnostic builds only (wrong results): the peers' blocks count as empty. */
             mb[b][0] = mb[b][1] = -INFINITY;
 #else
-            const int d = b ^ (int)rank;
-            const uint4 *slot = ag_slot(d);
+            const int d = dist_here(b);
+            uint4 *slot = ag_slot(d);
+            const int nb = Cfg::blocks_of(b);
 #pragma unroll
-            for (int q = 0; q < kAgVec; ++q) {
+            for (int q = 0; q < kBlockNT / 2; ++q) {
+                if (q >= nb / 2)
+                    continue;
                 const uint4 u = slot[q * 128 + tid];
                 const uint32_t w[4] = {u.x, u.y, u.z, u.w};
 #pragma unroll
@@ -168,6 +191,15 @@ template <class Cfg> struct ClusterExchange {
                     s[4 * (b * kBlockNT) + 8 * q + 2 * k] = f.x;
                     s[4 * (b * kBlockNT) + 8 * q + 2 * k + 1] = f.y;
                 }
+            }
+            if (nb % 2 == 1) {
+                const uint2 u = ag_tail(slot, nb)[tid];
+                const float2 f0 = unpack_f16x2(u.x), f1 = unpack_f16x2(u.y);
+                const int i = 4 * (b * kBlockNT + nb - 1);
+                s[i] = f0.x;
+                s[i + 1] = f0.y;
+                s[i + 2] = f1.x;
+                s[i + 3] = f1.y;
             }
             const float2 mm = ag_max(d)[warp * 8 + lane / 4];
             mb[b][0] = mm.x;

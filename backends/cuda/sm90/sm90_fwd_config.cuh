@@ -51,7 +51,7 @@ struct FwdConfig {
     using T = T_;
     static constexpr int kSlice = kSlice_;     /* head-dim columns per CTA of Q and K */
     static constexpr int kSliceV = kSliceV_;   /* ... of V and O */
-    static constexpr int kCluster = kCluster_; /* CTAs splitting D (1, 2 or 4) */
+    static constexpr int kCluster = kCluster_; /* CTAs splitting D (1 to 4) */
     static constexpr int kBoxes = kSlice / kBoxCols;
     static constexpr int kVBoxes = kSliceV / kBoxCols;
     static constexpr int kBr = 128;            /* query rows per cluster */
@@ -77,9 +77,16 @@ struct FwdConfig {
      * reduce-scatter slot (64 x block fp32) and one all-gather slot (64 x
      * block fp16 probabilities + 64 row maxima). */
     static constexpr int kPeers = kCluster - 1;
-    static constexpr int kBlockNT = kNT / kCluster; /* n8-blocks of S per column block */
-    static constexpr uint32_t kRsSlotBytes = 64 * (kBc / kCluster) * 4;
-    static constexpr uint32_t kAgSlotBytes = 64 * (kBc / kCluster) * 2 + 64 * 4;
+    /* n8-blocks of S per column block: CTA b owns [b * kBlockNT, b *
+     * kBlockNT + blocks_of(b)); a cluster of three cuts the 8 of a 64-key
+     * tile 3, 3, 2. The slots are sized for the largest block. */
+    static constexpr int kBlockNT = (kNT + kCluster - 1) / kCluster;
+    __host__ __device__ static constexpr int blocks_of(int b)
+    {
+        return kNT - b * kBlockNT < kBlockNT ? kNT - b * kBlockNT : kBlockNT;
+    }
+    static constexpr uint32_t kRsSlotBytes = 64 * (8 * kBlockNT) * 4;
+    static constexpr uint32_t kAgSlotBytes = 64 * (8 * kBlockNT) * 2 + 64 * 4;
     static constexpr size_t kXBytes = (size_t)kConsumers * kPeers * (kRsSlotBytes + kAgSlotBytes);
     static constexpr size_t kBarBytes = 256;
     static constexpr size_t kAlignSlack = 1024; /* the dynamic base is rounded up to 1024 */
@@ -97,7 +104,8 @@ struct FwdConfig {
 
     static_assert(kSlice % kBoxCols == 0 && kSlice <= 320, "a slice is 1-5 boxes");
     static_assert(kSliceV % kBoxCols == 0 && kSliceV <= kSlice, "a V slice is whole boxes, at most the QK slice");
-    static_assert(kCluster == 1 || kCluster == 2 || kCluster == 4, "cluster of 1, 2 or 4");
+    static_assert(kCluster >= 1 && kCluster <= 4, "cluster of 1 to 4");
+    static_assert(kCluster == 1 || blocks_of(kCluster - 1) > 0, "every CTA owns a column block");
     static_assert(kBc == 64 || (kBc == 128 && kCluster == 1), "64-key tiles, or 128 without the exchange");
     static_assert(kSmemBytes <= kSmemLimit, "fits the opt-in shared memory");
     static_assert(kSlots >= 3, "a GEMM phase holds two slabs; one more is in flight");

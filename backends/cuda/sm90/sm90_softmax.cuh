@@ -80,18 +80,19 @@ template <class Cfg> struct TileSoftmax {
                             const ffpa_gpu_fwd_params &p, int lane, int t)
     {
         using X = ClusterExchange<Cfg>;
-        mask<kBlockNT>(s, b * kBlockNT, t, b * 8 * kBlockNT, p, lane);
+        constexpr int kNb = Cfg::blocks_of(b);
+        mask<kNb>(s, b * kBlockNT, t, b * 8 * kBlockNT, p, lane);
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
             float mx = sm.m[half];
 #pragma unroll
-            for (int j = 0; j < kBlockNT; ++j)
+            for (int j = 0; j < kNb; ++j)
                 mx = fmaxf(mx, fmaxf(s[4 * (b * kBlockNT + j) + 2 * half], s[4 * (b * kBlockNT + j) + 2 * half + 1]));
             m[half] = arch::quad_max(mx);
             /* A row with only masked keys so far: reference 0, exp2(-inf) = 0. */
             const float ref = m[half] == -INFINITY ? 0.0f : m[half];
 #pragma unroll
-            for (int j = 0; j < kBlockNT; ++j) {
+            for (int j = 0; j < kNb; ++j) {
                 float &a = s[4 * (b * kBlockNT + j) + 2 * half];
                 float &c = s[4 * (b * kBlockNT + j) + 2 * half + 1];
                 const uint32_t w = X::pack_f16x2(arch::exp2_fast(a - ref), arch::exp2_fast(c - ref));
@@ -113,7 +114,7 @@ template <class Cfg> struct TileSoftmax {
         if (b == (int)x.rank) {
             uint32_t ph[2 * kBlockNT];
             own_block<b>(s, ph, mb[b], p, lane, t);
-            x.gather_send(ph, mb[b]);
+            x.template gather_send<Cfg::blocks_of(b)>(ph, mb[b]);
         }
         if constexpr (b + 1 < kC)
             own_block_of_rank<b + 1>(s, mb, x, p, lane, t);
@@ -146,6 +147,8 @@ template <class Cfg> struct TileSoftmax {
                 for (int j = 0; j < kBlockNT; ++j)
 #pragma unroll
                     for (int e = 0; e < 2; ++e) {
+                        if (j >= Cfg::blocks_of(b))
+                            continue;
                         float &v = s[4 * (b * kBlockNT + j) + 2 * half + e];
                         v *= f;
                         sum += v;
