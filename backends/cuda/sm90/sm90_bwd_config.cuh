@@ -42,11 +42,17 @@ namespace sm90 {
 /* kKeySplit (D <= 128, one CTA): the small-D kernel (sm90_bwd_keys.cuh):
  * 128 keys per CTA, each consumer owning 64 of them with its S^T and dP^T
  * both in registers, so no exchange between the GEMM phases. */
-template <typename T_, int kBoxes_, int kCluster_ = 1, bool kKeySplit_ = false> struct BwdConfig {
+/* kGradSplit (256 < D <= 320, one CTA): sm90_bwd_grads.cuh: one pass,
+ * consumer 0 accumulating dV and consumer 1 dK over all kGradBoxes boxes
+ * (160 registers each), on the 6-box layout (the sixth box is zeros). */
+template <typename T_, int kBoxes_, int kCluster_ = 1, bool kKeySplit_ = false, bool kGradSplit_ = false>
+struct BwdConfig {
     using T = T_;
     static constexpr int kBoxes = kBoxes_;      /* 64-column boxes per CTA */
     static constexpr int kCluster = kCluster_;  /* CTAs splitting D (1 to 4) */
     static constexpr bool kKeySplit = kKeySplit_;
+    static constexpr bool kGradSplit = kGradSplit_;
+    static constexpr int kGradBoxes = kGradSplit ? 5 : kBoxes; /* boxes of dK / dV columns the CTA covers */
     static constexpr int kCols = kBoxes * kBoxCols; /* head-dim columns per CTA */
     /* n8-blocks (8 query rows) a CTA finishes: CTA r the blocks [r * kBlockNT,
      * min((r + 1) * kBlockNT, 8)) (3, 3, 2 in a cluster of three); each of
@@ -60,12 +66,15 @@ template <typename T_, int kBoxes_, int kCluster_ = 1, bool kKeySplit_ = false> 
     }
     static constexpr int kSlabs = kBoxes / 2;   /* 128-column slabs of a Q or dO tile */
     static constexpr int kPassCols = 256;       /* dK/dV columns per pass (128 per consumer) */
-    static constexpr int kPasses = (kBoxes * kBoxCols + kPassCols - 1) / kPassCols;
+    static constexpr int kPasses = kGradSplit ? 1 : (kBoxes * kBoxCols + kPassCols - 1) / kPassCols;
     static constexpr int kBc = kKeySplit ? 128 : 64; /* keys per CTA */
     static constexpr int kBr = 64;              /* query rows per tile */
     static constexpr int kThreads = 384;
 
-    static constexpr size_t kKVBytes = (size_t)kBoxes * kBoxBytes * (kBc / 64); /* K (or V) of the key block */
+    /* Boxes of K and V held: the gradient split's sixth box would be zeros
+     * (its phase 1 skips it; the dQ box past D reads box 4 and is dropped). */
+    static constexpr int kKVBoxes = kGradSplit ? kGradBoxes : kBoxes;
+    static constexpr size_t kKVBytes = (size_t)kKVBoxes * kBoxBytes * (kBc / 64); /* K (or V) of the key block */
     static constexpr size_t kSlabBytes = 2 * (size_t)kBoxBytes;
     /* One CTA's query block of S^T or dP^T (at most), fp32, fragment order. */
     static constexpr size_t kNTBytes = 128 * 16; /* one n8-block: a float4 per thread */
@@ -73,7 +82,8 @@ template <typename T_, int kBoxes_, int kCluster_ = 1, bool kKeySplit_ = false> 
     /* Alone: the two consumers' halves of the tile (store_half). In a
      * cluster: the peers' partial dP^T blocks land here (one slot each),
      * then slot 0 takes the sums consumer 0 reads. */
-    static constexpr size_t kDpBytes = kKeySplit ? 0 : kCluster == 1 ? kBlockBytes : (kCluster - 1) * kBlockBytes;
+    static constexpr size_t kDpBytes =
+        kKeySplit || kGradSplit ? 0 : kCluster == 1 ? kBlockBytes : (kCluster - 1) * kBlockBytes;
     static constexpr size_t kRsBytes = (kCluster - 1) * kBlockBytes; /* the peers' partial S^T blocks */
     static constexpr size_t kPdsBytes = 64 * 64 * 2; /* P^T or dS^T of 64 keys, 16-bit, swizzled */
     /* P^T and dS^T of the CTA's keys. kKeySplit keeps P^T in registers
@@ -86,7 +96,14 @@ template <typename T_, int kBoxes_, int kCluster_ = 1, bool kKeySplit_ = false> 
     static constexpr size_t kRowBytes = 2 * 64 * 4 * (kKeySplit ? 2 : 1);
     /* kKeySplit: the tile's dQ (64 x 128 fp32, four 64 x 32 boxes) staged
      * for the producer warp's TMA reductions (sm90_bwd_keys.cuh). */
-    static constexpr size_t kDqStageBytes = kKeySplit ? 64 * 128 * 4 : 0;
+    /* kGradSplit: each consumer's 64 x 64 fp32 dQ box staged for its TMA
+     * reductions (sm90_bwd_grads.cuh), 16 KiB each. The halves buffer of
+     * the softmax gradient (kBlockBytes, free in phase 2) lies inside, at
+     * 8 KiB: each consumer's stage holds the half that consumer writes
+     * (store_half), so a consumer only ever waits on its own TMA reads. */
+    static constexpr size_t kDqStageBytes = kKeySplit ? 64 * 128 * 4 : kGradSplit ? 2 * 64 * 64 * 4 : 0;
+    static constexpr size_t kDpInStage = 8192;
+    static_assert(!kGradSplit || (kCluster == 1 && kDpInStage + kBlockBytes <= kDqStageBytes), "the halves fit");
     static constexpr size_t kBarBytes = 256;
     static constexpr size_t kAlignSlack = 1024;
     static constexpr int kMaxSlots = 8;
@@ -117,11 +134,12 @@ template <typename T_, int kBoxes_, int kCluster_ = 1, bool kKeySplit_ = false> 
      * (docs/notes/backward.md, v2.8), so only the 4-box kernels take it:
      * D <= 256, and D <= 512, 768, 1024 as clusters of two, three, four. */
     static constexpr bool kDqBulk = kBoxes == 4 && !kKeySplit;
-    static constexpr bool kDqTma = kDqBulk || kKeySplit; /* reads BwdMaps::dq (with the fp32 buffer) */
+    static constexpr bool kDqTma = kDqBulk || kKeySplit || kGradSplit; /* reads BwdMaps::dq (with the fp32 buffer) */
 
     static_assert(kBoxes % 2 == 0 && kBoxes >= 2 && kBoxes <= 8, "2 to 8 boxes (512 columns) per CTA, whole slabs");
     static_assert(kCluster >= 1 && kCluster <= 4, "a cluster of 1 to 4");
     static_assert(!kKeySplit || (kBoxes == 2 && kCluster == 1), "the key-split kernel: D <= 128, one CTA");
+    static_assert(!kGradSplit || (kBoxes == 6 && kCluster == 1 && !kKeySplit), "the gradient split: D <= 320, one CTA");
     static_assert(kSmemBytes <= kSmemLimit, "fits the opt-in shared memory");
     static_assert(kRingSlots >= 2, "a consumer holds one slab while the next one lands");
 };
@@ -132,8 +150,8 @@ template <class Cfg> struct BwdSmemLayout {
     static constexpr size_t v = k + Cfg::kKVBytes;
     static constexpr size_t ring = v + Cfg::kKVBytes;
     static constexpr size_t dqs = ring + Cfg::kSlots * Cfg::kSlabBytes;
-    static constexpr size_t dp = dqs + Cfg::kDqStageBytes;
-    static constexpr size_t rs = dp + Cfg::kDpBytes;
+    static constexpr size_t dp = Cfg::kGradSplit ? dqs + Cfg::kDpInStage : dqs + Cfg::kDqStageBytes;
+    static constexpr size_t rs = Cfg::kGradSplit ? dqs + Cfg::kDqStageBytes : dp + Cfg::kDpBytes;
     static constexpr size_t pt = rs + Cfg::kRsBytes;
     static constexpr size_t dst = pt + Cfg::kPtBytes;
     static constexpr size_t rows = dst + Cfg::kDstBytes;

@@ -1,7 +1,8 @@
 /*
  * Epilogue pieces of the Hopper backward:
  *   store_grad: a consumer's dK or dV columns of one pass (64 keys x 128
- *               columns, fp32 registers) into the output view, rounded once;
+ *               or 64 columns, fp32 registers) into the output view,
+ *               rounded once;
  *   reduce_dq:  its dQ = dS K columns of one query tile into the dQ
  *               accumulator, the fp32 buffer or the output itself (every
  *               key block of the head adds into the same rows; in
@@ -52,8 +53,8 @@ FFPA_DEV void for_each_pair(const float (&acc)[kRegs], int rows_valid, int col0,
 
 /* out points at (key 0 of the block, column 0); element (r, c) at
  * r * sn + c * sd. Rows >= rows_valid and columns >= dim are not written. */
-template <typename T>
-FFPA_DEV void store_grad(const float (&acc)[64], T *out, int64_t sn, int64_t sd, int rows_valid, int col0, int dim,
+template <typename T, int kRegs>
+FFPA_DEV void store_grad(const float (&acc)[kRegs], T *out, int64_t sn, int64_t sd, int rows_valid, int col0, int dim,
                          int ctid)
 {
     for_each_pair(acc, rows_valid, col0, dim, ctid, [&](int r, int c, float a, float b) {
@@ -158,13 +159,15 @@ FFPA_DEV void dq_turn_pass(int *turn, int mine, int bar, int ctid)
         st_release_gpu(turn, mine + 1);
 }
 
-/* One thread adds four staged 64 x 32 fp32 boxes (lo, lo + 8 KiB, hi,
- * hi + 8 KiB) into `map` at columns col, col + 32, ... of (row, h, b) by TMA
+/* One thread adds kBoxes (4, or 2: lo and lo + 8 KiB only) staged 64 x 32
+ * fp32 boxes (lo, lo + 8 KiB, hi, hi + 8 KiB) into `map` at columns col,
+ * col + 32, ... of (row, h, b) by TMA
  * reductions and returns once the TMA has read them. In deterministic mode
  * (turn) it adds at this key block's turn and passes the turn once the
  * reductions are performed; the proxy fence keeps them (async proxy) after
  * the acquire. Used by the consumers (add_dq_bulk) and by the producer's dQ
  * reducer (bwd_dq_reducer). */
+template <int kBoxes = 4>
 FFPA_DEV void tma_add_dq_boxes(uint8_t *lo, uint8_t *hi, const CUtensorMap *map, int col, int row, int h, int b,
                                int *turn, int mine)
 {
@@ -174,7 +177,7 @@ FFPA_DEV void tma_add_dq_boxes(uint8_t *lo, uint8_t *hi, const CUtensorMap *map,
     }
     if constexpr (!kDiagSkipDq) {
 #pragma unroll
-        for (int k = 0; k < 4; ++k)
+        for (int k = 0; k < kBoxes; ++k)
             tma_reduce_add_4d((k < 2 ? lo : hi) + (k & 1) * 8192, map, col + 32 * k, row, h, b);
     }
     bulk_commit();

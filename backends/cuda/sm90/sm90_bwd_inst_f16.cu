@@ -8,5 +8,6 @@ namespace sm90 {
 const BwdKernelDesc bwd_f16[kNumBwdShapes] = {FFPA_SM90_BWD_WIDTHS(FFPA_BWD_DESC)};
 #undef FFPA_BWD_DESC
 const BwdKernelDesc bwd_keys_f16 = bwd_desc<BwdConfig<arch::f16, 2, 1, true>>("sm90 wgmma bwd d128 keys128");
+const BwdKernelDesc bwd_grads_f16 = bwd_desc<BwdConfig<arch::f16, 6, 1, false, true>, true>("sm90 wgmma bwd d320 split");
 }
 }

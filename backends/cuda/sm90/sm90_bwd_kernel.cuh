@@ -5,6 +5,7 @@
  *   sm90_bwd_dbias.cuh     dbias from the same dS
  *   sm90_bwd_epilogue.cuh  dK/dV stores, dQ reductions
  *   sm90_bwd_keys.cuh      the consumers of the small-D (key-split) kernel
+ *   sm90_bwd_grads.cuh     the consumers of the D <= 320 (gradient-split) kernel
  * (shape and shared memory: sm90_bwd_config.cuh).
  *
  * Per pass and query tile:
@@ -26,6 +27,7 @@
 #include "sm90_bwd_config.cuh"
 #include "sm90_bwd_epilogue.cuh"
 #include "sm90_bwd_exchange.cuh"
+#include "sm90_bwd_grads.cuh"
 #include "sm90_bwd_keys.cuh"
 #include "sm90_bwd_mainloop.cuh"
 #include "sm90_bwd_softmax.cuh"
@@ -46,22 +48,16 @@ FFPA_DEV void bwd_consumer(const BwdMaps &maps, const ffpa_bwd_params &p, const 
     using R = BwdRing<Cfg>;
     using G = BwdGemms<Cfg>;
     const GradBlocks<Cfg> blocks;
-    const int lane = ctid & 31;
-    const uint32_t k_addr = smem_u32(smem + L::k), v_addr = smem_u32(smem + L::v);
-    const uint32_t pt_addr = smem_u32(smem + L::pt), dst_addr = smem_u32(smem + L::dst);
+    const BwdConsumerBase<Cfg> base(smem, bars, ctid);
+    const uint32_t k_addr = base.k_addr, v_addr = base.v_addr, pt_addr = base.pt_addr, dst_addr = base.dst_addr;
     float *dp = reinterpret_cast<float *>(smem + L::dp);
-    float *rows = reinterpret_cast<float *>(smem + L::rows);
+    float *rows = base.rows;
     const BwdExchange<Cfg> xch{smem, bars, rank, ctid};
-    auto release = [&](int ring, int n) {
-        __syncwarp();
-        if (lane == 0)
-            mbar_arrive(R::empty(bars, ring, n));
-    };
+    auto release = [&](int ring, int n) { base.release(ring, n); };
 
     const int items = w.items();
     const int total = items * Cfg::kPasses;
-    if (items > 0)
-        bwd_wait(&bars->kv_full, 0, false, 1, 0);
+    base.wait_kv(items);
 
     int n = 0, done = 0; /* slabs per ring so far (the same in both rings); tiles done */
     /* Consumer 0: this thread's LSE / Delta value of the next tile (fetch_row). */
@@ -288,8 +284,11 @@ FFPA_DEV void bwd_body(const BwdMaps &maps, const ffpa_bwd_params &p, const BwdO
         mbar_init(&bars->rs_full[0], 1);
         mbar_init(&bars->rs_full[1], 1);
         mbar_init(&bars->ag_full, 1);
-        mbar_init(&bars->dq_full, 8); /* the consumers' 8 warps */
-        mbar_init(&bars->dq_empty, 1);
+        /* the consumers' 8 warps (key split), or one consumer's 4 */
+        mbar_init(&bars->dq_full[0], Cfg::kKeySplit ? 8 : 4);
+        mbar_init(&bars->dq_full[1], 4);
+        mbar_init(&bars->dq_empty[0], 1);
+        mbar_init(&bars->dq_empty[1], 1);
         fence_barrier_init();
     }
     if (Cfg::kCluster > 1)
@@ -316,12 +315,17 @@ FFPA_DEV void bwd_body(const BwdMaps &maps, const ffpa_bwd_params &p, const BwdO
         } else if (Cfg::kKeySplit && tid == 64 && w.items() > 0 && p.dq.is_f32) {
             prefetch_tensormap(&maps.dq);
             bwd_dq_reducer<Cfg>(maps, p, smem, bars, w);
+        } else if (Cfg::kGradSplit && (tid == 64 || tid == 96) && w.items() > 0 && p.dq.is_f32) {
+            prefetch_tensormap(&maps.dq);
+            bwd_grads_dq_reducer<Cfg>(maps, p, smem, bars, w, (tid - 64) / 32);
         }
         __syncwarp();
     } else {
         setmaxnreg_inc<kBwdConsumerRegs>();
         if constexpr (Cfg::kKeySplit)
             bwd_consumer_keys<Cfg, kExtras>(p, out, smem, bars, w, wg - 1, tid - 128 * wg);
+        else if constexpr (Cfg::kGradSplit)
+            bwd_consumer_grads<Cfg, kExtras>(maps, p, out, smem, bars, w, wg - 1, tid - 128 * wg);
         else
             bwd_consumer<Cfg, kExtras>(maps, p, out, smem, bars, w, rank, wg - 1, tid - 128 * wg);
     }

@@ -44,10 +44,21 @@ cudaError_t bwd_launch(const BwdMaps &maps, const ffpa_bwd_params &p, const BwdO
                            maps, p, out);
 }
 
-template <class Cfg> constexpr BwdKernelDesc bwd_desc(const char *name, int f32_dq_only = 0)
+/* kPlainOnly: no bias/dropout/variant instantiation (launch[1] null; the
+ * launcher's pick never hands such a call to the width). */
+template <class Cfg, bool kPlainOnly>
+constexpr cudaError_t (*extras_launch())(const BwdMaps &, const ffpa_bwd_params &, const BwdOutViews &, int64_t,
+                                         cudaStream_t)
+{
+    if constexpr (kPlainOnly)
+        return nullptr; /* (not instantiated at all) */
+    else
+        return &bwd_launch<Cfg, true>;
+}
+template <class Cfg, bool kPlainOnly = false> constexpr BwdKernelDesc bwd_desc(const char *name, int f32_dq_only = 0)
 {
     return BwdKernelDesc{Cfg::kBoxes, Cfg::kCluster, f32_dq_only, Cfg::kDqTma, Cfg::kBc, Cfg::kSmemBytes, name,
-                         {&bwd_launch<Cfg, false>, &bwd_launch<Cfg, true>}};
+                         {&bwd_launch<Cfg, false>, extras_launch<Cfg, kPlainOnly>()}};
 }
 
 /* Widths in order of preference (FFPA_SM90_BWD_WIDTHS in common/plan.h;
@@ -70,6 +81,12 @@ extern const BwdKernelDesc bwd_f16[kNumBwdShapes], bwd_bf16[kNumBwdShapes];
  * (deterministic mode only with the fp32 dQ buffer); preferred there
  * unless a tuning entry names a width. */
 extern const BwdKernelDesc bwd_keys_f16, bwd_keys_bf16;
+
+/* The gradient-split kernel (sm90_bwd_grads.cuh): 256 < D <= 320 without
+ * a bias, dropout or variant (its extras build spilled 380 bytes and lost
+ * to the 6-box CTA: plain only), one pass where the 6-box CTA takes two;
+ * preferred there unless a tuning entry names a width. */
+extern const BwdKernelDesc bwd_grads_f16, bwd_grads_bf16;
 
 } /* namespace sm90 */
 } /* namespace ffpa */

@@ -56,21 +56,17 @@ FFPA_DEV void bwd_consumer_keys(const ffpa_bwd_params &p, const BwdOutViews &out
     using L = BwdSmemLayout<Cfg>;
     using R = BwdRing<Cfg>;
     using G = BwdGemms<Cfg>;
-    const int lane = ctid & 31;
+    const BwdConsumerBase<Cfg> base(smem, bars, ctid);
+    const int lane = base.lane;
     constexpr uint32_t kHalf = 2 * kBoxBytes; /* K or V of 64 keys (load_kv's layout) */
-    const uint32_t k_addr = smem_u32(smem + L::k), v_addr = smem_u32(smem + L::v);
-    float *rows = reinterpret_cast<float *>(smem + L::rows);
+    const uint32_t k_addr = base.k_addr, v_addr = base.v_addr;
+    float *rows = base.rows;
     BwdWork mine = w; /* this consumer's 64 keys, for the masks */
     mine.kb0 += 64 * consumer;
-    auto release = [&](int ring, int n) {
-        __syncwarp();
-        if (lane == 0)
-            mbar_arrive(R::empty(bars, ring, n));
-    };
+    auto release = [&](int ring, int n) { base.release(ring, n); };
 
     const int items = w.items();
-    if (items > 0)
-        bwd_wait(&bars->kv_full, 0, false, 1, 0);
+    base.wait_kv(items);
     /* Consumer 0: tile 0's LSE / Delta now, then this thread's value of the
      * tile after next a tile ahead (fetch_row). */
     float next_row = 0.0f;
@@ -91,13 +87,13 @@ FFPA_DEV void bwd_consumer_keys(const ffpa_bwd_params &p, const BwdOutViews &out
         const int rows_q = min(Cfg::kBr, w.seqlen_q - q0);
         if (p.dq.is_f32) {
             if (t > 0)
-                bwd_wait(&bars->dq_empty, (uint32_t)(t - 1) & 1, false, 9, t);
+                bwd_wait(&bars->dq_empty[0], (uint32_t)(t - 1) & 1, false, 9, t);
             uint8_t *stage = smem + L::dqs + consumer * (2 * 8192); /* its two 64 x 32 boxes */
             stage_dq(dq, stage, stage, rows_q, ctid);
             fence_proxy_async_shared();
             __syncwarp();
             if (lane == 0)
-                mbar_arrive(&bars->dq_full);
+                mbar_arrive(&bars->dq_full[0]);
         } else {
             reduce_dq<T>(dq, p.dq, w.dq_row(p, h, q0), rows_q, 64 * consumer, p.dqk, ctid);
         }
@@ -202,12 +198,12 @@ FFPA_DEV void bwd_dq_reducer(const BwdMaps &maps, const ffpa_bwd_params &p, uint
     const int items = w.items();
     for (int it = 0; it < items; ++it) {
         const int h = w.head(it), q0 = w.q0(it);
-        bwd_wait(&bars->dq_full, (uint32_t)it & 1, false, 10, it);
+        bwd_wait(&bars->dq_full[0], (uint32_t)it & 1, false, 10, it);
         int mine = 0;
         int *turn = p.dq_turn ? w.dq_turn(p, h, q0 / 64, 0, Cfg::kBc, mine) : nullptr;
         tma_add_dq_boxes(smem + L::dqs, smem + L::dqs + 2 * 8192, &maps.dq, 0, (int)w.q_start + q0, h, w.tma_b, turn,
                          mine);
-        mbar_arrive(&bars->dq_empty);
+        mbar_arrive(&bars->dq_empty[0]);
     }
 }
 

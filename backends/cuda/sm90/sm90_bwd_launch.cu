@@ -34,8 +34,8 @@ bool has_extras(const ffpa_problem *pb)
 }
 
 /* The width for pb: the tuned one (boxes x cluster) where it can run pb,
- * else the small-D kernel where it can, else the first in the table's
- * order of preference that can. */
+ * else the small-D or the gradient-split kernel where it can, else the
+ * first in the table's order of preference that can. */
 const BwdKernelDesc *pick(const ffpa_problem *pb, int boxes, int cluster)
 {
     const BwdKernelDesc *table = pb->dtype == FFPA_F16 ? ffpa::sm90::bwd_f16 : ffpa::sm90::bwd_bf16;
@@ -45,6 +45,10 @@ const BwdKernelDesc *pick(const ffpa_problem *pb, int boxes, int cluster)
      * 64-key kernel). Deterministic: its turns are taken by the TMA thread (fp32 buffer). */
     if (!boxes && d <= 128 && !pb->has_bias && (!pb->deterministic || f32_dq))
         return pb->dtype == FFPA_F16 ? &ffpa::sm90::bwd_keys_f16 : &ffpa::sm90::bwd_keys_bf16;
+    /* Not with a bias, dropout or a variant: its extras build spills 380 bytes (H100 D=320: dropout 98
+     * against 124, a bias 72 against 100 TFLOP/s on the 6-box kernel). */
+    if (!boxes && d > 256 && d <= 320 && !has_extras(pb))
+        return pb->dtype == FFPA_F16 ? &ffpa::sm90::bwd_grads_f16 : &ffpa::sm90::bwd_grads_bf16;
     const BwdKernelDesc *first = NULL;
     for (int i = 0; i < ffpa::sm90::kNumBwdShapes; ++i) {
         const BwdKernelDesc *kd = &table[i];
@@ -114,6 +118,8 @@ extern "C" ffpa_status ffpa_cuda_sm90_backward(struct ffpa_cuda_state *st, const
     const BwdKernelDesc *kd = pick(pb, boxes, cluster);
     if (!kd)
         return unsupported(err, err_len, "q: the sm90 backward covers Dqk and Dv up to 1024");
+    if (!kd->launch[has_extras(pb)]) /* pick does not hand such calls to a plain-only width */
+        return unsupported(err, err_len, "the sm90 backward width has no bias/dropout/variant build");
     if (kd->smem_bytes > st->prop.sharedMemPerBlockOptin)
         return unsupported(err, err_len, "the sm90 backward needs more shared memory than this device has");
     const host::Layout lay = host::layout_of(pb);

@@ -82,7 +82,10 @@ struct BwdBarriers {
     uint64_t kv_full;
     uint64_t full[2][4], empty[2][4]; /* [consumer's ring][slot] (kMaxSlots / 2) */
     uint64_t rs_full[2], ag_full; /* cluster exchange [consumer] (sm90_bwd_exchange.cuh) */
-    uint64_t dq_full, dq_empty;   /* the key-split kernel's staged dQ tile (sm90_bwd_keys.cuh) */
+    /* Staged dQ for a producer thread's TMA reductions: the key-split
+     * kernel's tile ([0] only, sm90_bwd_keys.cuh), the gradient split's
+     * boxes per consumer (sm90_bwd_grads.cuh). */
+    uint64_t dq_full[2], dq_empty[2];
 };
 static_assert(sizeof(BwdBarriers) <= 256, "BwdConfig::kBarBytes");
 
@@ -221,12 +224,46 @@ template <class Cfg> struct BwdRing {
     /* The column slab at stream position pos: the others in order, the own ones last. */
     static FFPA_DEV int col_of(int pass, int pos)
     {
+        if (Cfg::kGradSplit)
+            return pos; /* one pass; every slab is held for phase 2 (sm90_bwd_grads.cuh) */
         const int first_own = Cfg::kSlabs - n_own(pass);
         return pos >= first_own ? 2 * pass + (pos - first_own) : pos < 2 * pass ? pos : pos + n_own(pass);
     }
     /* Stream position of consumer c's own slab; positions from there on stay for phase 2. */
     static FFPA_DEV int own_pos(int pass, int c) { return Cfg::kSlabs - n_own(pass) + c; }
     static FFPA_DEV bool held(int pass, int pos) { return pos >= Cfg::kSlabs - n_own(pass); }
+};
+
+/* What each consumer kernel (sm90_bwd_kernel.cuh, _keys.cuh, _grads.cuh)
+ * starts from: its lane, the resident K and V, the stored P^T / dS^T
+ * tiles, the rows' LSE / Delta, and the ring release (a consumer that
+ * reads a slab last: its 4 warps arrive on the slab's empty barrier). */
+template <class Cfg> struct BwdConsumerBase {
+    uint8_t *smem;
+    BwdBarriers *bars;
+    int lane;
+    uint32_t k_addr, v_addr, pt_addr, dst_addr;
+    float *rows;
+
+    FFPA_DEV BwdConsumerBase(uint8_t *smem_, BwdBarriers *bars_, int ctid)
+        : smem(smem_), bars(bars_), lane(ctid & 31), k_addr(smem_u32(smem_ + BwdSmemLayout<Cfg>::k)),
+          v_addr(smem_u32(smem_ + BwdSmemLayout<Cfg>::v)), pt_addr(smem_u32(smem_ + BwdSmemLayout<Cfg>::pt)),
+          dst_addr(smem_u32(smem_ + BwdSmemLayout<Cfg>::dst)),
+          rows(reinterpret_cast<float *>(smem_ + BwdSmemLayout<Cfg>::rows))
+    {
+    }
+    FFPA_DEV void release(int ring, int n) const
+    {
+        __syncwarp();
+        if (lane == 0)
+            mbar_arrive(BwdRing<Cfg>::empty(bars, ring, n));
+    }
+    /* K and V of the block have landed (nothing to wait for without work). */
+    FFPA_DEV void wait_kv(int items) const
+    {
+        if (items > 0)
+            bwd_wait(&bars->kv_full, 0, false, 1, 0);
+    }
 };
 
 template <class Cfg> struct BwdProducer {
@@ -245,16 +282,16 @@ template <class Cfg> struct BwdProducer {
     }
 
     /* K and V of the block, once (one producer thread): box b of key rows
-     * [64 r, 64 r + 64) at (r * kBoxes + b) * kBoxBytes. */
+     * [64 r, 64 r + 64) at (r * kKVBoxes + b) * kBoxBytes. */
     static FFPA_DEV void load_kv(const BwdMaps &maps, uint8_t *smem, BwdBarriers *bars, const BwdWork &w)
     {
         using L = BwdSmemLayout<Cfg>;
         mbar_arrive_expect_tx(&bars->kv_full, (uint32_t)(2 * Cfg::kKVBytes));
         for (int r = 0; r < Cfg::kBc / 64; ++r) {
             const int krow = (int)w.k_start + w.kb0 + 64 * r;
-            for (int box = 0; box < Cfg::kBoxes; ++box) {
+            for (int box = 0; box < Cfg::kKVBoxes; ++box) {
                 const int col = w.col0 + box * kBoxCols;
-                const size_t at = (size_t)(r * Cfg::kBoxes + box) * kBoxBytes;
+                const size_t at = (size_t)(r * Cfg::kKVBoxes + box) * kBoxBytes;
                 tma_load_4d(smem + L::k + at, &maps.k, &bars->kv_full, col, krow, w.kvh, w.tma_b);
                 tma_load_4d(smem + L::v + at, &maps.v, &bars->kv_full, col, krow, w.kvh, w.tma_b);
             }
@@ -280,13 +317,15 @@ template <class Cfg> struct BwdProducer {
 template <class Cfg> struct BwdGemms {
     using T = typename Cfg::T;
 
-    /* acc(64 keys x 64 rows) (+)= X_box Y_slab^T over one slab's two boxes,
-     * X = K (S^T) or V (dP^T) resident, Y = Q or dO; both K-major. */
+    /* acc(64 keys x 64 rows) (+)= X_box Y_slab^T over one slab's two boxes
+     * (or its first kNBoxes), X = K (S^T) or V (dP^T) resident, Y = Q or dO;
+     * both K-major. */
+    template <int kNBoxes = 2>
     static FFPA_DEV void scores_slab(float (&acc)[32], uint32_t kv_addr, uint32_t slab_addr, int slab_cols,
                                      bool first)
     {
 #pragma unroll
-        for (int bb = 0; bb < 2; ++bb)
+        for (int bb = 0; bb < kNBoxes; ++bb)
 #pragma unroll
             for (int kk = 0; kk < 4; ++kk) {
                 const uint32_t a = kv_addr + (uint32_t)(2 * slab_cols + bb) * kBoxBytes + kk * 32;
@@ -304,6 +343,15 @@ template <class Cfg> struct BwdGemms {
         for (int kk = 0; kk < 4; ++kk)
             wgmma_ss_bt<T, 128>(acc, make_desc_sw128(a_addr + kk * 32, 16, 1024),
                                 make_desc_sw128(slab_addr + kk * 2048, kBoxBytes, 1024), 1);
+    }
+
+    /* acc(64 keys x 64 columns) += A Y_box: grad_slab over one 64-column box. */
+    static FFPA_DEV void grad_box(float (&acc)[32], uint32_t a_addr, uint32_t box_addr)
+    {
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk)
+            wgmma_ss_bt<T, 64>(acc, make_desc_sw128(a_addr + kk * 32, 16, 1024),
+                               make_desc_sw128(box_addr + kk * 2048, kBoxBytes, 1024), 1);
     }
 
     /* The same with A from this consumer's registers (wgmma RS): the A
