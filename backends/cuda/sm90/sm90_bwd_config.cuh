@@ -135,6 +135,15 @@ struct BwdConfig {
      * D <= 256, and D <= 512, 768, 1024 as clusters of two, three, four. */
     static constexpr bool kDqBulk = kBoxes == 4 && !kKeySplit;
     static constexpr bool kDqTma = kDqBulk || kKeySplit || kGradSplit; /* reads BwdMaps::dq (with the fp32 buffer) */
+    /* kDqBulk with 4 ring slots (one CTA, pairs): a producer thread per
+     * consumer issues the reductions and frees the staged slots
+     * (bwd_dq_bulk_reducer), so the consumer does not wait for the TMA's
+     * read: H100 D=256 302 -> 378, D=512 274 -> 309 TFLOP/s. With 3
+     * (clusters of three and four) the next tile's loads wait for those
+     * slots and the hand-off to the producer thread lengthens that wait:
+     * D=768 204 -> 188, D=1024 203 -> 189, so consumer thread 0 keeps
+     * issuing them there (add_dq_bulk). */
+    static constexpr bool kDqByProducer = kDqBulk && kRingSlots >= 4;
 
     static_assert(kBoxes % 2 == 0 && kBoxes >= 2 && kBoxes <= 8, "2 to 8 boxes (512 columns) per CTA, whole slabs");
     static_assert(kCluster >= 1 && kCluster <= 4, "a cluster of 1 to 4");

@@ -7,7 +7,11 @@
  *               accumulator, the fp32 buffer or the output itself (every
  *               key block of the head adds into the same rows; in
  *               deterministic mode in a fixed order, through turn counters);
- *   add_dq_bulk: the same into the fp32 buffer through TMA reductions.
+ *   stage_dq / tma_add_dq_boxes: the same into the fp32 buffer through TMA
+ *               reductions, staged by the consumer and issued by a
+ *               producer thread (the kernels' dQ reducers);
+ *   add_dq_bulk: staged and issued by the consumer (the 3-slot cluster
+ *               kernels, BwdConfig::kDqByProducer).
  * Accumulators are wgmma m64n128 (or m64n64: kRegs = 32) fragments: value
  * 4j + 2h + e of a thread is row 16 * warp + lane / 4 + 8h, column
  * 8j + 2 * (lane % 4) + e.
@@ -165,8 +169,8 @@ FFPA_DEV void dq_turn_pass(int *turn, int mine, int bar, int ctid)
  * reductions and returns once the TMA has read them. In deterministic mode
  * (turn) it adds at this key block's turn and passes the turn once the
  * reductions are performed; the proxy fence keeps them (async proxy) after
- * the acquire. Used by the consumers (add_dq_bulk) and by the producer's dQ
- * reducer (bwd_dq_reducer). */
+ * the acquire. Used by the producer threads' dQ reducers (bwd_dq_reducer,
+ * bwd_dq_bulk_reducer, bwd_grads_dq_reducer) and by add_dq_bulk. */
 template <int kBoxes = 4>
 FFPA_DEV void tma_add_dq_boxes(uint8_t *lo, uint8_t *hi, const CUtensorMap *map, int col, int row, int h, int b,
                                int *turn, int mine)

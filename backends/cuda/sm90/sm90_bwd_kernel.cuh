@@ -212,8 +212,10 @@ FFPA_DEV void bwd_consumer(const BwdMaps &maps, const ffpa_bwd_params &p, const 
                     G::template dq_gemm<128>(dq, dst_addr, k_addr + (uint32_t)(2 * slab) * kBoxBytes);
                     wgmma_commit();
                     /* kDqBulk: the fp32 buffer takes dQ through TMA reductions
-                     * staged in this consumer's two own slots, which it keeps
-                     * until the TMA has read them. Otherwise (and with
+                     * staged in this consumer's two own slots, issued by a
+                     * producer thread that frees the slots once the TMA has
+                     * read them while the consumer goes on (kDqByProducer),
+                     * or by its thread 0, which waits for the read. Otherwise (and with
                      * FFPA_GRAD_ACCUM_OUTPUT) dQ is reduced from registers and
                      * the slots are freed as soon as their GEMMs are done. */
                     const bool bulk = Cfg::kDqBulk && p.dq.is_f32;
@@ -228,7 +230,13 @@ FFPA_DEV void bwd_consumer(const BwdMaps &maps, const ffpa_bwd_params &p, const 
                     fence_operands(dk);
                     fence_operands(dq);
                     const int dq_col = w.col0 + slab * 128;
-                    if (bulk) {
+                    if (bulk && Cfg::kDqByProducer) { /* bwd_dq_bulk_reducer adds it and frees the slots */
+                        stage_dq(dq, R::ptr(smem, 0, own), R::ptr(smem, 1, own), rows_valid, ctid);
+                        fence_proxy_async_shared();
+                        __syncwarp();
+                        if (base.lane == 0)
+                            mbar_arrive(&bars->dq_full[consumer]);
+                    } else if (bulk) {
                         int *turn, mine;
                         turn_of(dq_col, turn, mine);
                         add_dq_bulk(dq, R::ptr(smem, 0, own), R::ptr(smem, 1, own), R::empty(bars, 0, own),
@@ -256,6 +264,34 @@ FFPA_DEV void bwd_consumer(const BwdMaps &maps, const ffpa_bwd_params &p, const 
                 store_grad<T>(dv, w.key_block<T>(out.dv, out.dv_sb, out.dv_sh, out.dv_sn, varlen), out.dv_sn, out.dv_sd,
                               rows_valid, col0, p.dv, ctid);
         }
+    }
+}
+
+/* kDqByProducer: one producer thread per consumer adds each tile's dQ (128
+ * columns, staged by the consumer in its two own slots; its 4 warps
+ * arrive on dq_full[c]) into the fp32 buffer by TMA reductions, then frees
+ * the two slots for the ring's producer (4 arrivals each, the consumer's
+ * release). Deterministic mode: at this key block's turn
+ * (tma_add_dq_boxes). Before, consumer thread 0 issued them and waited for
+ * the TMA's read, and the whole consumer with it (its next wgmma needs
+ * all 4 warps). */
+template <class Cfg>
+FFPA_DEV void bwd_dq_bulk_reducer(const BwdMaps &maps, const ffpa_bwd_params &p, uint8_t *smem, BwdBarriers *bars,
+                                  const BwdWork &w, int consumer)
+{
+    using R = BwdRing<Cfg>;
+    static_assert(Cfg::kDqByProducer && Cfg::kPasses == 1 && Cfg::kSlabs == 2, "one pass, both consumers own a slab");
+    const int items = w.items();
+    for (int it = 0, n = 0; it < items; ++it, n += Cfg::kSlabs) {
+        const int h = w.head(it), q0 = w.q0(it);
+        const int own = n + R::own_pos(0, consumer), dq_col = w.col0 + consumer * 128;
+        bwd_wait(&bars->dq_full[consumer], (uint32_t)it & 1, false, 10, it);
+        int mine = 0;
+        int *turn = p.dq_turn ? w.dq_turn(p, h, q0 / 64, dq_col, Cfg::kBc, mine) : nullptr;
+        tma_add_dq_boxes(R::ptr(smem, 0, own), R::ptr(smem, 1, own), &maps.dq, dq_col, (int)w.q_start + q0, h,
+                         w.tma_b, turn, mine);
+        mbar_arrive_n(R::empty(bars, 0, own), 4);
+        mbar_arrive_n(R::empty(bars, 1, own), 4);
     }
 }
 
@@ -318,6 +354,11 @@ FFPA_DEV void bwd_body(const BwdMaps &maps, const ffpa_bwd_params &p, const BwdO
         } else if (Cfg::kGradSplit && (tid == 64 || tid == 96) && w.items() > 0 && p.dq.is_f32) {
             prefetch_tensormap(&maps.dq);
             bwd_grads_dq_reducer<Cfg>(maps, p, smem, bars, w, (tid - 64) / 32);
+        } else if constexpr (Cfg::kDqByProducer) {
+            if ((tid == 64 || tid == 96) && w.items() > 0 && p.dq.is_f32) {
+                prefetch_tensormap(&maps.dq);
+                bwd_dq_bulk_reducer<Cfg>(maps, p, smem, bars, w, (tid - 64) / 32);
+            }
         }
         __syncwarp();
     } else {
