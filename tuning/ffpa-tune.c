@@ -423,7 +423,7 @@ static void sweep_backward(shape_sweep *sw)
      * their defaults (3-4x slower at every shape measured; their own
      * choices matter only where the Hopper kernel cannot run a call, and
      * sweeping them would take most of the budget). */
-    for (int cluster = 1; cluster <= 4; cluster *= 2)
+    for (int cluster = 1; cluster <= 4; ++cluster) /* 3: the cluster of three 4-box CTAs (D <= 768) */
         for (int boxes = 2; boxes <= 8; boxes += 2)
             if (ffpa_plan_sm90_bwd_covers(sw->s->d, sw->s->d, boxes, cluster))
                 consider(sw, (tune_cfg){.family = FFPA_FAMILY_HOPPER, .boxes = boxes, .cluster = cluster});
