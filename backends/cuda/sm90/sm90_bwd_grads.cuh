@@ -44,7 +44,16 @@ namespace sm90 {
  * its half of dp at 8 KiB; consumer 0 the second, its half at its start. */
 template <class Cfg> FFPA_DEV uint8_t *grads_stage(uint8_t *smem, int consumer)
 {
-    return smem + BwdSmemLayout<Cfg>::dqs + (consumer == 0 ? 16384 : 0);
+    return smem + BwdSmemLayout<Cfg>::dqs + (consumer == 0 ? Cfg::kDqStageBytes / 2 : 0);
+}
+
+/* The dQ boxes of consumer c, one per step j of kDqSteps: c, c + 2, c + 4
+ * (the last of consumer 1 lies past D = 320). The consumer and its
+ * reducer walk the same ones. */
+constexpr int kDqSteps = 3;
+FFPA_DEV int grads_dq_box(int consumer, int j)
+{
+    return consumer + 2 * j;
 }
 
 template <class Cfg, bool kExtras>
@@ -149,7 +158,7 @@ FFPA_DEV void bwd_consumer_grads(const BwdMaps &maps, const ffpa_bwd_params &p, 
         wgmma_commit();
         G::grad_slab(g1, a_addr, smem_u32(R::ptr(smem, ring_other, n + 1)));
         wgmma_commit();
-        G::grad_box(g2, a_addr, smem_u32(R::ptr(smem, ring_other, n + 2)));
+        G::template grad_slab<64>(g2, a_addr, smem_u32(R::ptr(smem, ring_other, n + 2)));
         wgmma_commit();
 
         /* dQ's boxes of this consumer, one at a time: 0, 2, 4 and 1, 3 (and
@@ -162,8 +171,8 @@ FFPA_DEV void bwd_consumer_grads(const BwdMaps &maps, const ffpa_bwd_params &p, 
          * the stage again. FFPA_GRAD_ACCUM_OUTPUT reduces from registers. */
         const int rows_q = min(Cfg::kBr, w.seqlen_q - q0);
 #pragma unroll
-        for (int j = 0; j < 3; ++j) {
-            const int b = consumer + 2 * j;
+        for (int j = 0; j < kDqSteps; ++j) {
+            const int b = grads_dq_box(consumer, j);
             float dq[32];
             fence_operands(dq);
             wgmma_fence();
@@ -232,8 +241,8 @@ FFPA_DEV void bwd_grads_dq_reducer(const BwdMaps &maps, const ffpa_bwd_params &p
     int staged = 0;
     for (int it = 0; it < items; ++it) {
         const int h = w.head(it), q0 = w.q0(it);
-        for (int j = 0; j < 3; ++j) {
-            const int dq_col = w.col0 + 64 * (consumer + 2 * j);
+        for (int j = 0; j < kDqSteps; ++j) {
+            const int dq_col = w.col0 + 64 * grads_dq_box(consumer, j);
             if (dq_col >= p.dqk)
                 continue;
             bwd_wait(&bars->dq_full[consumer], (uint32_t)staged & 1, false, 10, staged);

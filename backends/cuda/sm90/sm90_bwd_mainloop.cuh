@@ -335,23 +335,16 @@ template <class Cfg> struct BwdGemms {
             }
     }
 
-    /* acc(64 keys x 128 columns) += A Y_slab, A = P^T or dS^T (64 keys x 64
-     * rows, K-major), Y = the dO or Q slab (rows x 128 columns, MN-major). */
-    static FFPA_DEV void grad_slab(float (&acc)[64], uint32_t a_addr, uint32_t slab_addr)
+    /* acc(64 keys x N columns) += A Y_slab, A = P^T or dS^T (64 keys x 64
+     * rows, K-major), Y = the dO or Q slab (rows x 128 columns, MN-major;
+     * N = 64: its first box). */
+    template <int N = 128>
+    static FFPA_DEV void grad_slab(float (&acc)[N / 2], uint32_t a_addr, uint32_t slab_addr)
     {
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk)
-            wgmma_ss_bt<T, 128>(acc, make_desc_sw128(a_addr + kk * 32, 16, 1024),
-                                make_desc_sw128(slab_addr + kk * 2048, kBoxBytes, 1024), 1);
-    }
-
-    /* acc(64 keys x 64 columns) += A Y_box: grad_slab over one 64-column box. */
-    static FFPA_DEV void grad_box(float (&acc)[32], uint32_t a_addr, uint32_t box_addr)
-    {
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk)
-            wgmma_ss_bt<T, 64>(acc, make_desc_sw128(a_addr + kk * 32, 16, 1024),
-                               make_desc_sw128(box_addr + kk * 2048, kBoxBytes, 1024), 1);
+            wgmma_ss_bt<T, N>(acc, make_desc_sw128(a_addr + kk * 32, 16, 1024),
+                              make_desc_sw128(slab_addr + kk * 2048, kBoxBytes, 1024), 1);
     }
 
     /* The same with A from this consumer's registers (wgmma RS): the A

@@ -79,7 +79,7 @@ template <class Cfg> struct ClusterExchange {
     /* Row maxima after the probabilities: [warp][row in warp's quad rows] (m of row r, r + 8). */
     FFPA_DEV float2 *ag_max(int d) const
     {
-        return reinterpret_cast<float2 *>(reinterpret_cast<uint8_t *>(ag_slot(d)) + Cfg::kAgSlotBytes - 64 * 4);
+        return reinterpret_cast<float2 *>(reinterpret_cast<uint8_t *>(ag_slot(d)) + Cfg::kAgSlotBytes - Cfg::kAgMaxBytes);
     }
 
     /* 1a. Block b of the partial S to CTA b, for every b but our own (b is
@@ -109,7 +109,7 @@ template <class Cfg> struct ClusterExchange {
     {
 #ifndef FFPA_SM90_DIAG_SKIP_EXCHANGE
         if (tid == 0)
-            mbar_arrive_expect_tx(rs_full, Cfg::kPeers * Cfg::blocks_of((int)rank) * 128 * 16);
+            mbar_arrive_expect_tx(rs_full, Cfg::kPeers * Cfg::blocks_of((int)rank) * Cfg::kRsNtBytes);
         mbar_wait_cluster(rs_full, tile & 1);
 #pragma unroll
         for (int b = 0; b < kC; ++b) {
@@ -165,7 +165,8 @@ template <class Cfg> struct ClusterExchange {
     {
 #ifndef FFPA_SM90_DIAG_SKIP_EXCHANGE
         if (tid == 0)
-            mbar_arrive_expect_tx(ag_full, (Cfg::kNT - Cfg::blocks_of((int)rank)) * 128 * 8 + Cfg::kPeers * 64 * 4);
+            mbar_arrive_expect_tx(ag_full,
+                                  (Cfg::kNT - Cfg::blocks_of((int)rank)) * Cfg::kAgNtBytes + Cfg::kPeers * Cfg::kAgMaxBytes);
         mbar_wait_cluster(ag_full, tile & 1);
 #endif
 #pragma unroll

@@ -85,8 +85,11 @@ struct FwdConfig {
     {
         return kNT - b * kBlockNT < kBlockNT ? kNT - b * kBlockNT : kBlockNT;
     }
-    static constexpr uint32_t kRsSlotBytes = 64 * (8 * kBlockNT) * 4;
-    static constexpr uint32_t kAgSlotBytes = 64 * (8 * kBlockNT) * 2 + 64 * 4;
+    static constexpr uint32_t kRsNtBytes = 64 * 8 * 4;  /* one n8-block of a consumer's partial S, fp32 */
+    static constexpr uint32_t kAgNtBytes = 64 * 8 * 2;  /* ... of its probabilities, fp16 */
+    static constexpr uint32_t kAgMaxBytes = 64 * 4;     /* the 64 row maxima of an all-gather message */
+    static constexpr uint32_t kRsSlotBytes = kBlockNT * kRsNtBytes;
+    static constexpr uint32_t kAgSlotBytes = kBlockNT * kAgNtBytes + kAgMaxBytes;
     static constexpr size_t kXBytes = (size_t)kConsumers * kPeers * (kRsSlotBytes + kAgSlotBytes);
     static constexpr size_t kBarBytes = 256;
     static constexpr size_t kAlignSlack = 1024; /* the dynamic base is rounded up to 1024 */
