@@ -191,11 +191,25 @@ static void test_batch(void **state)
 static void test_scale(void **state)
 {
     (void)state;
-    const float scales[] = {0.3f, 1.0f, -0.5f};
-    for (int i = 0; i < 3; ++i) {
+    const float scales[] = {0.3f, 1.0f, -0.5f, 0.0f};
+    for (int i = 0; i < 4; ++i) {
         attn_case c = attn_case_default(FFPA_F32, 33, 64);
         c.scale = scales[i];
         attn_run_forward(&c);
+        /* The Hopper single-CTA kernels fold a scale > 0 into the exp2 (and
+         * leave the others to the generic ones), the clusters scale first;
+         * with a bias and a softcap the folded form divides their terms. */
+        const int64_t dims[] = {128, 512};
+        for (int d = 0; d < 2; ++d) {
+            attn_case h = attn_case_default(FFPA_BF16, 70, dims[d]);
+            h.nkv = 90;
+            h.scale = scales[i];
+            h.causal = 1;
+            attn_run_forward(&h);
+            h.bias = 1;
+            h.softcap = 20.0f;
+            attn_run_forward(&h);
+        }
     }
 }
 
