@@ -69,7 +69,8 @@ FWD_CHECK=(1,2,2,77,77,64,64,l 2,4,2,130,200,128,128,cl 1,2,1,70,33,256,256,cl 1
   1,2,2,64,64,8,8 1,8,2,1,1000,128,128,l 1,4,1,1,500,1024,1024,l
   1,2,2,300,300,128,128,w40.7l 2,4,2,200,330,320,320,cw100l 1,2,1,130,90,512,512,w5.0l 1,2,2,200,200,256,256,s5l
   2,2,2,150,150,512,512,cs30bl 1,4,2,200,260,128,128,al 3,2,2,100,120,512,512,vcw33s20adl 1,8,2,2,900,128,128,w64al
-  2,2,1,150,170,192,128,cl 1,2,2,257,257,128,128,bdl)
+  2,2,1,150,170,192,128,cl 1,2,2,257,257,128,128,bdl
+  1,2,2,200,333,64,64,cl 2,4,2,190,90,64,64,bdl 3,4,2,100,500,48,48,vcl 2,2,2,250,250,64,64,cs20al 1,8,1,500,200,32,32,cdl)
 BWD_CHECK=(1,2,2,77,77,64,64 2,4,2,130,200,128,128,c 1,2,1,70,33,256,256,c 1,2,2,90,150,320,320,c
   2,4,2,130,200,320,264,c 1,2,2,100,100,264,320,o 3,2,2,80,100,296,296,vcbd 1,2,1,200,260,320,320,w50s20a
   1,2,2,300,300,320,320,r 1,2,2,129,65,288,288,cg
@@ -164,7 +165,7 @@ if want check; then
     "${FWD_CHECK[@]:33}" >"$OUT/check-fwd-sm90.log" 2>&1
   note "check forward (sm90) vs cpu: rc=$? $(fails "$OUT/check-fwd-sm90.log" $(( ${#FWD_CHECK[@]} - 3 )))"
   # The variants' shapes on the generic kernels too (auto runs them on sm90).
-  FFPA_CUDA_KERNEL=generic timeout 200 "$BENCH" --backend cuda --check --no-time "${FWD_CHECK[@]:33}" \
+  FFPA_CUDA_KERNEL=generic timeout 200 "$BENCH" --backend cuda --check --no-time "${FWD_CHECK[@]:33:10}" \
     >"$OUT/check-var-generic.log" 2>&1 &&
     FFPA_CUDA_KERNEL=generic timeout 200 "$BENCH" --backend cuda --backward --check --no-time "${BWD_CHECK[@]: -8}" \
       >>"$OUT/check-var-generic.log" 2>&1

@@ -2,7 +2,8 @@
  * Compile-time shape of one Hopper forward instantiation and its
  * shared-memory layout (host and device agree on it through this file).
  *
- * A cluster of kCluster CTAs owns 128 query rows of one (batch, head). CTA
+ * A cluster of kCluster CTAs owns kBr query rows (128; 192 at D <= 64) of
+ * one (batch, head). CTA
  * `rank` owns the head-dimension slice [rank*kSlice, (rank+1)*kSlice) of Q
  * and K and [rank*kSliceV, (rank+1)*kSliceV) of V (Split-D across the
  * cluster): it computes a partial S over its slice, the cluster turns the
@@ -16,7 +17,7 @@
  * the non-absorbed one, 192 / 128, on one CTA instead of 256 / 256.
  *
  * Threads: warpgroup 0 is the producer (one thread issues TMA loads);
- * warpgroups 1 and 2 are consumers, 64 query rows each.
+ * warpgroups 1 .. kConsumers are consumers, 64 query rows each.
  */
 #ifndef FFPA_CUDA_SM90_FWD_CONFIG_CUH
 #define FFPA_CUDA_SM90_FWD_CONFIG_CUH
@@ -45,8 +46,19 @@ constexpr int default_key_tile(int slice, int cluster)
     return cluster == 1 && slice <= 192 ? 128 : 64;
 }
 
+/* Consumer warpgroups (64 query rows each). At D = 64 a tile's GEMMs are
+ * short beside its softmax (64 exp2 per thread either way), so a third
+ * consumer keeps the tensor cores fed while two are in their softmax
+ * (FlashAttention-3's 192-row tile at D = 64); its 160 registers per thread
+ * (setmaxnreg) hold S, P and O of 128 keys x 64 columns. */
+constexpr int default_consumers(int slice, int cluster)
+{
+    return cluster == 1 && slice == 64 ? 3 : 2;
+}
+constexpr int kMaxConsumers = 3;
+
 template <typename T_, int kSlice_, int kCluster_, int kSliceV_ = kSlice_,
-          int kBc_ = default_key_tile(kSlice_, kCluster_)>
+          int kBc_ = default_key_tile(kSlice_, kCluster_), int kConsumers_ = default_consumers(kSlice_, kCluster_)>
 struct FwdConfig {
     using T = T_;
     static constexpr int kSlice = kSlice_;     /* head-dim columns per CTA of Q and K */
@@ -54,10 +66,14 @@ struct FwdConfig {
     static constexpr int kCluster = kCluster_; /* CTAs splitting D (1 to 4) */
     static constexpr int kBoxes = kSlice / kBoxCols;
     static constexpr int kVBoxes = kSliceV / kBoxCols;
-    static constexpr int kBr = 128;            /* query rows per cluster */
-    static constexpr int kBc = kBc_;           /* keys per tile */
-    static constexpr int kConsumers = 2;       /* consumer warpgroups, 64 rows each */
+    static constexpr int kConsumers = kConsumers_; /* consumer warpgroups, 64 rows each */
+    static constexpr int kBr = 64 * kConsumers;    /* query rows per cluster */
+    static constexpr int kBc = kBc_;               /* keys per tile */
     static constexpr int kThreads = 128 * (1 + kConsumers);
+    /* setmaxnreg: the producer warpgroup keeps 24 registers a thread, the
+     * consumers share the rest (128 x 24 + 128 x kConsumers x regs <= 64K). */
+    static constexpr int kProducerRegs = 24;
+    static constexpr int kConsumerRegs = kConsumers == 3 ? 160 : 240;
     static constexpr int kNT = kBc / 8;        /* S n8-blocks per warp */
     static constexpr int kSAcc = kBc / 2;      /* fp32 S accumulators per thread */
     static constexpr int kPSteps = kBc / 16;   /* k16 steps of the PV GEMM */
@@ -108,6 +124,8 @@ struct FwdConfig {
     static_assert(kSlice % kBoxCols == 0 && kSlice <= 320, "a slice is 1-5 boxes");
     static_assert(kSliceV % kBoxCols == 0 && kSliceV <= kSlice, "a V slice is whole boxes, at most the QK slice");
     static_assert(kCluster >= 1 && kCluster <= 4, "cluster of 1 to 4");
+    static_assert(kConsumers == 2 || (kConsumers == 3 && kCluster == 1), "three consumers only without the exchange");
+    static_assert(128 * kProducerRegs + 128 * kConsumers * kConsumerRegs <= 65536, "the register file");
     static_assert(kCluster == 1 || blocks_of(kCluster - 1) > 0, "every CTA owns a column block");
     static_assert(kBc == 64 || (kBc == 128 && kCluster == 1), "64-key tiles, or 128 without the exchange");
     static_assert(kSmemBytes <= kSmemLimit, "fits the opt-in shared memory");

@@ -7,5 +7,6 @@ namespace sm90 {
     desc<FwdConfig<arch::bf16, slice, cluster, slice_v>>("sm90 wgmma " label),
 const KernelDesc fwd_bf16[kNumShapes] = {FFPA_SM90_FWD_SHAPES(FFPA_FWD_DESC)};
 #undef FFPA_FWD_DESC
+const KernelDesc fwd_bf16_d64_dropout = desc<FwdConfigD64Dropout<arch::bf16>>("sm90 wgmma d64 dropout");
 }
 }

@@ -7,5 +7,6 @@ namespace sm90 {
     desc<FwdConfig<arch::f16, slice, cluster, slice_v>>("sm90 wgmma " label),
 const KernelDesc fwd_f16[kNumShapes] = {FFPA_SM90_FWD_SHAPES(FFPA_FWD_DESC)};
 #undef FFPA_FWD_DESC
+const KernelDesc fwd_f16_d64_dropout = desc<FwdConfigD64Dropout<arch::f16>>("sm90 wgmma d64 dropout");
 }
 }

@@ -9,8 +9,8 @@
  *   sm90_epilogue.cuh  O and LSE stores
  *
  * Warp specialisation: warpgroup 0 gives its registers away (setmaxnreg) and
- * one of its threads issues every TMA load; warpgroups 1 and 2 each own 64
- * query rows and run QK^T, the exchange, masking, online softmax (base 2)
+ * one of its threads issues every TMA load; warpgroups 1 and 2 (and 3 at
+ * D = 64) each own 64 query rows and run QK^T, the exchange, masking, online softmax (base 2)
  * and PV per key tile. While one consumer is in its softmax the other's
  * wgmma keeps the tensor cores busy.
  */
@@ -30,9 +30,6 @@
 
 namespace ffpa {
 namespace sm90 {
-
-constexpr int kProducerRegs = 24;
-constexpr int kConsumerRegs = 240; /* 128 x 24 + 256 x 240 <= 64K registers */
 
 /* The work of one CTA: which rows, keys and slice. */
 struct CtaWork {
@@ -81,9 +78,10 @@ template <class Cfg> FFPA_DEV bool cta_work(const ffpa_gpu_fwd_params &p, uint32
  * k-1 back to back, as two wgmma groups (phase 0: QK^T only; phase n: PV
  * only); the partial S leaves for the peer CTAs as soon as its group is done,
  * and between phases the warpgroup completes the exchange and the softmax of
- * tile k. The two
- * consumers take turns issuing (ping-pong on named barriers 1 and 2), so one
- * warpgroup's softmax and DSMEM exchange overlap the other's tensor-core work.
+ * tile k. The consumers take turns issuing, round robin on named barriers
+ * 1 .. kConsumers (consumer c waits on barrier 1 + c, then arrives on the
+ * next one), so one warpgroup's softmax and DSMEM exchange overlap the
+ * others' tensor-core work.
  */
 template <class Cfg>
 FFPA_DEV void consumer(const ffpa_gpu_fwd_params &p, uint8_t *smem, RingBarriers *bars, const CtaWork &cw,
@@ -94,7 +92,8 @@ FFPA_DEV void consumer(const ffpa_gpu_fwd_params &p, uint8_t *smem, RingBarriers
     using R = Ring<Cfg>;
     const int warp = ctid / 32, lane = ctid & 31;
     const int row_in_block = consumer_idx * 64 + warp * 16; /* the warp's first row */
-    const int bar_mine = 1 + consumer_idx, bar_other = 2 - consumer_idx;
+    constexpr int kLast = Cfg::kConsumers - 1;
+    const int bar_mine = 1 + consumer_idx, bar_other = 1 + (consumer_idx == kLast ? 0 : consumer_idx + 1);
 
     float o[Cfg::kOAcc];
 #pragma unroll
@@ -120,7 +119,7 @@ FFPA_DEV void consumer(const ffpa_gpu_fwd_params &p, uint8_t *smem, RingBarriers
     if (n > 0) {
         float s[Cfg::kSAcc];
         uint32_t pf[Cfg::kPSteps][4];
-        if (consumer_idx == 1)
+        if (consumer_idx == kLast)
             named_barrier_arrive(bar_other, 256); /* consumer 0 issues first */
         mbar_wait(&bars->q_full, 0);
         mbar_wait(&bars->full[R::slot(0)], R::parity(0));
@@ -194,7 +193,7 @@ FFPA_DEV void consumer(const ffpa_gpu_fwd_params &p, uint8_t *smem, RingBarriers
                    Cfg::kSlice, rank, consumer_idx, n - 1, diag[0] / (n - 1), diag[1] / (n - 1), diag[2] / (n - 1),
                    diag[3] / (n - 1), diag[4] / (n - 1), diag[5] / (n - 1), diag[6] / (n - 1), diag[7] / (n - 1));
 #endif
-        /* Last phase: PV of the last tile (consumer 1's turn has no taker). */
+        /* Last phase: PV of the last tile (the turn after the last consumer's has no taker). */
         const int v_last = 2 * n - 1;
         mbar_wait(&bars->full[R::slot(v_last)], R::parity(v_last));
         named_barrier_sync(bar_mine, 256);
@@ -202,7 +201,7 @@ FFPA_DEV void consumer(const ffpa_gpu_fwd_params &p, uint8_t *smem, RingBarriers
         wgmma_fence();
         ConsumerGemms<Cfg>::pv_issue(o, pf, R::addr(smem, v_last));
         wgmma_commit();
-        if (consumer_idx == 0)
+        if (consumer_idx != kLast)
             named_barrier_arrive(bar_other, 256);
         wgmma_wait<0>();
         fence_operands(o);
@@ -264,7 +263,7 @@ template <class Cfg> FFPA_DEV void fwd_body(const FwdMaps &maps, const ffpa_gpu_
 
     const int wg = tid / 128;
     if (wg == 0) {
-        setmaxnreg_dec<kProducerRegs>();
+        setmaxnreg_dec<Cfg::kProducerRegs>();
         if (tid == 0 && cw.n_tiles > 0) {
             prefetch_tensormap(&maps.q);
             prefetch_tensormap(&maps.k);
@@ -273,7 +272,7 @@ template <class Cfg> FFPA_DEV void fwd_body(const FwdMaps &maps, const ffpa_gpu_
         }
         __syncwarp();
     } else {
-        setmaxnreg_inc<kConsumerRegs>();
+        setmaxnreg_inc<Cfg::kConsumerRegs>();
         consumer<Cfg>(p, smem, bars, cw, rank, wg - 1, tid - 128 * wg);
     }
     if (Cfg::kCluster > 1)

@@ -27,6 +27,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 
 struct KernelDesc {
     int slice, slice_v, cluster; /* columns per CTA of Q/K and of V/O */
+    int rows;                    /* query rows per cluster */
     size_t smem_bytes;
     const char *name;
     cudaError_t (*launch)(const FwdMaps &maps, const ffpa_gpu_fwd_params &p, int64_t clusters,
@@ -42,7 +43,7 @@ cudaError_t launch(const FwdMaps &maps, const ffpa_gpu_fwd_params &p, int64_t cl
 
 template <class Cfg> constexpr KernelDesc desc(const char *name)
 {
-    return KernelDesc{Cfg::kSlice, Cfg::kSliceV, Cfg::kCluster, Cfg::kSmemBytes, name, &launch<Cfg>};
+    return KernelDesc{Cfg::kSlice, Cfg::kSliceV, Cfg::kCluster, Cfg::kBr, Cfg::kSmemBytes, name, &launch<Cfg>};
 }
 
 /* Slice x cluster shapes, smallest cover first (FFPA_SM90_FWD_SHAPES in
@@ -51,6 +52,13 @@ template <class Cfg> constexpr KernelDesc desc(const char *name)
 constexpr int kNumShapes = 0 FFPA_SM90_FWD_SHAPES(FFPA_SM90_FWD_COUNT);
 #undef FFPA_SM90_FWD_COUNT
 extern const KernelDesc fwd_f16[kNumShapes], fwd_bf16[kNumShapes];
+
+/* D <= 64 with dropout: three consumers on 64-key tiles. The default d64
+ * kernel's 128-key tiles hold S, P and O in 160 registers, and the keep
+ * bits spill there (H100, D = 64, dropout 0.1: 73 TFLOP/s against 110 on
+ * 64-key tiles and 97 for two consumers; docs/notes/forward.md). */
+template <typename T> using FwdConfigD64Dropout = FwdConfig<T, 64, 1, 64, 64, 3>;
+extern const KernelDesc fwd_f16_d64_dropout, fwd_bf16_d64_dropout;
 
 } /* namespace sm90 */
 } /* namespace ffpa */

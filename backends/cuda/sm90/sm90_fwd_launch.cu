@@ -56,6 +56,8 @@ extern "C" ffpa_status ffpa_cuda_sm90_forward(struct ffpa_cuda_state *st, const 
     const KernelDesc *kd = pick(pb->dtype, pb->dqk, pb->dv, cluster);
     if (!kd)
         return unsupported(err, err_len, "q: no sm90 instantiation covers this Dqk/Dv (up to 1024)");
+    if (kd->slice == 64 && kd->cluster == 1 && base->has_dropout)
+        kd = pb->dtype == FFPA_F16 ? &ffpa::sm90::fwd_f16_d64_dropout : &ffpa::sm90::fwd_bf16_d64_dropout;
     if ((size_t)kd->smem_bytes > st->prop.sharedMemPerBlockOptin)
         return unsupported(err, err_len, "the sm90 kernel needs more shared memory than this device has");
 
@@ -70,7 +72,7 @@ extern "C" ffpa_status ffpa_cuda_sm90_forward(struct ffpa_cuda_state *st, const 
                            "q/k/v: strides not expressible as a TMA tensor map (e.g. broadcast stride 0)");
 
     ffpa_gpu_fwd_params p = *base;
-    p.q_blocks = (int)((pb->nq + 127) / 128);
+    p.q_blocks = (int)((pb->nq + kd->rows - 1) / kd->rows);
     p.kv_splits = 1;
     p.kv_tiles_per_split = 0;
     p.longest_first = pb->causal != 0;

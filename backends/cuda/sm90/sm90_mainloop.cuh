@@ -30,7 +30,7 @@ struct FwdMaps {
 struct RingBarriers {
     uint64_t q_full;
     uint64_t full[8], empty[8];            /* per ring slot (kMaxSlots) */
-    uint64_t rs_full[2], ag_full[2];       /* [consumer]: cluster exchange (sm90_exchange.cuh) */
+    uint64_t rs_full[kMaxConsumers], ag_full[kMaxConsumers]; /* [consumer]: cluster exchange (sm90_exchange.cuh) */
 };
 
 /* Where a CTA's work sits in the global tensors (TMA coordinates). */
@@ -53,7 +53,7 @@ template <class Cfg> struct Ring {
 };
 
 template <class Cfg> struct Producer {
-    /* Q of both consumers once, then the K and V slabs of every tile. Every
+    /* Q of every consumer once, then the K and V slabs of every tile. Every
      * box is loaded, also those past D: TMA zero-fills them and counts their
      * bytes, which keeps the consumers' wgmma sequence branch-free. */
     static FFPA_DEV void run(const FwdMaps &maps, uint8_t *smem, RingBarriers *bars, const TileCoords &tc,
