@@ -144,8 +144,10 @@ __device__ __forceinline__ void add_bias(arch::FragC (&s)[kNT], const B *bias, c
 /* s <- scale*log2(e)*s (softcapped) + log2(e)*bias + ALiBi, with -inf where
  * masked. The variant-free, bias-free, unmasked tile (the common one) is a
  * single multiply per score: the tests are made once per tile
- * (warp-uniform), not per element, so the score loop stays one basic block. */
-template <int kNT>
+ * (warp-uniform), not per element, so the score loop stays one basic block.
+ * !kVariants: no softcap, bias or ALiBi code (kernels the launch picks only
+ * without them); the causal, window and length masks stay. */
+template <int kNT, bool kVariants = true>
 __device__ __forceinline__ void mask_scores(arch::FragC (&s)[kNT], const ffpa_gpu_fwd_params &p,
                                             const MaskCtx &mc, int lane)
 {
@@ -155,14 +157,14 @@ __device__ __forceinline__ void mask_scores(arch::FragC (&s)[kNT], const ffpa_gp
 #pragma unroll
         for (int e = 0; e < 4; ++e)
             s[nt].r[e] *= scale;
-    if (p.softcap_out > 0.0f) {
+    if (kVariants && p.softcap_out > 0.0f) {
 #pragma unroll
         for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
             for (int e = 0; e < 4; ++e)
                 s[nt].r[e] = p.softcap_out * arch::tanh_fast(s[nt].r[e] * p.softcap_in);
     }
-    if (p.bias) {
+    if (kVariants && p.bias) {
         if (p.bias_dtype == FFPA_F16)
             add_bias<kNT>(s, static_cast<const arch::f16 *>(p.bias), p, mc, lane);
         else if (p.bias_dtype == FFPA_BF16)
@@ -171,7 +173,7 @@ __device__ __forceinline__ void mask_scores(arch::FragC (&s)[kNT], const ffpa_gp
             add_bias<kNT>(s, static_cast<const float *>(p.bias), p, mc, lane);
     }
     const int diag = mc.seqlen_k - mc.seqlen_q;
-    if (p.alibi) {
+    if (kVariants && p.alibi) {
         const float slope = mc.alibi_slope;
 #pragma unroll
         for (int nt = 0; nt < kNT; ++nt)

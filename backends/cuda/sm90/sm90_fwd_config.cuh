@@ -57,8 +57,11 @@ constexpr int default_consumers(int slice, int cluster)
 }
 constexpr int kMaxConsumers = 3;
 
+/* kPlain_: no bias, dropout, softcap or ALiBi code (the launch picks such a
+ * kernel only without them): their registers no longer bound the key tile. */
 template <typename T_, int kSlice_, int kCluster_, int kSliceV_ = kSlice_,
-          int kBc_ = default_key_tile(kSlice_, kCluster_), int kConsumers_ = default_consumers(kSlice_, kCluster_)>
+          int kBc_ = default_key_tile(kSlice_, kCluster_), int kConsumers_ = default_consumers(kSlice_, kCluster_),
+          bool kPlain_ = false>
 struct FwdConfig {
     using T = T_;
     static constexpr int kSlice = kSlice_;     /* head-dim columns per CTA of Q and K */
@@ -67,6 +70,7 @@ struct FwdConfig {
     static constexpr int kBoxes = kSlice / kBoxCols;
     static constexpr int kVBoxes = kSliceV / kBoxCols;
     static constexpr int kConsumers = kConsumers_; /* consumer warpgroups, 64 rows each */
+    static constexpr bool kPlain = kPlain_;
     static constexpr int kBr = 64 * kConsumers;    /* query rows per cluster */
     static constexpr int kBc = kBc_;               /* keys per tile */
     static constexpr int kThreads = 128 * (1 + kConsumers);
@@ -127,7 +131,8 @@ struct FwdConfig {
     static_assert(kConsumers == 2 || (kConsumers == 3 && kCluster == 1), "three consumers only without the exchange");
     static_assert(128 * kProducerRegs + 128 * kConsumers * kConsumerRegs <= 65536, "the register file");
     static_assert(kCluster == 1 || blocks_of(kCluster - 1) > 0, "every CTA owns a column block");
-    static_assert(kBc == 64 || (kBc == 128 && kCluster == 1), "64-key tiles, or 128 without the exchange");
+    static_assert(kBc == 64 || (kCluster == 1 && kBc % 64 == 0 && kBc <= 192),
+                  "64-key tiles, or 128 / 192 without the exchange");
     static_assert(kSmemBytes <= kSmemLimit, "fits the opt-in shared memory");
     static_assert(kSlots >= 3, "a GEMM phase holds two slabs; one more is in flight");
 };

@@ -60,6 +60,12 @@ extern const KernelDesc fwd_f16[kNumShapes], fwd_bf16[kNumShapes];
 template <typename T> using FwdConfigD64Dropout = FwdConfig<T, 64, 1, 64, 64, 3>;
 extern const KernelDesc fwd_f16_d64_dropout, fwd_bf16_d64_dropout;
 
+/* D in (64, 128] without a bias, dropout, softcap or ALiBi: 192-key tiles
+ * (S 96, P 48 and O 64 registers a thread), which the variants' code paths
+ * spilled (docs/notes/forward.md). */
+template <typename T> using FwdConfigD128Plain = FwdConfig<T, 128, 1, 128, 192, 2, true>;
+extern const KernelDesc fwd_f16_d128_plain, fwd_bf16_d128_plain;
+
 } /* namespace sm90 */
 } /* namespace ffpa */
 

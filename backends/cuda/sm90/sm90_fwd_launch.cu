@@ -56,8 +56,11 @@ extern "C" ffpa_status ffpa_cuda_sm90_forward(struct ffpa_cuda_state *st, const 
     const KernelDesc *kd = pick(pb->dtype, pb->dqk, pb->dv, cluster);
     if (!kd)
         return unsupported(err, err_len, "q: no sm90 instantiation covers this Dqk/Dv (up to 1024)");
+    const bool variants = base->bias || base->has_dropout || base->softcap_out > 0.0f || base->alibi;
     if (kd->slice == 64 && kd->cluster == 1 && base->has_dropout)
         kd = pb->dtype == FFPA_F16 ? &ffpa::sm90::fwd_f16_d64_dropout : &ffpa::sm90::fwd_bf16_d64_dropout;
+    else if (kd->slice == 128 && kd->slice_v == 128 && kd->cluster == 1 && !variants)
+        kd = pb->dtype == FFPA_F16 ? &ffpa::sm90::fwd_f16_d128_plain : &ffpa::sm90::fwd_bf16_d128_plain;
     if ((size_t)kd->smem_bytes > st->prop.sharedMemPerBlockOptin)
         return unsupported(err, err_len, "the sm90 kernel needs more shared memory than this device has");
 

@@ -41,7 +41,7 @@ template <class Cfg> struct TileSoftmax {
         mc.col0 = (tile0 + t) * Cfg::kBc + col0;
         mc.need_bounds = mc.col0 + 8 * kN > mc.seqlen_k;
         mc.need_diag = crosses_diag(p, mc.row0, mc.row0 + 15, mc.col0, mc.col0 + 8 * kN - 1, diag);
-        mask_scores<kN>(sf, p, mc, lane);
+        mask_scores<kN, !Cfg::kPlain>(sf, p, mc, lane);
     }
 
     /* O *= alpha, dropout over the whole tile, P -> A fragments. */
@@ -49,9 +49,11 @@ template <class Cfg> struct TileSoftmax {
                               const float (&alpha)[2], const ffpa_gpu_fwd_params &p, int lane, int t)
     {
         OnlineSoftmax::rescale(reinterpret_cast<arch::FragC(&)[Cfg::kOAcc / 4]>(o), alpha);
-        if (p.has_dropout) {
-            mc.col0 = (tile0 + t) * Cfg::kBc;
-            apply_dropout<Cfg::kNT>(reinterpret_cast<arch::FragC(&)[Cfg::kNT]>(s), p, mc, lane);
+        if constexpr (!Cfg::kPlain) {
+            if (p.has_dropout) {
+                mc.col0 = (tile0 + t) * Cfg::kBc;
+                apply_dropout<Cfg::kNT>(reinterpret_cast<arch::FragC(&)[Cfg::kNT]>(s), p, mc, lane);
+            }
         }
 #pragma unroll
         for (int kk = 0; kk < Cfg::kPSteps; ++kk) {
