@@ -56,6 +56,9 @@ extern "C" ffpa_status ffpa_cuda_sm90_forward(struct ffpa_cuda_state *st, const 
     const KernelDesc *kd = pick(pb->dtype, pb->dqk, pb->dv, cluster);
     if (!kd)
         return unsupported(err, err_len, "q: no sm90 instantiation covers this Dqk/Dv (up to 1024)");
+    /* Two shapes have a specialised kernel beside the table's: d64 with
+     * dropout (64-key tiles: the keep bits spill at 128), and d128 without
+     * a bias, dropout, softcap or ALiBi (the plain kernel's 192-key tiles). */
     const bool variants = base->bias || base->has_dropout || base->softcap_out > 0.0f || base->alibi;
     if (kd->slice == 64 && kd->cluster == 1 && base->has_dropout)
         kd = pb->dtype == FFPA_F16 ? &ffpa::sm90::fwd_f16_d64_dropout : &ffpa::sm90::fwd_bf16_d64_dropout;
