@@ -196,11 +196,11 @@ static void test_scale(void **state)
         attn_case c = attn_case_default(FFPA_F32, 33, 64);
         c.scale = scales[i];
         attn_run_forward(&c);
-        /* The Hopper single-CTA kernels fold a scale > 0 into the exp2 (and
-         * leave the others to the generic ones), the clusters scale first;
-         * with a bias and a softcap the folded form divides their terms. */
-        const int64_t dims[] = {128, 512};
-        for (int d = 0; d < 2; ++d) {
+        /* On the Hopper kernels: D = 64 (three consumers), 128 (the plain
+         * kernel; with a bias and a softcap the variant one) and 512 (a
+         * cluster), each with a scale of 0 and < 0 as well. */
+        const int64_t dims[] = {64, 128, 512};
+        for (int d = 0; d < 3; ++d) {
             attn_case h = attn_case_default(FFPA_BF16, 70, dims[d]);
             h.nkv = 90;
             h.scale = scales[i];
