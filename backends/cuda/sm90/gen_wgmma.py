@@ -6,7 +6,7 @@ accumulators), so they are generated rather than written by hand.
     python3 backends/cuda/sm90/gen_wgmma.py > backends/cuda/sm90/wgmma_ops.cuh
 """
 
-SS_N = [64, 128, 192]           # S = Q K^T: A (Q) and B (K) from shared memory, both K-major (192: d128 plain tiles)
+SS_N = [64, 80, 128, 192]       # S = Q K^T: A (Q) and B (K) from shared memory, both K-major (80 / 192: plain-kernel tiles)
 RS_N = [64, 128, 192, 256]  # O += P V: A (P) from registers, B (V) MN-major (trans-b)
 SS_BT_N = [64, 128, 256]        # backward dV += P^T dO, dK += dS^T Q; MLA decode O += P V with P from shared memory (trans-b)
 SS_ABT_N = [64, 128]        # backward dQ = dS K: A (dS^T stored) and B (K) MN-major (trans-a, trans-b)

@@ -85,6 +85,10 @@ struct FwdConfig {
      * (kBc / 64 TMA boxes of 64 rows stacked), so a box column is
      * kColBytes long and the GEMMs walk the keys linearly. */
     static constexpr uint32_t kColBytes = (uint32_t)kBc * kBoxCols * 2;
+    /* Rows of a K / V TMA box: 64, stacked kBc / 64 times; a tile that is
+     * not a multiple of 64 keys (80: the plain d256 kernel) is one box of
+     * kBc rows (the launch encodes the K and V maps with it). */
+    static constexpr int kKvBoxRows = kBc % kBoxRows == 0 ? kBoxRows : kBc;
     static constexpr int kOAcc = kSliceV / 2;  /* fp32 O accumulators per thread */
 
     /* Bytes of the pieces of shared memory. */
@@ -131,8 +135,8 @@ struct FwdConfig {
     static_assert(kConsumers == 2 || (kConsumers == 3 && kCluster == 1), "three consumers only without the exchange");
     static_assert(128 * kProducerRegs + 128 * kConsumers * kConsumerRegs <= 65536, "the register file");
     static_assert(kCluster == 1 || blocks_of(kCluster - 1) > 0, "every CTA owns a column block");
-    static_assert(kBc == 64 || (kCluster == 1 && kBc % 64 == 0 && kBc <= 192),
-                  "64-key tiles, or 128 / 192 without the exchange");
+    static_assert(kBc == 64 || (kCluster == 1 && kBc % 16 == 0 && kBc <= 192),
+                  "64-key tiles, or up to 192 in steps of 16 without the exchange");
     static_assert(kSmemBytes <= kSmemLimit, "fits the opt-in shared memory");
     static_assert(kSlots >= 3, "a GEMM phase holds two slabs; one more is in flight");
 };

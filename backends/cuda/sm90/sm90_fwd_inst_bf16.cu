@@ -8,6 +8,9 @@ namespace sm90 {
 const KernelDesc fwd_bf16[kNumShapes] = {FFPA_SM90_FWD_SHAPES(FFPA_FWD_DESC)};
 #undef FFPA_FWD_DESC
 const KernelDesc fwd_bf16_d64_dropout = desc<FwdConfigD64Dropout<arch::bf16>>("sm90 wgmma d64 dropout");
+const KernelDesc fwd_bf16_d64_plain = desc<FwdConfigD64Plain<arch::bf16>>("sm90 wgmma d64 plain");
+const KernelDesc fwd_bf16_d64_plain_wide = desc<FwdConfigD64PlainWide<arch::bf16>>("sm90 wgmma d64 plain 2x192");
 const KernelDesc fwd_bf16_d128_plain = desc<FwdConfigD128Plain<arch::bf16>>("sm90 wgmma d128 plain");
+const KernelDesc fwd_bf16_d256_plain = desc<FwdConfigD256Plain<arch::bf16>>("sm90 wgmma d256 plain");
 }
 }

@@ -28,6 +28,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, 1)
 struct KernelDesc {
     int slice, slice_v, cluster; /* columns per CTA of Q/K and of V/O */
     int rows;                    /* query rows per cluster */
+    int kv_box_rows;             /* rows of the K and V maps' TMA boxes */
     size_t smem_bytes;
     const char *name;
     cudaError_t (*launch)(const FwdMaps &maps, const ffpa_gpu_fwd_params &p, int64_t clusters,
@@ -43,7 +44,8 @@ cudaError_t launch(const FwdMaps &maps, const ffpa_gpu_fwd_params &p, int64_t cl
 
 template <class Cfg> constexpr KernelDesc desc(const char *name)
 {
-    return KernelDesc{Cfg::kSlice, Cfg::kSliceV, Cfg::kCluster, Cfg::kBr, Cfg::kSmemBytes, name, &launch<Cfg>};
+    return KernelDesc{Cfg::kSlice, Cfg::kSliceV, Cfg::kCluster, Cfg::kBr, Cfg::kKvBoxRows, Cfg::kSmemBytes, name,
+                      &launch<Cfg>};
 }
 
 /* Slice x cluster shapes, smallest cover first (FFPA_SM90_FWD_SHAPES in
@@ -63,8 +65,20 @@ extern const KernelDesc fwd_f16_d64_dropout, fwd_bf16_d64_dropout;
 /* D in (64, 128] without a bias, dropout, softcap or ALiBi: 192-key tiles
  * (S 96, P 48 and O 64 registers a thread), which the variants' code paths
  * spilled (docs/notes/forward.md). */
+/* The plain kernels: no bias, dropout, softcap or ALiBi code (the launch
+ * takes them for calls without those), so their registers do not bound the
+ * key tile. d64 in two shapes, the launch choosing by the grid's waves:
+ * three consumers on 128-key tiles (faster per row) and two on 192-key
+ * tiles (128-row blocks: more CTAs where a grid of 192-row blocks leaves a
+ * wave mostly empty). d128 on 192-key tiles. d256 on FlashAttention-3's
+ * 80-key tiles: S (40 registers), P (20) and O (128) fit beside each other
+ * where 128 keys do not, and 4 ring slots of 40 KiB fit beside Q. */
+template <typename T> using FwdConfigD64Plain = FwdConfig<T, 64, 1, 64, 128, 3, true>;
+template <typename T> using FwdConfigD64PlainWide = FwdConfig<T, 64, 1, 64, 192, 2, true>;
 template <typename T> using FwdConfigD128Plain = FwdConfig<T, 128, 1, 128, 192, 2, true>;
-extern const KernelDesc fwd_f16_d128_plain, fwd_bf16_d128_plain;
+template <typename T> using FwdConfigD256Plain = FwdConfig<T, 256, 1, 256, 80, 2, true>;
+extern const KernelDesc fwd_f16_d64_plain, fwd_bf16_d64_plain, fwd_f16_d64_plain_wide, fwd_bf16_d64_plain_wide;
+extern const KernelDesc fwd_f16_d128_plain, fwd_bf16_d128_plain, fwd_f16_d256_plain, fwd_bf16_d256_plain;
 
 } /* namespace sm90 */
 } /* namespace ffpa */

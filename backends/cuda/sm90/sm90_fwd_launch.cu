@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "env.h"
 #include "sm90_fwd_kernels.cuh"
 #include "sm90_fwd_launch.h"
 #include "sm90_host.h"
@@ -41,6 +42,46 @@ const KernelDesc *pick(ffpa_dtype dtype, int64_t dqk, int64_t dv, int cluster)
     return first;
 }
 
+/* Time of a grid of `ctas` blocks of `rows` query rows, in units of one
+ * row at the kernel's long-sequence rate `rate` (TFLOP/s measured on the
+ * H100): whole waves of one block per multiprocessor, or fractional ones
+ * for causal grids (longest first: the short blocks fill the last wave). */
+double grid_time(int64_t ctas, int sms, int rows, double rate, bool causal)
+{
+    const double waves = causal ? (double)ctas / sms : (double)((ctas + sms - 1) / sms);
+    return waves * rows / rate;
+}
+
+/* The plain kernel (no bias, dropout, softcap or ALiBi code) for a table
+ * kernel, or the table kernel where there is none. d64 has two: three
+ * consumers on 128-key tiles run 13% faster per row at N = 8192 (H100: 451
+ * against 399 TFLOP/s), two on 192-key tiles make 1.5x the blocks (N = 2048,
+ * Hq = 16: 256 blocks fill 2 waves where 176 leave the second a third full;
+ * 313 against 271). */
+const KernelDesc *plain_kernel(const KernelDesc *kd, const ffpa_problem *pb, int sms)
+{
+    const bool f16 = pb->dtype == FFPA_F16;
+    if (kd->cluster != 1 || kd->slice != kd->slice_v)
+        return kd;
+    if (kd->slice == 64) {
+        const KernelDesc *three = f16 ? &ffpa::sm90::fwd_f16_d64_plain : &ffpa::sm90::fwd_bf16_d64_plain;
+        const KernelDesc *wide = f16 ? &ffpa::sm90::fwd_f16_d64_plain_wide : &ffpa::sm90::fwd_bf16_d64_plain_wide;
+        /* The launch's grid (varlen: nq is the longest sequence). */
+        const int64_t heads = (int64_t)pb->hq * pb->batch;
+        const int64_t ctas3 = (pb->nq + three->rows - 1) / three->rows * heads;
+        const int64_t ctas2 = (pb->nq + wide->rows - 1) / wide->rows * heads;
+        const bool causal = pb->causal != 0;
+        return grid_time(ctas2, sms, wide->rows, 399.0, causal) < grid_time(ctas3, sms, three->rows, 451.0, causal)
+                   ? wide
+                   : three;
+    }
+    if (kd->slice == 128)
+        return f16 ? &ffpa::sm90::fwd_f16_d128_plain : &ffpa::sm90::fwd_bf16_d128_plain;
+    if (kd->slice == 256)
+        return f16 ? &ffpa::sm90::fwd_f16_d256_plain : &ffpa::sm90::fwd_bf16_d256_plain;
+    return kd;
+}
+
 } /* namespace */
 
 extern "C" ffpa_status ffpa_cuda_sm90_forward(struct ffpa_cuda_state *st, const ffpa_problem *pb,
@@ -56,14 +97,15 @@ extern "C" ffpa_status ffpa_cuda_sm90_forward(struct ffpa_cuda_state *st, const 
     const KernelDesc *kd = pick(pb->dtype, pb->dqk, pb->dv, cluster);
     if (!kd)
         return unsupported(err, err_len, "q: no sm90 instantiation covers this Dqk/Dv (up to 1024)");
-    /* Two shapes have a specialised kernel beside the table's: d64 with
-     * dropout (64-key tiles: the keep bits spill at 128), and d128 without
-     * a bias, dropout, softcap or ALiBi (the plain kernel's 192-key tiles). */
+    /* Beside the table's kernels: d64 with dropout (64-key tiles: the keep
+     * bits spill at 128), and the plain kernels for calls without a bias,
+     * dropout, softcap or ALiBi. Tuning knob (not API): FFPA_SM90_PLAIN=0
+     * keeps the table's kernels (A/B runs in one build). */
     const bool variants = base->bias || base->has_dropout || base->softcap_out > 0.0f || base->alibi;
     if (kd->slice == 64 && kd->cluster == 1 && base->has_dropout)
         kd = pb->dtype == FFPA_F16 ? &ffpa::sm90::fwd_f16_d64_dropout : &ffpa::sm90::fwd_bf16_d64_dropout;
-    else if (kd->slice == 128 && kd->slice_v == 128 && kd->cluster == 1 && !variants)
-        kd = pb->dtype == FFPA_F16 ? &ffpa::sm90::fwd_f16_d128_plain : &ffpa::sm90::fwd_bf16_d128_plain;
+    else if (!variants && ffpa_env_bool("FFPA_SM90_PLAIN", 1, NULL))
+        kd = plain_kernel(kd, pb, st->prop.multiProcessorCount);
     if ((size_t)kd->smem_bytes > st->prop.sharedMemPerBlockOptin)
         return unsupported(err, err_len, "the sm90 kernel needs more shared memory than this device has");
 
@@ -72,8 +114,8 @@ extern "C" ffpa_status ffpa_cuda_sm90_forward(struct ffpa_cuda_state *st, const 
     memset(&maps, 0, sizeof maps);
     const int64_t qb = varlen ? 1 : pb->batch;
     if (!encode(&maps.q, pb->q, pb->dtype, pb->dqk, varlen ? pb->total_q : pb->nq, pb->hq, qb) ||
-        !encode(&maps.k, pb->k, pb->dtype, pb->dqk, varlen ? pb->total_k : pb->nkv, pb->hkv, qb) ||
-        !encode(&maps.v, pb->v, pb->dtype, pb->dv, varlen ? pb->total_k : pb->nkv, pb->hkv, qb))
+        !encode(&maps.k, pb->k, pb->dtype, pb->dqk, varlen ? pb->total_k : pb->nkv, pb->hkv, qb, kd->kv_box_rows) ||
+        !encode(&maps.v, pb->v, pb->dtype, pb->dv, varlen ? pb->total_k : pb->nkv, pb->hkv, qb, kd->kv_box_rows))
         return unsupported(err, err_len,
                            "q/k/v: strides not expressible as a TMA tensor map (e.g. broadcast stride 0)");
 

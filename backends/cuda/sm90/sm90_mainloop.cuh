@@ -75,7 +75,7 @@ template <class Cfg> struct Producer {
             mbar_arrive_expect_tx(&bars->full[slot], (uint32_t)boxes * Cfg::kColBytes);
             uint8_t *dst = smem + L::ring + (size_t)slot * Cfg::kSlabBytes;
             for (int box = 0; box < boxes; ++box)
-                for (int r = 0; r < Cfg::kBc; r += kBoxRows)
+                for (int r = 0; r < Cfg::kBc; r += Cfg::kKvBoxRows)
                     tma_load_4d(dst + (size_t)box * Cfg::kColBytes + (size_t)r * 128, is_v ? &maps.v : &maps.k,
                                 &bars->full[slot], (is_v ? tc.col0_v : tc.col0) + box * kBoxCols, key + r, tc.kvh,
                                 tc.b);
