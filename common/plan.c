@@ -33,18 +33,21 @@ static void derive_chunks(const ffpa_plan_input *in, ffpa_plan *p)
  *   every D chunk); bc key rows per tile; chunk: D columns per smem slab.
  */
 typedef struct gpu_fwd_shape {
-    int dv, wm, wn, bc, chunk, stages;
+    int dv, wm, wn, bc, chunk, stages, mt; /* mt: m16 tiles of query rows per warp */
 } gpu_fwd_shape;
 
+/* The first covering Dv is the default; a later one of the same Dv (the
+ * 16-rows-per-warp tiles at 64 and 128) runs where a tuning table names it. */
 static const gpu_fwd_shape gpu_fwd_shapes[] = {
-    {64, 4, 1, 64, 64, 2},    {128, 8, 1, 64, 128, 2}, {256, 4, 1, 64, 256, 2},
-    {320, 4, 1, 64, 64, 3},   {512, 4, 2, 64, 128, 3}, {1024, 2, 4, 64, 256, 2},
+    {64, 4, 1, 64, 64, 2, 2},  {64, 4, 1, 64, 64, 2, 1},   {128, 4, 1, 64, 128, 2, 2},
+    {128, 8, 1, 64, 128, 2, 1}, {256, 4, 1, 64, 256, 2, 1}, {320, 4, 1, 64, 64, 3, 1},
+    {512, 4, 2, 64, 128, 3, 1}, {1024, 2, 4, 64, 256, 2, 1},
 };
 #define N_GPU_FWD_SHAPES ((int)(sizeof gpu_fwd_shapes / sizeof gpu_fwd_shapes[0]))
 
 static int shape_has_tile(const gpu_fwd_shape *s, int br, int bc, int chunk, int warps)
 {
-    return 16 * s->wm == br && s->bc == bc && s->chunk == chunk && s->wm * s->wn == warps;
+    return 16 * s->wm * s->mt == br && s->bc == bc && s->chunk == chunk && s->wm * s->wn == warps;
 }
 
 /* The instantiation the launchers run a tile on: the smallest with that
@@ -66,10 +69,10 @@ static const gpu_fwd_shape *shape_of_tile(int br, int bc, int chunk, int warps, 
  * tuned tile runs on a larger instantiation). */
 static size_t plan_smem_forward_gpu(const ffpa_plan *plan, size_t elt)
 {
-    int row_warps = plan->br / 16 > 0 ? plan->br / 16 : 1;
-    int d_warps = plan->warps > row_warps ? plan->warps / row_warps : 1;
-    int resident = ffpa_plan_q_resident(plan);
     const gpu_fwd_shape *shape = shape_of_tile(plan->br, plan->bc, plan->dqk_chunk, plan->warps, plan->dv_padded);
+    int row_warps = plan->br / 16 > 0 ? plan->br / 16 : 1;
+    int d_warps = shape ? shape->wn : plan->warps > row_warps ? plan->warps / row_warps : 1;
+    int resident = ffpa_plan_q_resident(plan);
     int o_cols = shape ? shape->dv : plan->dv_padded;
     size_t q = resident ? (size_t)plan->br * (size_t)plan->dqk_padded * elt : 0;
     size_t slot = (size_t)(plan->bc + (resident ? 0 : plan->br)) * (size_t)plan->dqk_chunk * elt;
@@ -173,7 +176,7 @@ static void plan_gpu_forward(const ffpa_plan_input *in, const ffpa_device_limits
     /* D <= 256: coarse FA-2 tiling (Q resident, whole-D slabs);
      * D > 256: fine-grained Split-D (Q and K/V chunks streamed). */
     p->path = dmax <= 256 ? FFPA_PATH_SMALL_D : FFPA_PATH_SPLIT_D;
-    p->br = 16 * s->wm;
+    p->br = 16 * s->wm * s->mt;
     p->bc = s->bc;
     p->dqk_chunk = s->chunk;
     p->dv_chunk = s->chunk;
@@ -247,10 +250,10 @@ int ffpa_plan_fwd_tiles(int64_t dv, ffpa_fwd_tile *out, int max)
     for (int i = 0; i < N_GPU_FWD_SHAPES; ++i) {
         const gpu_fwd_shape *s = &gpu_fwd_shapes[i];
         /* A tile a smaller covering instantiation has already runs there. */
-        if (s->dv < dv || shape_of_tile(16 * s->wm, s->bc, s->chunk, s->wm * s->wn, dv) != s)
+        if (s->dv < dv || shape_of_tile(16 * s->wm * s->mt, s->bc, s->chunk, s->wm * s->wn, dv) != s)
             continue;
         if (n < max)
-            out[n] = (ffpa_fwd_tile){s->dv, 16 * s->wm, s->bc, s->chunk, s->wm * s->wn};
+            out[n] = (ffpa_fwd_tile){s->dv, 16 * s->wm * s->mt, s->bc, s->chunk, s->wm * s->wn};
         ++n;
     }
     return n;

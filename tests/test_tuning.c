@@ -698,7 +698,7 @@ static void test_fwd_tiles(void **state)
     static const struct {
         int64_t dv;
         int n;
-    } cases[] = {{64, 5}, {128, 5}, {200, 4}, {256, 4}, {320, 3}, {384, 2}, {512, 2}, {640, 1}, {1024, 1}};
+    } cases[] = {{64, 7}, {128, 6}, {200, 4}, {256, 4}, {320, 3}, {384, 2}, {512, 2}, {640, 1}, {1024, 1}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; ++c) {
         ffpa_fwd_tile tiles[8];
         int n = ffpa_plan_fwd_tiles(cases[c].dv, tiles, 8);
@@ -714,7 +714,10 @@ static void test_fwd_tiles(void **state)
         assert_int_equal(heur.warps, tiles[0].warps);
         for (int i = 0; i < n; ++i) {
             assert_true(tiles[i].dv >= cases[c].dv);
-            assert_true(i == 0 || tiles[i].dv > tiles[i - 1].dv);
+            /* Increasing Dv; at 64 and 128 two tiles (32 and 16 rows per warp) share one. */
+            assert_true(i == 0 || tiles[i].dv > tiles[i - 1].dv ||
+                        (tiles[i].dv == tiles[i - 1].dv && tiles[i].br / tiles[i].warps == 16 &&
+                         tiles[i - 1].br / tiles[i - 1].warps == 32));
             char entry[512];
             snprintf(entry, sizeof entry,
                      "{\"pass\": \"fwd\", \"dtype\": \"bf16\", \"path\": \"%s\", \"causal\": false, \"gqa\": false, "

@@ -3,7 +3,7 @@
 
 namespace ffpa {
 namespace cuda {
-const FwdKernelDesc fwd_f16_large[3] = {fwd_desc<Fwd320<arch::f16>>(), fwd_desc<Fwd512<arch::f16>>(),
+const FwdKernelDesc fwd_f16_large[kFwdLargeKernels] = {fwd_desc<Fwd320<arch::f16>>(), fwd_desc<Fwd512<arch::f16>>(),
                                           fwd_desc<Fwd1024<arch::f16>>()};
 }
 }

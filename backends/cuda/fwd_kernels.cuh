@@ -16,8 +16,12 @@
 namespace ffpa {
 namespace cuda {
 
-/* One per instantiated Dv:      T  Dv   WM WN  Bc  chunk minBlocks/SM */
+/* One per instantiated tile:    T  Dv   WM WN  Bc  chunk minBlocks/SM  m-tiles/warp
+ * (plan.c's gpu_fwd_shapes). Two m-tiles per warp (32 rows, as
+ * FlashAttention-2 runs D <= 128) load each K and V fragment once for both. */
+template <typename T> using Fwd64x2 = FwdConfig<T, 64, 4, 1, 64, 64, 2, 2>;
 template <typename T> using Fwd64 = FwdConfig<T, 64, 4, 1, 64, 64, 2>;
+template <typename T> using Fwd128x2 = FwdConfig<T, 128, 4, 1, 64, 128, 2, 2>;
 template <typename T> using Fwd128 = FwdConfig<T, 128, 8, 1, 64, 128, 1>;
 template <typename T> using Fwd256 = FwdConfig<T, 256, 4, 1, 64, 256, 2>;
 template <typename T> using Fwd320 = FwdConfig<T, 320, 4, 1, 64, 64, 2>;
@@ -39,8 +43,8 @@ template <class Cfg> constexpr FwdKernelDesc fwd_desc()
 }
 
 /* Defined in fwd_inst_<dtype>_<small|large>.cu (split for parallel builds). */
-extern const FwdKernelDesc fwd_f16_small[3], fwd_f16_large[3];
-extern const FwdKernelDesc fwd_bf16_small[3], fwd_bf16_large[3];
+extern const FwdKernelDesc fwd_f16_small[kFwdSmallKernels], fwd_f16_large[kFwdLargeKernels];
+extern const FwdKernelDesc fwd_bf16_small[kFwdSmallKernels], fwd_bf16_large[kFwdLargeKernels];
 
 } /* namespace cuda */
 } /* namespace ffpa */

@@ -81,9 +81,9 @@ extern "C" ffpa_status ffpa_cuda_forward(ffpa_gpu_state *gpu, const ffpa_problem
     if (s != FFPA_OK)
         return s;
     const int dt16 = pb->dtype == FFPA_F16;
-    const FwdKernelDesc *kd = host::pick_kernel(dt16 ? ffpa::cuda::fwd_f16_small : ffpa::cuda::fwd_bf16_small,
-                                                dt16 ? ffpa::cuda::fwd_f16_large : ffpa::cuda::fwd_bf16_large,
-                                                pb->dv, plan);
+    const FwdKernelDesc *kd =
+        host::pick_kernel(dt16 ? ffpa::cuda::fwd_f16_small : ffpa::cuda::fwd_bf16_small, ffpa::kFwdSmallKernels,
+                          dt16 ? ffpa::cuda::fwd_f16_large : ffpa::cuda::fwd_bf16_large, ffpa::kFwdLargeKernels, pb->dv, plan);
     const int q_resident = ffpa_plan_q_resident(&plan);
     size_t smem = kd ? kd->smem_bytes(q_resident, plan.n_qk_chunks, plan.stages) : 0;
     size_t plan_smem = plan.smem_bytes;

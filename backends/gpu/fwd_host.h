@@ -110,15 +110,19 @@ inline ffpa_status make_plan(const ffpa_device_limits &lim, const ffpa_problem *
 
 /* The instantiation that runs the plan's tile: the smallest covering Dv
  * that has it (the rule of ffpa_plan_use_fwd_tile), from the dtype's small
- * and large tables of three; NULL if none. */
-template <class Desc> const Desc *pick_kernel(const Desc *small, const Desc *large, int64_t dv, const ffpa_plan &plan)
+ * and large tables (kFwdSmallKernels and kFwdLargeKernels entries, in
+ * increasing Dv); NULL if none. */
+template <class Desc>
+const Desc *pick_kernel(const Desc *small, int n_small, const Desc *large, int n_large, int64_t dv,
+                        const ffpa_plan &plan)
 {
     const Desc *tables[2] = {small, large};
-    for (const Desc *table : tables)
-        for (int i = 0; i < 3; ++i) {
-            const Desc &kd = table[i];
-            if (dv <= kd.dv && plan.br == 16 * kd.wm && plan.bc == kd.bc && plan.dqk_chunk == kd.chunk &&
-                plan.warps == kd.wm * kd.wn)
+    const int sizes[2] = {n_small, n_large};
+    for (int t = 0; t < 2; ++t)
+        for (int i = 0; i < sizes[t]; ++i) {
+            const Desc &kd = tables[t][i];
+            if (dv <= kd.dv && plan.br == kd.br && plan.bc == kd.bc && plan.dqk_chunk == kd.chunk &&
+                plan.warps == kd.warps)
                 return &kd;
         }
     return NULL;

@@ -4,8 +4,11 @@
  *
  * A block owns kBr query rows of one (batch, head) and, for split-KV, a
  * range of key tiles. Its warps form a kWM x kWN grid: warp (wm, wn) owns
- * query rows [16 wm, 16 wm + 16) and, within every slab, the columns
- * [wn kWC, (wn + 1) kWC). The key loop streams, per key tile of kBc rows:
+ * kMT m16 tiles of query rows, [16 kMT wm, 16 kMT (wm + 1)), and, within
+ * every slab, the columns [wn kWC, (wn + 1) kWC). Each K or V fragment a
+ * warp loads from shared memory feeds its kMT tiles' MMAs (FlashAttention-2
+ * gives a warp 32 or more rows for that reuse). The key loop streams, per
+ * key tile of kBc rows:
  *   qk_chunks K slabs (with the matching Q slab unless Q is resident),
  *   v_chunks  V slabs,
  * each kCols wide, through a ring of `stages` slots (prefetch stages-1
@@ -30,13 +33,15 @@
 namespace ffpa {
 
 /* Compile-time shape of one forward instantiation. */
-template <typename T_, int kDv_, int kWM_, int kWN_, int kBc_, int kCols_, int kMinBlocks_>
+template <typename T_, int kDv_, int kWM_, int kWN_, int kBc_, int kCols_, int kMinBlocks_, int kMT_ = 1>
 struct FwdConfig {
     using T = T_;
     static constexpr int kDv = kDv_;       /* Dv this instantiation covers (padded) */
-    static constexpr int kWM = kWM_;       /* warps along query rows, 16 rows each */
+    static constexpr int kWM = kWM_;       /* warps along query rows, 16 kMT rows each */
     static constexpr int kWN = kWN_;       /* warps splitting each slab's columns */
-    static constexpr int kBr = 16 * kWM;
+    static constexpr int kMT = kMT_;       /* m16 tiles of query rows per warp */
+    static constexpr int kRG = kWM * kMT;  /* 16-row groups of the block */
+    static constexpr int kBr = 16 * kRG;
     static constexpr int kBc = kBc_;
     static constexpr int kCols = kCols_;   /* columns of a slab (the D chunk) */
     static constexpr int kWC = kCols / kWN;
@@ -51,6 +56,9 @@ struct FwdConfig {
     static_assert(kCols % 64 == 0 && kWC % 64 == 0, "slab columns: whole 64-column groups per warp");
     static_assert(kBc % 16 == 0, "key tile");
 };
+
+/* A warp's O accumulators: per m-tile, per V slab, per n-tile. */
+template <class Cfg> using OAcc = arch::FragC[Cfg::kMT][Cfg::kVSlabs][Cfg::kONT];
 
 /* Shared-memory layout (bytes), the model plan.c's ffpa_plan_smem_bytes follows. */
 struct FwdSmem {
@@ -91,7 +99,7 @@ __device__ __forceinline__ uint32_t piece_off(int x, int pc)
  * the MMAs of step k (measured v2 -> v3 in docs/notes/forward.md).
  */
 template <class Cfg, bool kFull>
-__device__ __forceinline__ void qk_slab(arch::FragC (&s)[Cfg::kNT], const typename Cfg::T *qs,
+__device__ __forceinline__ void qk_slab(arch::FragC (&s)[Cfg::kMT][Cfg::kNT], const typename Cfg::T *qs,
                                         const typename Cfg::T *ks, int wm, int wn, int cols_valid,
                                         int lane)
 {
@@ -99,7 +107,9 @@ __device__ __forceinline__ void qk_slab(arch::FragC (&s)[Cfg::kNT], const typena
     constexpr uint32_t row_bytes = Cfg::kCols * sizeof(T);
     const int col0 = wn * Cfg::kWC;
     const uint32_t col_bytes = (uint32_t)col0 * sizeof(T); /* multiple of 128: swizzle-neutral */
-    const uint32_t q_base = arch::smem_u32(qs) + (uint32_t)(wm * 16 + (lane & 15)) * row_bytes + col_bytes;
+    /* The warp's m-tiles are 16 rows apart: (row & 7), hence the swizzle, is the same. */
+    const uint32_t q_base =
+        arch::smem_u32(qs) + (uint32_t)(wm * Cfg::kMT * 16 + (lane & 15)) * row_bytes + col_bytes;
     const int qx = (lane >> 4) ^ (lane & 7);
     const uint32_t k_base = arch::smem_u32(ks) + (uint32_t)((lane & 7) + ((lane >> 4) << 3)) * row_bytes +
                             col_bytes;
@@ -108,25 +118,30 @@ __device__ __forceinline__ void qk_slab(arch::FragC (&s)[Cfg::kNT], const typena
     for (int kk = 0; kk < Cfg::kWC / 16; ++kk) {
         if (!kFull && col0 + kk * 16 >= cols_valid) /* zero padding of D: skip */
             break;
-        arch::FragA a;
-        arch::ldmatrix_x4(a.r, q_base + piece_off(qx, 2 * kk));
+        arch::FragA a[Cfg::kMT];
+#pragma unroll
+        for (int mt = 0; mt < Cfg::kMT; ++mt)
+            arch::ldmatrix_x4(a[mt].r, q_base + (uint32_t)(mt * 16) * row_bytes + piece_off(qx, 2 * kk));
         const uint32_t k_addr = k_base + piece_off(kx, 2 * kk);
 #pragma unroll
         for (int np = 0; np < Cfg::kNT / 2; ++np) {
             uint32_t b[4];
             arch::ldmatrix_x4(b, k_addr + (uint32_t)(np * 16) * row_bytes);
             arch::FragB b0 = {{b[0], b[1]}}, b1 = {{b[2], b[3]}};
-            arch::mma_m16n8k16<T>(s[2 * np], a, b0);
-            arch::mma_m16n8k16<T>(s[2 * np + 1], a, b1);
+#pragma unroll
+            for (int mt = 0; mt < Cfg::kMT; ++mt) {
+                arch::mma_m16n8k16<T>(s[mt][2 * np], a[mt], b0);
+                arch::mma_m16n8k16<T>(s[mt][2 * np + 1], a[mt], b1);
+            }
         }
     }
 }
 
-/* O_slab += P V_slab over this warp's kWC columns (those < cols_valid);
- * kFull as in qk_slab. */
+/* O_slab += P V_slab (V slab vi) over this warp's kWC columns (those <
+ * cols_valid); kFull as in qk_slab. */
 template <class Cfg, bool kFull>
-__device__ __forceinline__ void pv_slab(arch::FragC (&o)[Cfg::kONT],
-                                        const uint32_t (&pf)[Cfg::kBc / 16][4],
+__device__ __forceinline__ void pv_slab(OAcc<Cfg> &o, int vi,
+                                        const uint32_t (&pf)[Cfg::kMT][Cfg::kBc / 16][4],
                                         const typename Cfg::T *vs, int wn, int cols_valid, int lane)
 {
     using T = typename Cfg::T;
@@ -138,7 +153,6 @@ __device__ __forceinline__ void pv_slab(arch::FragC (&o)[Cfg::kONT],
     const int vx = (lane >> 4) ^ (lane & 7);
 #pragma unroll
     for (int kk = 0; kk < Cfg::kBc / 16; ++kk) {
-        arch::FragA a = {{pf[kk][0], pf[kk][1], pf[kk][2], pf[kk][3]}};
 #pragma unroll
         for (int np = 0; np < Cfg::kONT / 2; ++np) {
             if (!kFull && col0 + np * 16 >= cols_valid)
@@ -146,8 +160,12 @@ __device__ __forceinline__ void pv_slab(arch::FragC (&o)[Cfg::kONT],
             uint32_t b[4];
             arch::ldmatrix_x4_trans(b, v_base + (uint32_t)(kk * 16) * row_bytes + piece_off(vx, 2 * np));
             arch::FragB b0 = {{b[0], b[1]}}, b1 = {{b[2], b[3]}};
-            arch::mma_m16n8k16<T>(o[2 * np], a, b0);
-            arch::mma_m16n8k16<T>(o[2 * np + 1], a, b1);
+#pragma unroll
+            for (int mt = 0; mt < Cfg::kMT; ++mt) {
+                const arch::FragA a = {{pf[mt][kk][0], pf[mt][kk][1], pf[mt][kk][2], pf[mt][kk][3]}};
+                arch::mma_m16n8k16<T>(o[mt][vi][2 * np], a, b0);
+                arch::mma_m16n8k16<T>(o[mt][vi][2 * np + 1], a, b1);
+            }
         }
     }
 }
@@ -219,25 +237,28 @@ template <class Cfg> __device__ __forceinline__ void zero_o(arch::FragC (&o)[Cfg
             o[vs][nt] = arch::FragC{{0.f, 0.f, 0.f, 0.f}};
 }
 
+
 /*
  * One key tile of the main loop, shared by the forward kernels: S = Q K^T
  * over the tile's qk_chunks slabs (next_slab() hands each ready slab,
  * q_slab(c, k_slab) the matching Q slab), the Split-D partial-S sum when
- * warps split D, mask(s) (scale, softcap, bias, ALiBi, bounds, causal, window), the online
- * softmax, after_softmax(s) (dropout), P packed into registers, and
- * O = alpha O + P V over the v_chunks V slabs.
+ * warps split D, mask(s, mt) (scale, softcap, bias, ALiBi, bounds, causal,
+ * window) of m-tile mt, the online softmax, after_softmax(s, mt) (dropout),
+ * P packed into registers, and O = alpha O + P V over the v_chunks V slabs.
  */
 template <class Cfg, class NextSlab, class QSlab, class Mask, class AfterSoftmax>
-__device__ __forceinline__ void fwd_key_tile(arch::FragC (&o)[Cfg::kVSlabs][Cfg::kONT], OnlineSoftmax &sm,
-                                             float4 *spart, int qk_chunks, int v_chunks, int dqk, int dv,
-                                             int wm, int wn, int lane, NextSlab &next_slab, QSlab &&q_slab,
-                                             Mask &&mask, AfterSoftmax &&after_softmax)
+__device__ __forceinline__ void fwd_key_tile_mt(OAcc<Cfg> &o, OnlineSoftmax (&sm)[Cfg::kMT], float4 *spart,
+                                                int qk_chunks, int v_chunks, int dqk, int dv, int wm, int wn,
+                                                int lane, NextSlab &next_slab, QSlab &&q_slab, Mask &&mask,
+                                                AfterSoftmax &&after_softmax)
 {
     using T = typename Cfg::T;
-    arch::FragC s[Cfg::kNT];
+    arch::FragC s[Cfg::kMT][Cfg::kNT];
 #pragma unroll
-    for (int nt = 0; nt < Cfg::kNT; ++nt)
-        s[nt] = arch::FragC{{0.f, 0.f, 0.f, 0.f}};
+    for (int mt = 0; mt < Cfg::kMT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < Cfg::kNT; ++nt)
+            s[mt][nt] = arch::FragC{{0.f, 0.f, 0.f, 0.f}};
 
     for (int c = 0; c < qk_chunks; ++c) {
         const T *ks = next_slab();
@@ -248,56 +269,80 @@ __device__ __forceinline__ void fwd_key_tile(arch::FragC (&o)[Cfg::kVSlabs][Cfg:
         else
             qk_slab<Cfg, false>(s, qs, ks, wm, wn, cols_valid, lane);
     }
+    /* Partial S of this warp's D columns, per 16-row group rg; summed after
+     * the next barrier. */
+    auto spart_at = [&](int n, int rg, int nt) -> float4 & {
+        return spart[((n * Cfg::kRG + rg) * Cfg::kNT + nt) * 32 + lane];
+    };
     if (Cfg::kWN > 1) {
-        /* Partial S of this warp's D columns; summed after the next barrier. */
 #pragma unroll
-        for (int nt = 0; nt < Cfg::kNT; ++nt)
-            spart[((wn * Cfg::kWM + wm) * Cfg::kNT + nt) * 32 + lane] =
-                make_float4(s[nt].r[0], s[nt].r[1], s[nt].r[2], s[nt].r[3]);
+        for (int mt = 0; mt < Cfg::kMT; ++mt)
+#pragma unroll
+            for (int nt = 0; nt < Cfg::kNT; ++nt)
+                spart_at(wn, wm * Cfg::kMT + mt, nt) =
+                    make_float4(s[mt][nt].r[0], s[mt][nt].r[1], s[mt][nt].r[2], s[mt][nt].r[3]);
     }
 
-    uint32_t pf[Cfg::kBc / 16][4];
+    uint32_t pf[Cfg::kMT][Cfg::kBc / 16][4];
 #pragma unroll
     for (int vs = 0; vs < Cfg::kVSlabs; ++vs) {
         if (vs >= v_chunks)
             break;
         const T *vsl = next_slab();
         if (vs == 0) {
-            if (Cfg::kWN > 1) {
-                /* Same summation order in every warp: identical P. */
 #pragma unroll
-                for (int nt = 0; nt < Cfg::kNT; ++nt) {
-                    float4 acc = spart[((0 * Cfg::kWM + wm) * Cfg::kNT + nt) * 32 + lane];
+            for (int mt = 0; mt < Cfg::kMT; ++mt) {
+                if (Cfg::kWN > 1) {
+                    /* Same summation order in every warp: identical P. */
 #pragma unroll
-                    for (int n = 1; n < Cfg::kWN; ++n) {
-                        float4 x = spart[((n * Cfg::kWM + wm) * Cfg::kNT + nt) * 32 + lane];
-                        acc.x += x.x;
-                        acc.y += x.y;
-                        acc.z += x.z;
-                        acc.w += x.w;
+                    for (int nt = 0; nt < Cfg::kNT; ++nt) {
+                        float4 acc = spart_at(0, wm * Cfg::kMT + mt, nt);
+#pragma unroll
+                        for (int n = 1; n < Cfg::kWN; ++n) {
+                            const float4 x = spart_at(n, wm * Cfg::kMT + mt, nt);
+                            acc.x += x.x;
+                            acc.y += x.y;
+                            acc.z += x.z;
+                            acc.w += x.w;
+                        }
+                        s[mt][nt] = arch::FragC{{acc.x, acc.y, acc.z, acc.w}};
                     }
-                    s[nt] = arch::FragC{{acc.x, acc.y, acc.z, acc.w}};
                 }
-            }
-            mask(s);
-            float alpha[2];
-            sm.update<Cfg::kNT>(s, alpha);
-            OnlineSoftmax::rescale(reinterpret_cast<arch::FragC(&)[Cfg::kVSlabs * Cfg::kONT]>(o), alpha);
-            after_softmax(s);
+                mask(s[mt], mt);
+                float alpha[2];
+                sm[mt].template update<Cfg::kNT>(s[mt], alpha);
+                OnlineSoftmax::rescale(reinterpret_cast<arch::FragC(&)[Cfg::kVSlabs * Cfg::kONT]>(o[mt]), alpha);
+                after_softmax(s[mt], mt);
 #pragma unroll
-            for (int kk = 0; kk < Cfg::kBc / 16; ++kk) {
-                pf[kk][0] = arch::pack_f32x2<T>(s[2 * kk].r[0], s[2 * kk].r[1]);
-                pf[kk][1] = arch::pack_f32x2<T>(s[2 * kk].r[2], s[2 * kk].r[3]);
-                pf[kk][2] = arch::pack_f32x2<T>(s[2 * kk + 1].r[0], s[2 * kk + 1].r[1]);
-                pf[kk][3] = arch::pack_f32x2<T>(s[2 * kk + 1].r[2], s[2 * kk + 1].r[3]);
+                for (int kk = 0; kk < Cfg::kBc / 16; ++kk) {
+                    pf[mt][kk][0] = arch::pack_f32x2<T>(s[mt][2 * kk].r[0], s[mt][2 * kk].r[1]);
+                    pf[mt][kk][1] = arch::pack_f32x2<T>(s[mt][2 * kk].r[2], s[mt][2 * kk].r[3]);
+                    pf[mt][kk][2] = arch::pack_f32x2<T>(s[mt][2 * kk + 1].r[0], s[mt][2 * kk + 1].r[1]);
+                    pf[mt][kk][3] = arch::pack_f32x2<T>(s[mt][2 * kk + 1].r[2], s[mt][2 * kk + 1].r[3]);
+                }
             }
         }
         const int v_cols_valid = dv - vs * Cfg::kCols;
         if ((wn + 1) * Cfg::kWC <= v_cols_valid)
-            pv_slab<Cfg, true>(o[vs], pf, vsl, wn, v_cols_valid, lane);
+            pv_slab<Cfg, true>(o, vs, pf, vsl, wn, v_cols_valid, lane);
         else
-            pv_slab<Cfg, false>(o[vs], pf, vsl, wn, v_cols_valid, lane);
+            pv_slab<Cfg, false>(o, vs, pf, vsl, wn, v_cols_valid, lane);
     }
+}
+
+/* The same for warps of one m-tile (the KV-cache kernels): o and sm as one
+ * m-tile's, mask(s) and after_softmax(s) without the tile index. */
+template <class Cfg, class NextSlab, class QSlab, class Mask, class AfterSoftmax>
+__device__ __forceinline__ void fwd_key_tile(arch::FragC (&o)[Cfg::kVSlabs][Cfg::kONT], OnlineSoftmax &sm,
+                                             float4 *spart, int qk_chunks, int v_chunks, int dqk, int dv,
+                                             int wm, int wn, int lane, NextSlab &next_slab, QSlab &&q_slab,
+                                             Mask &&mask, AfterSoftmax &&after_softmax)
+{
+    static_assert(Cfg::kMT == 1, "one m-tile per warp");
+    fwd_key_tile_mt<Cfg>(
+        reinterpret_cast<OAcc<Cfg> &>(o), reinterpret_cast<OnlineSoftmax(&)[1]>(sm), spart, qk_chunks, v_chunks,
+        dqk, dv, wm, wn, lane, next_slab, q_slab, [&](arch::FragC(&s)[Cfg::kNT], int) { mask(s); },
+        [&](arch::FragC(&s)[Cfg::kNT], int) { after_softmax(s); });
 }
 
 template <class Cfg> __device__ __forceinline__ void fwd_body(const ffpa_gpu_fwd_params &p)
@@ -387,35 +432,50 @@ template <class Cfg> __device__ __forceinline__ void fwd_body(const ffpa_gpu_fwd
     int cur_slot = 0;
     auto next_slab = slab_ring(ring, slot_elems, p.stages, cur_slot, load_next);
 
-    arch::FragC o[Cfg::kVSlabs][Cfg::kONT];
-    zero_o<Cfg>(o);
-    OnlineSoftmax sm;
-    sm.init();
+    OAcc<Cfg> o;
+    OnlineSoftmax sm[Cfg::kMT];
+#pragma unroll
+    for (int mt = 0; mt < Cfg::kMT; ++mt) {
+        zero_o<Cfg>(o[mt]);
+        sm[mt].init();
+    }
 
+    /* One mask context; its rows are m-tile mt's while that tile is masked. */
+    const int row_base = q0 + wm * Cfg::kMT * 16; /* the warp's first row */
     MaskCtx mc;
-    mc.row0 = q0 + wm * 16;
     mc.seqlen_q = seqlen_q;
     mc.seqlen_k = seqlen_k;
     mc.set_head(p, w.b, w.h);
+    bool need_diag[Cfg::kMT];
 
     for (int tile = tile_begin; tile < tile_end; ++tile) {
         mc.col0 = tile * Cfg::kBc;
         mc.need_bounds = mc.col0 + Cfg::kBc > seqlen_k;
-        mc.need_diag = crosses_diag(p, mc.row0, mc.row0 + 15, mc.col0, mc.col0 + Cfg::kBc - 1, diag);
-        fwd_key_tile<Cfg>(
+#pragma unroll
+        for (int mt = 0; mt < Cfg::kMT; ++mt)
+            need_diag[mt] = crosses_diag(p, row_base + 16 * mt, row_base + 16 * mt + 15, mc.col0,
+                                         mc.col0 + Cfg::kBc - 1, diag);
+        fwd_key_tile_mt<Cfg>(
             o, sm, sh.spart, p.qk_chunks, p.v_chunks, p.dqk, p.dv, wm, wn, lane, next_slab,
             [&](int c, const T *ks) {
                 return p.q_resident ? q_region + c * Cfg::kBr * Cfg::kCols : ks + Cfg::kBc * Cfg::kCols;
             },
-            [&](arch::FragC(&s)[Cfg::kNT]) { mask_scores<Cfg::kNT>(s, p, mc, lane); },
-            [&](arch::FragC(&s)[Cfg::kNT]) {
+            [&](arch::FragC(&s)[Cfg::kNT], int mt) {
+                mc.row0 = row_base + 16 * mt;
+                mc.need_diag = need_diag[mt];
+                mask_scores<Cfg::kNT>(s, p, mc, lane);
+            },
+            [&](arch::FragC(&s)[Cfg::kNT], int mt) {
+                mc.row0 = row_base + 16 * mt;
                 if (p.has_dropout)
                     apply_dropout<Cfg::kNT>(s, p, mc, lane);
             });
     }
 
-    float inv_l[2], lse[2];
-    sm.finish(inv_l, lse);
+    float inv_l[Cfg::kMT][2], lse[Cfg::kMT][2];
+#pragma unroll
+    for (int mt = 0; mt < Cfg::kMT; ++mt)
+        sm[mt].finish(inv_l[mt], lse[mt]);
 
     arch::cp_async_wait<0>();
     __syncthreads(); /* every warp is done with the ring: reuse it for O */
@@ -424,24 +484,32 @@ template <class Cfg> __device__ __forceinline__ void fwd_body(const ffpa_gpu_fwd
     if (p.kv_splits > 1) {
         int64_t rows = (int64_t)p.nq;
         int64_t base = (((int64_t)w.split * p.batch + w.b) * p.hq + w.h) * rows;
-        store_partial<Cfg>(o, inv_l, lse, p.part_o + base * p.dv, p.part_lse + base, (int)seq_row + wm * 16,
-                           seqlen_q, p.dv, wn, lane);
+#pragma unroll
+        for (int mt = 0; mt < Cfg::kMT; ++mt)
+            store_partial<Cfg>(o[mt], inv_l[mt], lse[mt], p.part_o + base * p.dv, p.part_lse + base,
+                               (int)seq_row + (wm * Cfg::kMT + mt) * 16, seqlen_q, p.dv, wn, lane);
         return;
     }
     if (p.lse && wn == 0 && (lane & 3) == 0) {
         float *lg = p.lse + (p.cu_q ? q_start * p.lse_sn : (int64_t)w.b * p.lse_sb) +
                     (int64_t)w.h * p.lse_sh;
 #pragma unroll
-        for (int half = 0; half < 2; ++half) {
-            int r = q0 + wm * 16 + arch::frag_c_row(lane, 2 * half);
-            if (r < seqlen_q)
-                lg[(int64_t)r * p.lse_sn] = lse[half];
-        }
+        for (int mt = 0; mt < Cfg::kMT; ++mt)
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+                int r = row_base + 16 * mt + arch::frag_c_row(lane, 2 * half);
+                if (r < seqlen_q)
+                    lg[(int64_t)r * p.lse_sn] = lse[mt][half];
+            }
     }
     T *og = static_cast<T *>(p.o) + (p.cu_q ? q_start * p.o_sn : (int64_t)w.b * p.o_sb) +
             (int64_t)w.h * p.o_sh + (int64_t)q0 * p.o_sn;
-    store_o_tile<Cfg, T>(o, inv_l, reinterpret_cast<T *>(smem_raw), [&](int r) { return og + (int64_t)r * p.o_sn; },
-                         rows_valid, p.dv, wm, wn, lane, tid);
+    T *stile = reinterpret_cast<T *>(smem_raw);
+#pragma unroll
+    for (int mt = 0; mt < Cfg::kMT; ++mt)
+        stage_o_rows<Cfg, T>(o[mt], inv_l[mt], stile, wm * Cfg::kMT + mt, wn, lane);
+    __syncthreads();
+    copy_o_tile<Cfg, T>(stile, [&](int r) { return og + (int64_t)r * p.o_sn; }, rows_valid, p.dv, tid);
 }
 
 /*

@@ -20,7 +20,7 @@ namespace ffpa {
 
 /* One instantiation of the forward, as the launcher sees it. */
 struct FwdKernelDesc {
-    int dv, wm, wn, bc, chunk, threads;
+    int dv, br, bc, chunk, warps, threads;
     size_t (*smem_bytes)(int q_resident, int qk_chunks, int stages);
     gpuError_t (*launch)(const ffpa_gpu_fwd_params &p, size_t smem, int64_t blocks, gpuStream_t stream);
 };
@@ -39,9 +39,13 @@ gpuError_t fwd_launch(const ffpa_gpu_fwd_params &p, size_t smem, int64_t blocks,
 
 template <class Cfg, void (*Entry)(ffpa_gpu_fwd_params)> constexpr FwdKernelDesc fwd_kernel_desc()
 {
-    return FwdKernelDesc{Cfg::kDv,  Cfg::kWM, Cfg::kWN, Cfg::kBc, Cfg::kCols, Cfg::kThreads,
+    return FwdKernelDesc{Cfg::kDv,   Cfg::kBr,      Cfg::kBc, Cfg::kCols, Cfg::kWM * Cfg::kWN, Cfg::kThreads,
                          &fwd_smem_bytes<Cfg>, &fwd_launch<Cfg, Entry>};
 }
+
+/* Instantiations per table (the launchers' fwd_<dtype>_small / _large):
+ * Dv <= 256 (64 and 128 in two tiles each, 256), and Dv > 256. */
+constexpr int kFwdSmallKernels = 5, kFwdLargeKernels = 3;
 
 /* One instantiation of the KV-cache attention (Q resident). */
 using KvDesc = kv::KvKernel<gpuStream_t, gpuError_t>;

@@ -5,8 +5,9 @@ namespace ffpa {
 namespace hip {
 const FwdKernelDesc *fwd_bf16_small()
 {
-    static const FwdKernelDesc table[3] = {fwd_desc<Fwd64<arch::bf16>>(), fwd_desc<Fwd128<arch::bf16>>(),
-                                         fwd_desc<Fwd256<arch::bf16>>()};
+    static const FwdKernelDesc table[kFwdSmallKernels] = {
+        fwd_desc<Fwd64x2<arch::bf16>>(), fwd_desc<Fwd64<arch::bf16>>(), fwd_desc<Fwd128x2<arch::bf16>>(),
+        fwd_desc<Fwd128<arch::bf16>>(), fwd_desc<Fwd256<arch::bf16>>()};
     return table;
 }
 }

@@ -5,7 +5,7 @@ namespace ffpa {
 namespace hip {
 const FwdKernelDesc *fwd_f16_large()
 {
-    static const FwdKernelDesc table[3] = {fwd_desc<Fwd320<arch::f16>>(), fwd_desc<Fwd512<arch::f16>>(),
+    static const FwdKernelDesc table[kFwdLargeKernels] = {fwd_desc<Fwd320<arch::f16>>(), fwd_desc<Fwd512<arch::f16>>(),
                                          fwd_desc<Fwd1024<arch::f16>>()};
     return table;
 }

@@ -19,7 +19,9 @@ namespace ffpa {
 namespace hip {
 
 /*                                        T  Dv   WM WN Bc  chunk */
+template <typename T> using Fwd64x2 = FwdConfig<T, 64, 4, 1, 64, 64, 1, 2>; /* 2 m-tiles per warp */
 template <typename T> using Fwd64 = FwdConfig<T, 64, 4, 1, 64, 64, 1>;
+template <typename T> using Fwd128x2 = FwdConfig<T, 128, 4, 1, 64, 128, 1, 2>;
 template <typename T> using Fwd128 = FwdConfig<T, 128, 8, 1, 64, 128, 1>;
 template <typename T> using Fwd256 = FwdConfig<T, 256, 4, 1, 64, 256, 1>;
 template <typename T> using Fwd320 = FwdConfig<T, 320, 4, 1, 64, 64, 1>;
@@ -36,7 +38,7 @@ template <class Cfg> constexpr FwdKernelDesc fwd_desc()
     return fwd_kernel_desc<Cfg, ffpa_hip_fwd_kernel<Cfg>>();
 }
 
-/* Tables of three instantiations each, defined in fwd_inst_<dtype>_<small|large>.hip
+/* Tables of kFwdSmallKernels / kFwdLargeKernels instantiations, defined in fwd_inst_<dtype>_<small|large>.hip
  * (split for parallel builds). Functions, not const arrays: HIP would copy a
  * constant-initialised const global to the device, with host pointers in it. */
 const FwdKernelDesc *fwd_f16_small();

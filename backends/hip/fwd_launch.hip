@@ -18,8 +18,9 @@ namespace host = ffpa::fwd::host;
 const FwdKernelDesc *kernel_for(const ffpa_problem *pb, const ffpa_plan &plan)
 {
     const int dt16 = pb->dtype == FFPA_F16;
-    return host::pick_kernel(dt16 ? ffpa::hip::fwd_f16_small() : ffpa::hip::fwd_bf16_small(),
-                             dt16 ? ffpa::hip::fwd_f16_large() : ffpa::hip::fwd_bf16_large(), pb->dv, plan);
+    return host::pick_kernel(dt16 ? ffpa::hip::fwd_f16_small() : ffpa::hip::fwd_bf16_small(), ffpa::kFwdSmallKernels,
+                             dt16 ? ffpa::hip::fwd_f16_large() : ffpa::hip::fwd_bf16_large(), ffpa::kFwdLargeKernels,
+                             pb->dv, plan);
 }
 
 } /* namespace */
