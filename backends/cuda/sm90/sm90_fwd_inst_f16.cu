@@ -8,9 +8,10 @@ namespace sm90 {
 const KernelDesc fwd_f16[kNumShapes] = {FFPA_SM90_FWD_SHAPES(FFPA_FWD_DESC)};
 #undef FFPA_FWD_DESC
 const KernelDesc fwd_f16_d64_dropout = desc<FwdConfigD64Dropout<arch::f16>>("sm90 wgmma d64 dropout");
-const KernelDesc fwd_f16_d64_plain = desc<FwdConfigD64Plain<arch::f16>>("sm90 wgmma d64 plain");
+#define FFPA_FWD_PLAIN_DESC(slice, slice_v, cluster, label) \
+    desc<FwdConfigPlain<arch::f16, slice, cluster, slice_v>>("sm90 wgmma " label " plain"),
+const KernelDesc fwd_f16_plain[kNumShapes] = {FFPA_SM90_FWD_SHAPES(FFPA_FWD_PLAIN_DESC)};
+#undef FFPA_FWD_PLAIN_DESC
 const KernelDesc fwd_f16_d64_plain_wide = desc<FwdConfigD64PlainWide<arch::f16>>("sm90 wgmma d64 plain 2x192");
-const KernelDesc fwd_f16_d128_plain = desc<FwdConfigD128Plain<arch::f16>>("sm90 wgmma d128 plain");
-const KernelDesc fwd_f16_d256_plain = desc<FwdConfigD256Plain<arch::f16>>("sm90 wgmma d256 plain");
 }
 }

@@ -65,20 +65,27 @@ extern const KernelDesc fwd_f16_d64_dropout, fwd_bf16_d64_dropout;
 /* D in (64, 128] without a bias, dropout, softcap or ALiBi: 192-key tiles
  * (S 96, P 48 and O 64 registers a thread), which the variants' code paths
  * spilled (docs/notes/forward.md). */
-/* The plain kernels: no bias, dropout, softcap or ALiBi code (the launch
- * takes them for calls without those), so their registers do not bound the
- * key tile. d64 in two shapes, the launch choosing by the grid's waves:
- * three consumers on 128-key tiles (faster per row) and two on 192-key
- * tiles (128-row blocks: more CTAs where a grid of 192-row blocks leaves a
- * wave mostly empty). d128 on 192-key tiles. d256 on FlashAttention-3's
- * 80-key tiles: S (40 registers), P (20) and O (128) fit beside each other
- * where 128 keys do not, and 4 ring slots of 40 KiB fit beside Q. */
-template <typename T> using FwdConfigD64Plain = FwdConfig<T, 64, 1, 64, 128, 3, true>;
+/* The plain kernels: one per table kernel, without the bias, dropout,
+ * softcap and ALiBi code (the launch takes them for calls without those),
+ * so their registers do not bound the key tile: d128 on 192-key tiles,
+ * d256 on FlashAttention-3's 80-key tiles (S 40 registers, P 20 and O 128
+ * fit beside each other where 128 keys do not, and 4 ring slots of 40 KiB
+ * fit beside Q), the others on the table kernel's tiles. d64 has a second
+ * one, two consumers on 192-key tiles (128-row blocks: more CTAs where a
+ * grid of 192-row blocks leaves a wave mostly empty); the launch chooses by
+ * the grid's waves. */
+constexpr int plain_key_tile(int slice, int slice_v, int cluster)
+{
+    return cluster == 1 && slice == 128 && slice_v == 128   ? 192
+           : cluster == 1 && slice == 256 && slice_v == 256 ? 80
+                                                            : default_key_tile(slice, cluster);
+}
+template <typename T, int kSlice, int kCluster, int kSliceV>
+using FwdConfigPlain = FwdConfig<T, kSlice, kCluster, kSliceV, plain_key_tile(kSlice, kSliceV, kCluster),
+                                 default_consumers(kSlice, kCluster), true>;
+extern const KernelDesc fwd_f16_plain[kNumShapes], fwd_bf16_plain[kNumShapes];
 template <typename T> using FwdConfigD64PlainWide = FwdConfig<T, 64, 1, 64, 192, 2, true>;
-template <typename T> using FwdConfigD128Plain = FwdConfig<T, 128, 1, 128, 192, 2, true>;
-template <typename T> using FwdConfigD256Plain = FwdConfig<T, 256, 1, 256, 80, 2, true>;
-extern const KernelDesc fwd_f16_d64_plain, fwd_bf16_d64_plain, fwd_f16_d64_plain_wide, fwd_bf16_d64_plain_wide;
-extern const KernelDesc fwd_f16_d128_plain, fwd_bf16_d128_plain, fwd_f16_d256_plain, fwd_bf16_d256_plain;
+extern const KernelDesc fwd_f16_d64_plain_wide, fwd_bf16_d64_plain_wide;
 
 } /* namespace sm90 */
 } /* namespace ffpa */

@@ -52,34 +52,27 @@ double grid_time(int64_t ctas, int sms, int rows, double rate, bool causal)
     return waves * rows / rate;
 }
 
-/* The plain kernel (no bias, dropout, softcap or ALiBi code) for a table
- * kernel, or the table kernel where there is none. d64 has two: three
- * consumers on 128-key tiles run 13% faster per row at N = 8192 (H100: 451
- * against 399 TFLOP/s), two on 192-key tiles make 1.5x the blocks (N = 2048,
- * Hq = 16: 256 blocks fill 2 waves where 176 leave the second a third full;
- * 313 against 271). */
+/* The plain twin (no bias, dropout, softcap or ALiBi code) of a table
+ * kernel. d64 has two: three consumers on 128-key tiles run 13% faster per
+ * row at N = 8192 (H100: 451 against 399 TFLOP/s), two on 192-key tiles
+ * make 1.5x the blocks (N = 2048, Hq = 16: 256 blocks fill 2 waves where 176
+ * leave the second a third full; 313 against 271). */
 const KernelDesc *plain_kernel(const KernelDesc *kd, const ffpa_problem *pb, int sms)
 {
     const bool f16 = pb->dtype == FFPA_F16;
-    if (kd->cluster != 1 || kd->slice != kd->slice_v)
-        return kd;
-    if (kd->slice == 64) {
-        const KernelDesc *three = f16 ? &ffpa::sm90::fwd_f16_d64_plain : &ffpa::sm90::fwd_bf16_d64_plain;
+    const KernelDesc *table = f16 ? ffpa::sm90::fwd_f16 : ffpa::sm90::fwd_bf16;
+    const KernelDesc *plain = &(f16 ? ffpa::sm90::fwd_f16_plain : ffpa::sm90::fwd_bf16_plain)[kd - table];
+    if (plain->slice == 64 && plain->cluster == 1) {
         const KernelDesc *wide = f16 ? &ffpa::sm90::fwd_f16_d64_plain_wide : &ffpa::sm90::fwd_bf16_d64_plain_wide;
         /* The launch's grid (varlen: nq is the longest sequence). */
         const int64_t heads = (int64_t)pb->hq * pb->batch;
-        const int64_t ctas3 = (pb->nq + three->rows - 1) / three->rows * heads;
+        const int64_t ctas3 = (pb->nq + plain->rows - 1) / plain->rows * heads;
         const int64_t ctas2 = (pb->nq + wide->rows - 1) / wide->rows * heads;
         const bool causal = pb->causal != 0;
-        return grid_time(ctas2, sms, wide->rows, 399.0, causal) < grid_time(ctas3, sms, three->rows, 451.0, causal)
-                   ? wide
-                   : three;
+        if (grid_time(ctas2, sms, wide->rows, 399.0, causal) < grid_time(ctas3, sms, plain->rows, 451.0, causal))
+            return wide;
     }
-    if (kd->slice == 128)
-        return f16 ? &ffpa::sm90::fwd_f16_d128_plain : &ffpa::sm90::fwd_bf16_d128_plain;
-    if (kd->slice == 256)
-        return f16 ? &ffpa::sm90::fwd_f16_d256_plain : &ffpa::sm90::fwd_bf16_d256_plain;
-    return kd;
+    return plain;
 }
 
 } /* namespace */
