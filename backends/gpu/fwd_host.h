@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "env.h"
 #include "fwd_params.h"
 #include "gpu_rt.h"
 #include "gpu_support.h"
@@ -181,6 +182,9 @@ inline ffpa_gpu_fwd_params params_of(const ffpa_problem *pb, const ffpa_plan &pl
     p.dropout_scale = pb->dropout_scale;
     p.dropout_seed = pb->dropout_seed;
     p.dropout_offset = pb->dropout_offset;
+    /* Tuning knob (not API): FFPA_GENERIC_PLAIN=0 keeps every call on the variant path (A/B runs). */
+    p.plain = p.scale_log2 > 0.0f && !p.bias && p.softcap_out <= 0.0f && !p.alibi && !p.has_dropout &&
+              ffpa_env_bool("FFPA_GENERIC_PLAIN", 1, NULL);
     p.q_blocks = (int)plan.q_blocks;
     p.kv_splits = plan.kv_splits;
     p.longest_first = plan.order == FFPA_ORDER_LONGEST_FIRST;

@@ -243,8 +243,10 @@ template <class Cfg> __device__ __forceinline__ void zero_o(arch::FragC (&o)[Cfg
  * over the tile's qk_chunks slabs (next_slab() hands each ready slab,
  * q_slab(c, k_slab) the matching Q slab), the Split-D partial-S sum when
  * warps split D, mask(s, mt) (scale, softcap, bias, ALiBi, bounds, causal,
- * window) of m-tile mt, the online softmax, after_softmax(s, mt) (dropout),
- * P packed into registers, and O = alpha O + P V over the v_chunks V slabs.
+ * window) of m-tile mt, returning the scale the softmax folds into its exp2
+ * (1 where mask applied it), the online softmax,
+ * after_softmax(s, mt) (dropout), P packed into registers, and
+ * O = alpha O + P V over the v_chunks V slabs.
  */
 template <class Cfg, class NextSlab, class QSlab, class Mask, class AfterSoftmax>
 __device__ __forceinline__ void fwd_key_tile_mt(OAcc<Cfg> &o, OnlineSoftmax (&sm)[Cfg::kMT], float4 *spart,
@@ -308,9 +310,9 @@ __device__ __forceinline__ void fwd_key_tile_mt(OAcc<Cfg> &o, OnlineSoftmax (&sm
                         s[mt][nt] = arch::FragC{{acc.x, acc.y, acc.z, acc.w}};
                     }
                 }
-                mask(s[mt], mt);
+                const float fold = mask(s[mt], mt);
                 float alpha[2];
-                sm[mt].template update<Cfg::kNT>(s[mt], alpha);
+                sm[mt].template update_scaled<Cfg::kNT>(s[mt], alpha, fold);
                 OnlineSoftmax::rescale(reinterpret_cast<arch::FragC(&)[Cfg::kVSlabs * Cfg::kONT]>(o[mt]), alpha);
                 after_softmax(s[mt], mt);
 #pragma unroll
@@ -341,7 +343,11 @@ __device__ __forceinline__ void fwd_key_tile(arch::FragC (&o)[Cfg::kVSlabs][Cfg:
     static_assert(Cfg::kMT == 1, "one m-tile per warp");
     fwd_key_tile_mt<Cfg>(
         reinterpret_cast<OAcc<Cfg> &>(o), reinterpret_cast<OnlineSoftmax(&)[1]>(sm), spart, qk_chunks, v_chunks,
-        dqk, dv, wm, wn, lane, next_slab, q_slab, [&](arch::FragC(&s)[Cfg::kNT], int) { mask(s); },
+        dqk, dv, wm, wn, lane, next_slab, q_slab,
+        [&](arch::FragC(&s)[Cfg::kNT], int) {
+            mask(s);
+            return 1.0f;
+        },
         [&](arch::FragC(&s)[Cfg::kNT], int) { after_softmax(s); });
 }
 
@@ -463,7 +469,15 @@ template <class Cfg> __device__ __forceinline__ void fwd_body(const ffpa_gpu_fwd
             [&](arch::FragC(&s)[Cfg::kNT], int mt) {
                 mc.row0 = row_base + 16 * mt;
                 mc.need_diag = need_diag[mt];
+                /* Plain calls: the masks alone, on raw scores; the softmax
+                 * folds the scale into its exp2. A branch of its own, so the
+                 * common case runs no softcap, bias or ALiBi code. */
+                if (p.plain) {
+                    mask_scores<Cfg::kNT, false, false>(s, p, mc, lane);
+                    return p.scale_log2;
+                }
                 mask_scores<Cfg::kNT>(s, p, mc, lane);
+                return 1.0f;
             },
             [&](arch::FragC(&s)[Cfg::kNT], int mt) {
                 mc.row0 = row_base + 16 * mt;

@@ -70,6 +70,11 @@ typedef struct ffpa_gpu_fwd_params {
     /* Split-KV partials: [split][b][h][row][dv] and [split][b][h][row]. */
     float *part_o;
     float *part_lse;
+
+    /* Generic forward: no softcap, bias, ALiBi or dropout and scale_log2 > 0,
+     * so masks only and the scale folded into the exp2's FFMA. Last, so the
+     * other fields keep the offsets the Hopper kernels were tuned with. */
+    int plain;
 } ffpa_gpu_fwd_params;
 
 /* The variant fields of p from pb. Shared by the forward's and the backward's

@@ -141,22 +141,29 @@ __device__ __forceinline__ void add_bias(arch::FragC (&s)[kNT], const B *bias, c
     }
 }
 
-/* s <- scale*log2(e)*s (softcapped) + log2(e)*bias + ALiBi, with -inf where
- * masked. The variant-free, bias-free, unmasked tile (the common one) is a
- * single multiply per score: the tests are made once per tile
- * (warp-uniform), not per element, so the score loop stays one basic block.
- * !kVariants: no softcap, bias or ALiBi code (kernels the launch picks only
- * without them); the causal, window and length masks stay. */
-template <int kNT, bool kVariants = true>
-__device__ __forceinline__ void mask_scores(arch::FragC (&s)[kNT], const ffpa_gpu_fwd_params &p,
-                                            const MaskCtx &mc, int lane)
+/* s <- scale * s (scale: the softmax scale times log2(e)). */
+template <int kNT> __device__ __forceinline__ void scale_scores(arch::FragC (&s)[kNT], float scale)
 {
-    const float scale = p.scale_log2;
 #pragma unroll
     for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e)
             s[nt].r[e] *= scale;
+}
+
+/* s <- scale*log2(e)*s (softcapped) + log2(e)*bias + ALiBi, with -inf where
+ * masked. The variant-free, bias-free, unmasked tile (the common one) is a
+ * single multiply per score: the tests are made once per tile
+ * (warp-uniform), not per element, so the score loop stays one basic block.
+ * !kVariants: no softcap, bias or ALiBi code (kernels the launch picks only
+ * without them); the causal, window and length masks stay. !kScale: the
+ * caller scaled s, or the softmax folds the scale into its exp2. */
+template <int kNT, bool kVariants = true, bool kScale = true>
+__device__ __forceinline__ void mask_scores(arch::FragC (&s)[kNT], const ffpa_gpu_fwd_params &p,
+                                            const MaskCtx &mc, int lane)
+{
+    if (kScale)
+        scale_scores<kNT>(s, p.scale_log2);
     if (kVariants && p.softcap_out > 0.0f) {
 #pragma unroll
         for (int nt = 0; nt < kNT; ++nt)

@@ -21,8 +21,8 @@ struct OnlineSoftmax {
         l[0] = l[1] = 0.0f;
     }
 
-    /* s (masked scores) -> unnormalised probabilities; returns the factor
-     * each row's accumulator must be rescaled by. */
+    /* s (masked, scaled scores) -> unnormalised probabilities; returns the
+     * factor each row's accumulator must be rescaled by. */
     template <int kNT> __device__ __forceinline__ void update(arch::FragC (&s)[kNT], float (&alpha)[2])
     {
 #pragma unroll
@@ -31,24 +31,46 @@ struct OnlineSoftmax {
 #pragma unroll
             for (int nt = 0; nt < kNT; ++nt)
                 mx = fmaxf(mx, fmaxf(s[nt].r[2 * half], s[nt].r[2 * half + 1]));
-            mx = arch::quad_max(mx);
-            /* A row that has seen only masked keys keeps m = -inf; use 0 as
-             * the reference so exp2(-inf - 0) = 0 and never NaN. */
-            float ref = mx == -INFINITY ? 0.0f : mx;
-            alpha[half] = arch::exp2_fast(m[half] - ref);
-            float sum = 0.0f;
-#pragma unroll
-            for (int nt = 0; nt < kNT; ++nt) {
-#pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    float pe = arch::exp2_fast(s[nt].r[2 * half + e] - ref);
-                    s[nt].r[2 * half + e] = pe;
-                    sum += pe;
-                }
-            }
-            l[half] = l[half] * alpha[half] + sum;
-            m[half] = mx;
+            advance<kNT>(s, alpha, half, arch::quad_max(mx), 1.0f);
         }
+    }
+
+    /* The same on raw scores with the scale (> 0) in the exp2's FFMA,
+     * exp2(s * scale - m): the row max is taken before scaling. */
+    template <int kNT>
+    __device__ __forceinline__ void update_scaled(arch::FragC (&s)[kNT], float (&alpha)[2], float scale)
+    {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            float mx = -INFINITY;
+#pragma unroll
+            for (int nt = 0; nt < kNT; ++nt)
+                mx = fmaxf(mx, fmaxf(s[nt].r[2 * half], s[nt].r[2 * half + 1]));
+            advance<kNT>(s, alpha, half, fmaxf(m[half], arch::quad_max(mx) * scale), scale);
+        }
+    }
+
+    /* Row half `half` with its new max mx: alpha, the probabilities
+     * exp2(s * scale - mx) in place, the running sum and max. */
+    template <int kNT>
+    __device__ __forceinline__ void advance(arch::FragC (&s)[kNT], float (&alpha)[2], int half, float mx, float scale)
+    {
+        /* A row that has seen only masked keys keeps m = -inf; use 0 as
+         * the reference so exp2(-inf - 0) = 0 and never NaN. */
+        float ref = mx == -INFINITY ? 0.0f : mx;
+        alpha[half] = arch::exp2_fast(m[half] - ref);
+        float sum = 0.0f;
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                float pe = arch::exp2_fast(fmaf(s[nt].r[2 * half + e], scale, -ref));
+                s[nt].r[2 * half + e] = pe;
+                sum += pe;
+            }
+        }
+        l[half] = l[half] * alpha[half] + sum;
+        m[half] = mx;
     }
 
     /* o *= alpha per row (the rescale update() asks for), skipped when alpha
