@@ -171,6 +171,11 @@ if want check; then
     FFPA_CUDA_KERNEL=generic timeout 200 "$BENCH" --backend cuda --backward --check --no-time "${BWD_CHECK[@]: -8}" \
       >>"$OUT/check-var-generic.log" 2>&1
   note "check variants (generic) vs cpu: rc=$? $(fails "$OUT/check-var-generic.log" 16)"
+  # The generic kernels' D <= 256 rows (two m-tiles per warp at D <= 128; plain and variant paths).
+  small_rows=("${FWD_CHECK[@]:0:2}" "${FWD_CHECK[@]:3:1}" "${FWD_CHECK[@]:8:1}" "${FWD_CHECK[@]:10:1}" "${FWD_CHECK[@]:43}")
+  FFPA_CUDA_KERNEL=generic timeout 200 "$BENCH" --backend cuda --check --no-time "${small_rows[@]}" \
+    >"$OUT/check-fwd-generic.log" 2>&1
+  note "check forward small-D (generic) vs cpu: rc=$? $(fails "$OUT/check-fwd-generic.log" ${#small_rows[@]})"
   timeout 300 "$BENCH" --backend cuda --backward --check --no-time "${BWD_CHECK[@]}" >"$OUT/check-bwd.log" 2>&1
   note "check backward (bf16) vs cpu: rc=$? $(fails "$OUT/check-bwd.log" ${#BWD_CHECK[@]})"
   timeout 120 "$BENCH" --backend cuda --dtype f16 --backward --check --no-time 1,2,2,90,150,320,320,c \

@@ -164,18 +164,8 @@ static void plan_gpu_backward(const ffpa_plan_input *in, const ffpa_device_limit
         p->bc /= 2;
 }
 
-static void plan_gpu_forward(const ffpa_plan_input *in, const ffpa_device_limits *lim, ffpa_plan *p)
+static void use_fwd_shape(const ffpa_plan_input *in, const gpu_fwd_shape *s, ffpa_plan *p)
 {
-    const gpu_fwd_shape *s = &gpu_fwd_shapes[N_GPU_FWD_SHAPES - 1];
-    for (int i = 0; i < N_GPU_FWD_SHAPES; ++i)
-        if (in->dv <= gpu_fwd_shapes[i].dv) {
-            s = &gpu_fwd_shapes[i];
-            break;
-        }
-    int64_t dmax = in->dqk > in->dv ? in->dqk : in->dv;
-    /* D <= 256: coarse FA-2 tiling (Q resident, whole-D slabs);
-     * D > 256: fine-grained Split-D (Q and K/V chunks streamed). */
-    p->path = dmax <= 256 ? FFPA_PATH_SMALL_D : FFPA_PATH_SPLIT_D;
     p->br = 16 * s->wm * s->mt;
     p->bc = s->bc;
     p->dqk_chunk = s->chunk;
@@ -184,6 +174,27 @@ static void plan_gpu_forward(const ffpa_plan_input *in, const ffpa_device_limits
     p->warps = s->wm * s->wn;
     p->kv_splits = 1;
     derive_chunks(in, p);
+}
+
+static void plan_gpu_forward(const ffpa_plan_input *in, const ffpa_device_limits *lim, ffpa_plan *p)
+{
+    int i = 0;
+    while (i < N_GPU_FWD_SHAPES - 1 && in->dv > gpu_fwd_shapes[i].dv)
+        ++i;
+    const gpu_fwd_shape *s = &gpu_fwd_shapes[i];
+    int64_t dmax = in->dqk > in->dv ? in->dqk : in->dv;
+    /* D <= 256: coarse FA-2 tiling (Q resident, whole-D slabs);
+     * D > 256: fine-grained Split-D (Q and K/V chunks streamed). */
+    p->path = dmax <= 256 ? FFPA_PATH_SMALL_D : FFPA_PATH_SPLIT_D;
+    use_fwd_shape(in, s, p);
+    /* Two m-tiles per warp make a block of 4 warps: where two such blocks do
+     * not fit a multiprocessor's shared memory (D = 128 on the 100 KiB
+     * parts: sm_86 / sm_89, AMD's 64 KiB LDS) the SM would run 4 warps, so
+     * the 16-row tile of the same Dv (8 warps a block) runs instead, as
+     * FlashAttention-2 narrows its tiles on those parts. */
+    if (s->mt > 1 && i + 1 < N_GPU_FWD_SHAPES && gpu_fwd_shapes[i + 1].dv == s->dv &&
+        2 * ffpa_plan_smem_bytes(p, in->dtype, 0) > lim->smem_per_sm)
+        use_fwd_shape(in, &gpu_fwd_shapes[i + 1], p);
     /* Few query rows cannot fill the machine: split the KV sequence too
      * (flash-decoding), about two blocks per multiprocessor. */
     int64_t q_blocks = ceil_div(in->nq, p->br);

@@ -741,6 +741,29 @@ static void test_fwd_tiles(void **state)
     assert_int_equal(ffpa_plan_fwd_tiles(2048, &one, 1), 0);
 }
 
+/* Two m-tiles per warp (4 warps a block) at D <= 128 where two blocks fit a
+ * multiprocessor's shared memory; on a 100 KiB part the D = 128 tile would
+ * leave one block of 4 warps, so the 16-row tile (8 warps) runs there. */
+static void test_fwd_tile_per_part(void **state)
+{
+    (void)state;
+    const ffpa_device_limits h100 = h100_limits(), sm80 = sm80_limits(), sm86 = sm86_limits();
+    const struct {
+        const ffpa_device_limits *lim;
+        int64_t d;
+        int br, warps;
+    } cases[] = {{&h100, 128, 128, 4}, {&sm80, 128, 128, 4}, {&sm86, 128, 128, 8}, {&h100, 64, 128, 4},
+                 {&sm86, 64, 128, 4},  {&sm86, 96, 128, 8},   {&h100, 256, 64, 4}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; ++c) {
+        ffpa_plan_input in = fwd_input(cases[c].d, 8192, 8192, 0);
+        ffpa_plan p = plan_of(&in, cases[c].lim);
+        if (p.br != cases[c].br || p.warps != cases[c].warps)
+            fail_msg("case %zu (D = %lld): br %d warps %d; expected %d / %d", c, (long long)cases[c].d, p.br,
+                     p.warps, cases[c].br, cases[c].warps);
+        assert_true(p.smem_bytes <= cases[c].lim->smem_per_block);
+    }
+}
+
 static void test_apply_family_cluster(void **state)
 {
     (void)state;
@@ -1252,6 +1275,7 @@ int main(void)
         cmocka_unit_test(test_malformed_v2_fields),
         cmocka_unit_test(test_apply_tile),
         cmocka_unit_test(test_fwd_tiles),
+        cmocka_unit_test(test_fwd_tile_per_part),
         cmocka_unit_test(test_apply_family_cluster),
         cmocka_unit_test(test_apply_backward),
         cmocka_unit_test(test_apply_backward_hopper),
