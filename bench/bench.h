@@ -48,12 +48,17 @@ static inline uint64_t bench_rng_reseed(uint64_t state)
 }
 
 /* n values of the stream, rounded to dt (f16 or bf16). */
-static inline void bench_fill_random(uint16_t *h, size_t n, ffpa_dtype dt)
+static inline void bench_fill_random_scaled(uint16_t *h, size_t n, ffpa_dtype dt, float scale)
 {
     for (size_t i = 0; i < n; ++i) {
-        float x = bench_rand_unit();
+        float x = scale * bench_rand_unit();
         h[i] = dt == FFPA_BF16 ? ffpa_f32_to_bf16(x) : ffpa_f32_to_f16(x);
     }
+}
+
+static inline void bench_fill_random(uint16_t *h, size_t n, ffpa_dtype dt)
+{
+    bench_fill_random_scaled(h, n, dt, 1.0f);
 }
 
 /* Times every decode SHAPE (see kv_bench.c) on ctx beside the copy ceiling;

@@ -53,6 +53,7 @@ typedef struct shape {
     int window, alibi;
     long window_left, window_right;
     float softcap;
+    float q_scale; /* Q drawn from [-q_scale, q_scale): peaked softmax rows at large values */
     char text[128];
 } shape;
 
@@ -101,6 +102,14 @@ static int parse_shape(const char *s, shape *out)
             out->softcap = 30.0f;
     }
     out->alibi = strchr(flags, 'a') != NULL;
+    const char *t = strchr(flags, 't');
+    out->q_scale = 1.0f;
+    if (t) {
+        char *end;
+        out->q_scale = strtof(t + 1, &end);
+        if (end == t + 1 || !(out->q_scale > 0.0f))
+            return 0; /* t needs its scale */
+    }
     return out->b > 0 && out->hq > 0 && out->hkv > 0 && out->nq > 0 && out->nkv > 0 && out->dqk > 0 &&
            out->dv > 0;
 }
@@ -175,7 +184,7 @@ static int make_inputs(const shape *s, ffpa_dtype dt, host_inputs *hi)
     hi->v = malloc(nv * 2);
     if (!hi->q || !hi->k || !hi->v)
         return 0;
-    bench_fill_random(hi->q, nq, dt);
+    bench_fill_random_scaled(hi->q, nq, dt, s->q_scale);
     bench_fill_random(hi->k, nk, dt);
     bench_fill_random(hi->v, nv, dt);
     if (s->alibi) { /* the ALiBi paper's geometric slopes */
@@ -739,7 +748,8 @@ static void usage(FILE *f)
             "                  [--decode]\n"
             "SHAPE: B,Hq,Hkv,Nq,Nkv,Dqk,Dv[,flags]  flags: c causal, b bias, d dropout, v varlen, l lse,\n"
             "        r deterministic backward, g dbias (implies b), o gradients accumulated in the output dtype,\n"
-            "        wL[.R] sliding window (L keys before the diagonal, R after), sC softcap C, a ALiBi slopes\n"
+            "        wL[.R] sliding window (L keys before the diagonal, R after), sC softcap C, a ALiBi slopes,\n"
+            "        tX Q drawn from [-X, X) instead of [-1, 1) (large scores: peaked softmax rows)\n"
             "--decode SHAPE: B,Hq,Hkv,Nq,Nkv,Dqk,Dv,page[,flags] on a paged KV cache (ffpa_forward_kvcache)\n"
             "        flags: c causal, a append, m MLA (V in K), x mixed lengths 1..Nkv, d dense cache\n"
             "exit status: 0 success, 1 a run or check failed, 2 bad usage\n");

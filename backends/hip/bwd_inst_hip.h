@@ -18,45 +18,56 @@
 namespace ffpa {
 namespace bwd {
 
-template <typename T, int kBc>
+template <typename T, int kBc, bool kResident = false>
 __global__ void __launch_bounds__(BigCfg::kThreads) bwd_dkdv_kernel(const ffpa_bwd_params p)
 {
-    bwd::dkdv_body<T, kBc, BigCfg>(p);
+    bwd::dkdv_body<T, kBc, BigCfg, kResident>(p);
 }
 
-template <typename T> __global__ void __launch_bounds__(BigCfg::kThreads) bwd_dq_kernel(const ffpa_bwd_params p)
+template <typename T, bool kResident = false>
+__global__ void __launch_bounds__(BigCfg::kThreads) bwd_dq_kernel(const ffpa_bwd_params p)
 {
-    bwd::dq_body<T, BigCfg>(p);
+    bwd::dq_body<T, BigCfg, kResident>(p);
 }
 
-template <typename T>
+template <typename T, bool kResident = false>
 __global__ void __launch_bounds__(SmallCfg::kThreads) bwd_dkdv_small_kernel(const ffpa_bwd_params p)
 {
-    bwd::dkdv_body<T, 64, SmallCfg>(p);
+    bwd::dkdv_body<T, 64, SmallCfg, kResident>(p);
 }
 
-template <typename T>
+template <typename T, bool kResident = false>
 __global__ void __launch_bounds__(SmallCfg::kThreads) bwd_dq_small_kernel(const ffpa_bwd_params p)
 {
-    bwd::dq_body<T, SmallCfg>(p);
+    bwd::dq_body<T, SmallCfg, kResident>(p);
 }
 
 hipError_t FFPA_BWD_LAUNCH_DKDV(int kernel, const ffpa_bwd_params &p, size_t smem, hipStream_t stream)
 {
     dim3 grid((unsigned)p.kv_blocks, (unsigned)p.hkv, (unsigned)p.batch);
+    /* dK/dV in registers where one chunk covers D (bwd_dkdv.cuh). */
     if (kernel == bwd::kDkdvSmall)
-        return launch_with_smem(bwd_dkdv_small_kernel<FFPA_BWD_T>, grid, SmallCfg::kThreads, smem, stream, p);
+        return dkdv_resident<SmallCfg>(p.dqk, p.dv)
+                   ? launch_with_smem(bwd_dkdv_small_kernel<FFPA_BWD_T, true>, grid, SmallCfg::kThreads, smem, stream, p)
+                   : launch_with_smem(bwd_dkdv_small_kernel<FFPA_BWD_T>, grid, SmallCfg::kThreads, smem, stream, p);
     if (kernel == bwd::kDkdv64)
-        return launch_with_smem(bwd_dkdv_kernel<FFPA_BWD_T, 64>, grid, BigCfg::kThreads, smem, stream, p);
+        return dkdv_resident<BigCfg>(p.dqk, p.dv)
+                   ? launch_with_smem(bwd_dkdv_kernel<FFPA_BWD_T, 64, true>, grid, BigCfg::kThreads, smem, stream, p)
+                   : launch_with_smem(bwd_dkdv_kernel<FFPA_BWD_T, 64>, grid, BigCfg::kThreads, smem, stream, p);
     return launch_with_smem(bwd_dkdv_kernel<FFPA_BWD_T, 32>, grid, BigCfg::kThreads, smem, stream, p);
 }
 
 hipError_t FFPA_BWD_LAUNCH_DQ(int kernel, const ffpa_bwd_params &p, int64_t blocks, size_t smem, hipStream_t stream)
 {
+    const dim3 grid((unsigned)blocks);
+    /* dQ in registers where one chunk covers Dqk (bwd_dq.cuh). */
     if (kernel == bwd::kDqSmall)
-        return launch_with_smem(bwd_dq_small_kernel<FFPA_BWD_T>, dim3((unsigned)blocks), SmallCfg::kThreads, smem,
-                                stream, p);
-    return launch_with_smem(bwd_dq_kernel<FFPA_BWD_T>, dim3((unsigned)blocks), BigCfg::kThreads, smem, stream, p);
+        return dq_resident<SmallCfg>(p.dqk)
+                   ? launch_with_smem(bwd_dq_small_kernel<FFPA_BWD_T, true>, grid, SmallCfg::kThreads, smem, stream, p)
+                   : launch_with_smem(bwd_dq_small_kernel<FFPA_BWD_T>, grid, SmallCfg::kThreads, smem, stream, p);
+    return dq_resident<BigCfg>(p.dqk)
+               ? launch_with_smem(bwd_dq_kernel<FFPA_BWD_T, true>, grid, BigCfg::kThreads, smem, stream, p)
+               : launch_with_smem(bwd_dq_kernel<FFPA_BWD_T>, grid, BigCfg::kThreads, smem, stream, p);
 }
 
 } /* namespace bwd */

@@ -25,47 +25,57 @@
 namespace ffpa {
 namespace bwd {
 
-template <typename T, int kBc>
+template <typename T, int kBc, bool kResident = false>
 __global__ void __launch_bounds__(BigCfg::kThreads, 1) dkdv_kernel(const __grid_constant__ ffpa_bwd_params p)
 {
-    dkdv_body<T, kBc, BigCfg>(p);
+    dkdv_body<T, kBc, BigCfg, kResident>(p);
 }
 
-template <typename T>
+template <typename T, bool kResident = false>
 __global__ void __launch_bounds__(BigCfg::kThreads, 1) dq_kernel(const __grid_constant__ ffpa_bwd_params p)
 {
-    dq_body<T, BigCfg>(p);
+    dq_body<T, BigCfg, kResident>(p);
 }
 
-template <typename T>
+template <typename T, bool kResident = false>
 __global__ void __launch_bounds__(SmallCfg::kThreads, 1) dkdv_small_kernel(const __grid_constant__ ffpa_bwd_params p)
 {
-    dkdv_body<T, 64, SmallCfg>(p);
+    dkdv_body<T, 64, SmallCfg, kResident>(p);
 }
 
-template <typename T>
+template <typename T, bool kResident = false>
 __global__ void __launch_bounds__(SmallCfg::kThreads, 1) dq_small_kernel(const __grid_constant__ ffpa_bwd_params p)
 {
-    dq_body<T, SmallCfg>(p);
+    dq_body<T, SmallCfg, kResident>(p);
 }
 
 cudaError_t FFPA_BWD_LAUNCH_DKDV(int kernel, const ffpa_bwd_params &p, size_t smem, cudaStream_t stream)
 {
     dim3 grid((unsigned)p.kv_blocks, (unsigned)p.hkv, (unsigned)p.batch);
+    /* dK/dV in registers where one chunk covers D (bwd_dkdv.cuh). */
     if (kernel == kDkdvSmall)
-        return launch_with_smem(dkdv_small_kernel<FFPA_BWD_T>, grid, SmallCfg::kThreads, smem, stream, p);
+        return dkdv_resident<SmallCfg>(p.dqk, p.dv)
+                   ? launch_with_smem(dkdv_small_kernel<FFPA_BWD_T, true>, grid, SmallCfg::kThreads, smem, stream, p)
+                   : launch_with_smem(dkdv_small_kernel<FFPA_BWD_T>, grid, SmallCfg::kThreads, smem, stream, p);
     if (kernel == kDkdv64)
-        return launch_with_smem(dkdv_kernel<FFPA_BWD_T, 64>, grid, BigCfg::kThreads, smem, stream, p);
+        return dkdv_resident<BigCfg>(p.dqk, p.dv)
+                   ? launch_with_smem(dkdv_kernel<FFPA_BWD_T, 64, true>, grid, BigCfg::kThreads, smem, stream, p)
+                   : launch_with_smem(dkdv_kernel<FFPA_BWD_T, 64>, grid, BigCfg::kThreads, smem, stream, p);
     return launch_with_smem(dkdv_kernel<FFPA_BWD_T, 32>, grid, BigCfg::kThreads, smem, stream, p);
 }
 
 cudaError_t FFPA_BWD_LAUNCH_DQ(int kernel, const ffpa_bwd_params &p, int64_t blocks, size_t smem,
                                cudaStream_t stream)
 {
+    const dim3 grid((unsigned)blocks);
+    /* dQ in registers where one chunk covers Dqk (bwd_dq.cuh). */
     if (kernel == kDqSmall)
-        return launch_with_smem(dq_small_kernel<FFPA_BWD_T>, dim3((unsigned)blocks), SmallCfg::kThreads, smem,
-                                stream, p);
-    return launch_with_smem(dq_kernel<FFPA_BWD_T>, dim3((unsigned)blocks), BigCfg::kThreads, smem, stream, p);
+        return dq_resident<SmallCfg>(p.dqk)
+                   ? launch_with_smem(dq_small_kernel<FFPA_BWD_T, true>, grid, SmallCfg::kThreads, smem, stream, p)
+                   : launch_with_smem(dq_small_kernel<FFPA_BWD_T>, grid, SmallCfg::kThreads, smem, stream, p);
+    return dq_resident<BigCfg>(p.dqk)
+               ? launch_with_smem(dq_kernel<FFPA_BWD_T, true>, grid, BigCfg::kThreads, smem, stream, p)
+               : launch_with_smem(dq_kernel<FFPA_BWD_T>, grid, BigCfg::kThreads, smem, stream, p);
 }
 
 cudaError_t FFPA_BWD_ATTR(int which, cudaFuncAttributes *attr)
@@ -77,6 +87,14 @@ cudaError_t FFPA_BWD_ATTR(int which, cudaFuncAttributes *attr)
         return cudaFuncGetAttributes(attr, dkdv_kernel<FFPA_BWD_T, 32>);
     case kDkdvSmall:
         return cudaFuncGetAttributes(attr, dkdv_small_kernel<FFPA_BWD_T>);
+    case kDkdv64Resident:
+        return cudaFuncGetAttributes(attr, dkdv_kernel<FFPA_BWD_T, 64, true>);
+    case kDkdvSmallResident:
+        return cudaFuncGetAttributes(attr, dkdv_small_kernel<FFPA_BWD_T, true>);
+    case kDqResident:
+        return cudaFuncGetAttributes(attr, dq_kernel<FFPA_BWD_T, true>);
+    case kDqSmallResident:
+        return cudaFuncGetAttributes(attr, dq_small_kernel<FFPA_BWD_T, true>);
     case kDqSmall:
         return cudaFuncGetAttributes(attr, dq_small_kernel<FFPA_BWD_T>);
     default:

@@ -11,7 +11,12 @@
  * Q (resp. dO) chunk it multiplies, so shared memory does not grow with D.
  * dK/dV partial sums live in the gradient accumulator (fp32 workspace or the
  * output), read-modify-written once per query tile by this block only: no
- * atomics, a fixed order, the same bits on every run. Warp w owns query rows
+ * atomics, a fixed order, the same bits on every run. Where one chunk
+ * covers Dqk and Dv (kResident, dkdv_resident()), they stay in the warps'
+ * registers across the query tiles instead and are written once at the end
+ * (FlashAttention-2's form): the per-tile read-modify-write of 2 x kBc x
+ * kChunk fp32 (64 KiB each way at D = 128) otherwise costs about as much as
+ * the tile's GEMMs in L2 traffic. Warp w owns query rows
  * [16 w, 16 w + 16) of S/dP; for dV/dK the warps tile the kBc x kChunk chunk.
  */
 #ifndef FFPA_GPU_BWD_DKDV_CUH
@@ -36,6 +41,14 @@ template <int kBc_, class B> struct DkdvCfg {
     static_assert(kGNT % 2 == 0 && kSlab % kGCols == 0, "a warp's dV/dK columns lie in one slab");
 };
 
+/* dK and dV of a block fit the warps' registers for the whole query loop:
+ * one chunk of B covers both head dimensions (BigCfg: D <= 128, 32 fp32
+ * registers a thread each; SmallCfg: D <= 64). */
+template <class B> __host__ __device__ constexpr bool dkdv_resident(int dqk, int dv)
+{
+    return dqk <= B::kChunk && dv <= B::kChunk;
+}
+
 /* Shared memory of the dK/dV kernel: [K slabs][V slabs][P][dS][ring]
  * (no K/V slabs when streamed: the ring slots carry them). */
 template <class B> inline size_t dkdv_smem_bytes(int bc, int dqk, int dv, int stages, size_t elt)
@@ -47,7 +60,8 @@ template <class B> inline size_t dkdv_smem_bytes(int bc, int dqk, int dv, int st
     return (resident + 2 * ptile + (size_t)stages * slot) * elt;
 }
 
-template <typename T, int kBc, class B> __device__ __forceinline__ void dkdv_body(const ffpa_bwd_params &p)
+template <typename T, int kBc, class B, bool kResident = false>
+__device__ __forceinline__ void dkdv_body(const ffpa_bwd_params &p)
 {
     using Cfg = DkdvCfg<kBc, B>;
     extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -160,6 +174,9 @@ template <typename T, int kBc, class B> __device__ __forceinline__ void dkdv_bod
     /* dV/dK chunk c: gradient rows = key rows, A^T from the P or dS tile. */
     const int wm2 = warp / Cfg::kGridCols, wn2 = warp % Cfg::kGridCols;
     const int gcol = wn2 * Cfg::kGCols;
+    /* kResident: the block's dV and dK chunks, [key m-tile][n-tile]. */
+    arch::FragC dv_res[kResident ? 2 : 1][kResident ? Cfg::kGNT : 1] = {};
+    arch::FragC dk_res[kResident ? 2 : 1][kResident ? Cfg::kGNT : 1] = {};
     auto grad_chunk = [&](const ffpa_bwd_acc &acc, int64_t base, const T *slot, const T *atile, int c, int dim,
                           bool first) {
         const int col0 = c * B::kChunk + gcol;
@@ -176,6 +193,16 @@ template <typename T, int kBc, class B> __device__ __forceinline__ void dkdv_bod
         warp_atb<T, Cfg::kGNT, B::kBr, kBc>(cc, atile, wm2 * 32, slot + (gcol / kSlab) * B::kBr * kSlab,
                                             gcol % kSlab, lane);
         at.commit(cc, acc, base, wm2 * 32, kv_valid, col0, dim, lane);
+    };
+
+    /* kResident: the same product into registers (one chunk: c = 0). */
+    using ResTile = arch::FragC[kResident ? 2 : 1][kResident ? Cfg::kGNT : 1];
+    auto grad_resident = [&](ResTile &res, const T *slot, const T *atile, int dim) {
+        if constexpr (kResident) {
+            if (gcol < dim)
+                warp_atb<T, Cfg::kGNT, B::kBr, kBc>(res, atile, wm2 * 32, slot + (gcol / kSlab) * B::kBr * kSlab,
+                                                    gcol % kSlab, lane);
+        }
     };
 
     /* A warp's fragments times mul into a 16-bit kBc-wide tile in shared memory. */
@@ -259,7 +286,10 @@ template <typename T, int kBc, class B> __device__ __forceinline__ void dkdv_bod
                                                    : vs + slab * kBc * kSlab,
                                       p.dv - slab * kSlab, lane);
             }
-            grad_chunk(p.dv_acc, dv_base, slot, ps, c, p.dv, first);
+            if constexpr (kResident)
+                grad_resident(dv_res, slot, ps, p.dv);
+            else
+                grad_chunk(p.dv_acc, dv_base, slot, ps, c, p.dv, first);
         }
 
         /* dS = P (dP Z - Delta) in place in dp, Z = keep * dropout_scale (the
@@ -289,10 +319,21 @@ template <typename T, int kBc, class B> __device__ __forceinline__ void dkdv_bod
         for (int c = 0; c < nq2; ++c, ++t) {
             item_begin(t);
             const T *slot = ring + (t % p.stages) * kSlotElems;
-            grad_chunk(p.dk, dk_base, slot, dss, c, p.dqk, first);
+            if constexpr (kResident)
+                grad_resident(dk_res, slot, dss, p.dqk);
+            else
+                grad_chunk(p.dk, dk_base, slot, dss, c, p.dqk, first);
         }
     }
     arch::cp_async_wait<0>();
+    if constexpr (kResident) { /* the one write of dV and dK */
+        AccTile<T, 2, Cfg::kGNT> zero;
+        zero.prefetch(p.dv_acc, dv_base, wm2 * 32, kv_valid, gcol, p.dv, true, lane);
+        if (gcol < p.dv)
+            zero.commit(dv_res, p.dv_acc, dv_base, wm2 * 32, kv_valid, gcol, p.dv, lane);
+        if (gcol < p.dqk)
+            zero.commit(dk_res, p.dk, dk_base, wm2 * 32, kv_valid, gcol, p.dqk, lane);
+    }
 }
 
 } /* namespace bwd */

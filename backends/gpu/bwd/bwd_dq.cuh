@@ -5,7 +5,11 @@
  *   (Q, K) chunks    S = Q K^T                      -> P from the saved LSE
  *   (dO, V) chunks   dP = dO V^T                    -> dS in registers
  *   K chunks         dQ_c += scale * dS K_c          (dS is the A operand)
- * dQ rows belong to this block alone: no atomics. d(bias) (unscaled dS,
+ * dQ rows belong to this block alone: no atomics. Where one chunk covers
+ * Dqk (kResident, dq_resident()), dQ stays in the warps' registers across
+ * the key tiles and is written once (else read-modify-written per key
+ * tile: 2 x kBr x kChunk fp32 per tile, the tile's GEMMs' worth of L2
+ * traffic at D = 128). d(bias) (unscaled dS,
  * summed over the broadcast dimensions) goes through a shared-memory tile
  * into the fp32 dbias buffer, with atomicAdd, or, in deterministic mode, as
  * plain read-modify-writes: the work items that share dbias elements then
@@ -24,6 +28,13 @@ constexpr int kDqNT = kDqBc / 8;
 constexpr int kDbLd = kDqBc + 4; /* fp32 dS tile row (dbias) */
 
 /* Shared memory of the dQ kernel: [ring of (kBr + kDqBc) x kChunk slots][dbias tile]. */
+/* dQ of a block's rows fits the warps' registers for the whole key loop
+ * (BigCfg: Dqk <= 128, 64 fp32 registers a thread; SmallCfg: <= 64). */
+template <class B> __host__ __device__ constexpr bool dq_resident(int dqk)
+{
+    return dqk <= B::kChunk;
+}
+
 template <class B> inline size_t dq_smem_bytes(int stages, int has_dbias, size_t elt)
 {
     size_t ring = (size_t)stages * (B::kBr + kDqBc) * B::kChunk * elt;
@@ -82,7 +93,7 @@ __device__ __forceinline__ void dbias_tile(const ffpa_bwd_params &p, const float
     }
 }
 
-template <typename T, class B>
+template <typename T, class B, bool kResident>
 __device__ __forceinline__ void dq_item(const ffpa_bwd_params &p, int b, int h, int qb, unsigned char *smem_raw)
 {
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -175,6 +186,8 @@ __device__ __forceinline__ void dq_item(const ffpa_bwd_params &p, int b, int h, 
     float lse2[2], delta[2];
     row_stats(p, g, b, h, mc.row0, lane, lse2, delta);
 
+    /* kResident: the block's dQ, [slab][n-tile] of the warp's 16 rows. */
+    arch::FragC dq_res[kResident ? B::kSlabs : 1][kResident ? kSlab / 8 : 1] = {};
     int t = 0;
     for (int tile = tile_begin; tile < tile_end; ++tile) {
         const int kv0 = tile * kDqBc;
@@ -273,6 +286,10 @@ __device__ __forceinline__ void dq_item(const ffpa_bwd_params &p, int b, int h, 
                 const int col0 = c * B::kChunk + sl * kSlab;
                 if (col0 >= p.dqk)
                     break;
+                if constexpr (kResident) {
+                    warp_ab_reg<T, kDqBc>(dq_res[sl], af, kslot + sl * kDqBc * kSlab, lane);
+                    continue;
+                }
                 AccTile<T, 1, kSlab / 8> at;
                 at.prefetch(p.dq, dq_base, warp * 16, rows_valid, col0, p.dqk, tile == tile_begin, lane);
                 arch::FragC o[1][kSlab / 8];
@@ -285,10 +302,22 @@ __device__ __forceinline__ void dq_item(const ffpa_bwd_params &p, int b, int h, 
         }
     }
     arch::cp_async_wait<0>();
+    if constexpr (kResident) { /* the one write of dQ */
+#pragma unroll
+        for (int sl = 0; sl < B::kSlabs; ++sl) {
+            const int col0 = sl * kSlab;
+            if (col0 >= p.dqk)
+                break;
+            AccTile<T, 1, kSlab / 8> zero;
+            zero.prefetch(p.dq, dq_base, warp * 16, rows_valid, col0, p.dqk, true, lane);
+            zero.commit(reinterpret_cast<const arch::FragC(&)[1][kSlab / 8]>(dq_res[sl]), p.dq, dq_base, warp * 16,
+                        rows_valid, col0, p.dqk, lane);
+        }
+    }
 }
 
 /* A block runs the work items of one dbias group in a fixed order. */
-template <typename T, class B> __device__ __forceinline__ void dq_body(const ffpa_bwd_params &p)
+template <typename T, class B, bool kResident = false> __device__ __forceinline__ void dq_body(const ffpa_bwd_params &p)
 {
     extern __shared__ __align__(128) unsigned char smem_raw[];
     const int64_t dims[3] = {p.hq, p.batch, p.q_blocks};
@@ -307,7 +336,7 @@ template <typename T, class B> __device__ __forceinline__ void dq_body(const ffp
         const int qb = p.causal ? p.q_blocks - 1 - (int)idx[2] : (int)idx[2];
         if (m > 0)
             __syncthreads(); /* shared memory of the previous item is free */
-        dq_item<T, B>(p, (int)idx[1], (int)idx[0], qb, smem_raw);
+        dq_item<T, B, kResident>(p, (int)idx[1], (int)idx[0], qb, smem_raw);
     }
 }
 

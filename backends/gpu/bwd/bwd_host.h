@@ -281,12 +281,17 @@ inline ffpa_plan tuned_plan(const ffpa_problem *pb, const ffpa_device_limits &li
 }
 
 /* "bwd dkdv kv64 s3, dq big s2": the kernels that ran, in the tuning
- * tables' words (ffpa_last_kernel; the tuner tells configurations apart by it). */
-inline void tiles_label(const Tiles &t, char *buf, size_t len)
+ * tables' words (ffpa_last_kernel; the tuner tells configurations apart by
+ * it); " regs" after a kernel that kept its gradients in registers. */
+inline void tiles_label(const Tiles &t, const ffpa_problem *pb, char *buf, size_t len)
 {
     const char *kv = t.dkdv == kDkdv64 ? "kv64" : t.dkdv == kDkdv32 ? "kv32" : "small";
-    snprintf(buf, len, "bwd dkdv %s s%d, dq %s s%d", kv, t.dkdv_stages, t.dq == kDq ? "big" : "small",
-             t.dq_stages);
+    const int dqk = (int)pb->dqk, dv = (int)pb->dv;
+    const bool regs = (t.dkdv == kDkdv64 && dkdv_resident<BigCfg>(dqk, dv)) ||
+                      (t.dkdv == kDkdvSmall && dkdv_resident<SmallCfg>(dqk, dv));
+    const bool dq_regs = t.dq == kDq ? dq_resident<BigCfg>(dqk) : dq_resident<SmallCfg>(dqk);
+    snprintf(buf, len, "bwd dkdv %s%s s%d, dq %s%s s%d", kv, regs ? " regs" : "", t.dkdv_stages,
+             t.dq == kDq ? "big" : "small", dq_regs ? " regs" : "", t.dq_stages);
 }
 
 inline ffpa_bwd_acc acc_of_buffer(void *data, int64_t rows_total, int64_t rows_per_seq, int64_t dim, bool varlen)

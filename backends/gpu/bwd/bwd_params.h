@@ -87,8 +87,21 @@ namespace bwd {
 
 /* The dK/dV and dQ kernels a launcher instantiates (bwd_host.h picks; the
  * CUDA plugin's kernel_attributes takes the same numbers). *Small: the
- * small-shared-memory configuration (SmallCfg of bwd_common.cuh). */
-enum Kernel { kDkdv64 = 0, kDkdv32 = 1, kDq = 2, kDkdvSmall = 3, kDqSmall = 4 };
+ * small-shared-memory configuration (SmallCfg of bwd_common.cuh).
+ * *Resident: the launch's own choice for kDkdv64 / kDkdvSmall / kDq /
+ * kDqSmall where one chunk covers D (the gradients in registers,
+ * bwd_dkdv.cuh, bwd_dq.cuh); named here for kernel_attributes only. */
+enum Kernel {
+    kDkdv64 = 0,
+    kDkdv32 = 1,
+    kDq = 2,
+    kDkdvSmall = 3,
+    kDqSmall = 4,
+    kDkdv64Resident = 5,
+    kDkdvSmallResident = 6,
+    kDqResident = 7,
+    kDqSmallResident = 8
+};
 
 /* fp32 gradient buffer [heads][rows_total][dim] -> strided output view.
  * nlen: rows per sequence of a dense batch (row r is (r / nlen, r % nlen)),
