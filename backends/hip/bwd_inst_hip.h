@@ -5,6 +5,10 @@
  * Per dtype: dK/dV with 64- and 32-row key tiles and dQ of BigCfg (more
  * than 64 KiB of LDS: NVIDIA), and dK/dV (K/V streamed) and dQ of SmallCfg
  * (at most 64 KiB: gfx90a, gfx942, gfx1100). D is a run-time loop bound.
+ * BigCfg is built for NVIDIA only (FFPA_HIP_BIG_BWD): no AMD target has
+ * the shared memory for it, and bwd_launch.hip caps the planner's limit at
+ * kAmdBwdSmem there, so it is never chosen (and the AMD code objects carry
+ * no dead kernels: they were half of the HIP backward's build time).
  */
 #include "hip_port.h"
 
@@ -18,6 +22,7 @@
 namespace ffpa {
 namespace bwd {
 
+#if FFPA_HIP_BIG_BWD
 template <typename T, int kBc, bool kResident = false>
 __global__ void __launch_bounds__(BigCfg::kThreads) bwd_dkdv_kernel(const ffpa_bwd_params p)
 {
@@ -29,6 +34,7 @@ __global__ void __launch_bounds__(BigCfg::kThreads) bwd_dq_kernel(const ffpa_bwd
 {
     bwd::dq_body<T, BigCfg, kResident>(p);
 }
+#endif
 
 template <typename T, bool kResident = false>
 __global__ void __launch_bounds__(SmallCfg::kThreads) bwd_dkdv_small_kernel(const ffpa_bwd_params p)
@@ -50,11 +56,15 @@ hipError_t FFPA_BWD_LAUNCH_DKDV(int kernel, const ffpa_bwd_params &p, size_t sme
         return dkdv_resident<SmallCfg>(p.dqk, p.dv)
                    ? launch_with_smem(bwd_dkdv_small_kernel<FFPA_BWD_T, true>, grid, SmallCfg::kThreads, smem, stream, p)
                    : launch_with_smem(bwd_dkdv_small_kernel<FFPA_BWD_T>, grid, SmallCfg::kThreads, smem, stream, p);
+#if FFPA_HIP_BIG_BWD
     if (kernel == bwd::kDkdv64)
         return dkdv_resident<BigCfg>(p.dqk, p.dv)
                    ? launch_with_smem(bwd_dkdv_kernel<FFPA_BWD_T, 64, true>, grid, BigCfg::kThreads, smem, stream, p)
                    : launch_with_smem(bwd_dkdv_kernel<FFPA_BWD_T, 64>, grid, BigCfg::kThreads, smem, stream, p);
     return launch_with_smem(bwd_dkdv_kernel<FFPA_BWD_T, 32>, grid, BigCfg::kThreads, smem, stream, p);
+#else
+    return hipErrorInvalidDeviceFunction; /* not built for AMD targets (see above) */
+#endif
 }
 
 hipError_t FFPA_BWD_LAUNCH_DQ(int kernel, const ffpa_bwd_params &p, int64_t blocks, size_t smem, hipStream_t stream)
@@ -65,9 +75,13 @@ hipError_t FFPA_BWD_LAUNCH_DQ(int kernel, const ffpa_bwd_params &p, int64_t bloc
         return dq_resident<SmallCfg>(p.dqk)
                    ? launch_with_smem(bwd_dq_small_kernel<FFPA_BWD_T, true>, grid, SmallCfg::kThreads, smem, stream, p)
                    : launch_with_smem(bwd_dq_small_kernel<FFPA_BWD_T>, grid, SmallCfg::kThreads, smem, stream, p);
+#if FFPA_HIP_BIG_BWD
     return dq_resident<BigCfg>(p.dqk)
                ? launch_with_smem(bwd_dq_kernel<FFPA_BWD_T, true>, grid, BigCfg::kThreads, smem, stream, p)
                : launch_with_smem(bwd_dq_kernel<FFPA_BWD_T>, grid, BigCfg::kThreads, smem, stream, p);
+#else
+    return hipErrorInvalidDeviceFunction;
+#endif
 }
 
 } /* namespace bwd */

@@ -10,4 +10,14 @@
 
 #include "bwd/bwd_entry.h"
 
+/* The backward's BigCfg kernels exist on NVIDIA only (bwd_inst_hip.h); on
+ * AMD the planner sees at most kAmdBwdSmem bytes per block, SmallCfg's
+ * bound, so it never picks them. */
+#if defined(__HIP_PLATFORM_NVIDIA__)
+#define FFPA_HIP_BIG_BWD 1
+#else
+#define FFPA_HIP_BIG_BWD 0
+#endif
+#define FFPA_HIP_AMD_BWD_SMEM ((size_t)65536)
+
 #endif
