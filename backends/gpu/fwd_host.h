@@ -183,8 +183,7 @@ inline ffpa_gpu_fwd_params params_of(const ffpa_problem *pb, const ffpa_plan &pl
     p.dropout_seed = pb->dropout_seed;
     p.dropout_offset = pb->dropout_offset;
     /* Tuning knob (not API): FFPA_GENERIC_PLAIN=0 keeps every call on the variant path (A/B runs). */
-    p.plain = p.scale_log2 > 0.0f && !p.bias && p.softcap_out <= 0.0f && !p.alibi && !p.has_dropout &&
-              ffpa_env_bool("FFPA_GENERIC_PLAIN", 1, NULL);
+    p.plain = p.scale_log2 > 0.0f && ffpa_gpu_fwd_no_variants(&p) && ffpa_env_bool("FFPA_GENERIC_PLAIN", 1, NULL);
     p.q_blocks = (int)plan.q_blocks;
     p.kv_splits = plan.kv_splits;
     p.longest_first = plan.order == FFPA_ORDER_LONGEST_FIRST;

@@ -90,6 +90,14 @@ static inline void ffpa_gpu_fill_variants(ffpa_gpu_fwd_params *p, const struct f
     p->alibi_sh = pb->alibi_sh;
 }
 
+/* No bias, dropout, softcap or ALiBi in p: what every backend's plain
+ * forward kernels leave out (the generic one also wants scale_log2 > 0,
+ * the Hopper twins do not), so the kernels' choice lives in one place. */
+static inline int ffpa_gpu_fwd_no_variants(const ffpa_gpu_fwd_params *p)
+{
+    return !p->bias && !p->has_dropout && p->softcap_out <= 0.0f && !p->alibi;
+}
+
 #ifdef __cplusplus
 }
 #endif

@@ -94,7 +94,7 @@ extern "C" ffpa_status ffpa_cuda_sm90_forward(struct ffpa_cuda_state *st, const 
      * bits spill at 128), and the plain kernels for calls without a bias,
      * dropout, softcap or ALiBi. Tuning knob (not API): FFPA_SM90_PLAIN=0
      * keeps the table's kernels (A/B runs in one build). */
-    const bool variants = base->bias || base->has_dropout || base->softcap_out > 0.0f || base->alibi;
+    const bool variants = !ffpa_gpu_fwd_no_variants(base);
     if (kd->slice == 64 && kd->cluster == 1 && base->has_dropout)
         kd = pb->dtype == FFPA_F16 ? &ffpa::sm90::fwd_f16_d64_dropout : &ffpa::sm90::fwd_bf16_d64_dropout;
     else if (!variants && ffpa_env_bool("FFPA_SM90_PLAIN", 1, NULL))
