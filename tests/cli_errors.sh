@@ -35,6 +35,10 @@ expect 2 "--dtype 'xyz'" "$bench" --backend cpu --dtype xyz 1,2,2,8,8,16,16
 expect 2 "--iters 'abc'" "$bench" --backend cpu --iters abc 1,2,2,8,8,16,16
 expect 2 "--csv '/nonexistent-ffpa-dir/x.csv'" "$bench" --backend cpu --csv /nonexistent-ffpa-dir/x.csv 1,2,2,8,8,16,16
 expect 2 "shape '1,2,2,8'" "$bench" --backend cpu 1,2,2,8
+# tX (Q drawn from [-X, X)) needs a positive X.
+expect 2 "shape '1,2,2,8,8,16,16,t'" "$bench" --backend cpu 1,2,2,8,8,16,16,t
+expect 2 "shape '1,2,2,8,8,16,16,t0'" "$bench" --backend cpu 1,2,2,8,8,16,16,t0
+expect 2 "shape '1,2,2,8,8,16,16,t-3'" "$bench" --backend cpu 1,2,2,8,8,16,16,t-3
 expect 2 "--reps 'x'" "$tune" --reps x
 expect 2 "--pass 'sideways'" "$tune" --pass sideways
 expect 2 "--backend 'cpu'" "$tune" --backend cpu
@@ -52,6 +56,15 @@ else
   fails=$((fails + 1))
 fi
 rm -f "$csv_out"
+# A peaked-row shape (tX) runs and checks: the flag reaches the inputs, the
+# scores stay finite.
+if out=$("$bench" --backend cpu --check --no-time 1,2,2,9,13,24,24,t30l 2>&1) &&
+  [[ "$out" == *"1,2,2,9,13,24,24,t30l"*" ok rel "*"nonfinite 0"* ]]; then
+  echo "ok: ffpa-bench --check with tX"
+else
+  echo "not ok: ffpa-bench --check with tX: ${out:0:300}"
+  fails=$((fails + 1))
+fi
 for tool in "$run" "$bench" "$tune"; do
   out=$("$tool" --help 2>/dev/null)
   rc=$?

@@ -7,7 +7,7 @@
  * (at most 64 KiB: gfx90a, gfx942, gfx1100). D is a run-time loop bound.
  * BigCfg is built for NVIDIA only (FFPA_HIP_BIG_BWD): no AMD target has
  * the shared memory for it, and bwd_launch.hip caps the planner's limit at
- * kAmdBwdSmem there, so it is never chosen (and the AMD code objects carry
+ * FFPA_HIP_AMD_BWD_SMEM there, so it is never chosen (and the AMD code objects carry
  * no dead kernels: they were half of the HIP backward's build time).
  */
 #include "hip_port.h"

@@ -27,7 +27,6 @@ constexpr int kDqBc = 64;
 constexpr int kDqNT = kDqBc / 8;
 constexpr int kDbLd = kDqBc + 4; /* fp32 dS tile row (dbias) */
 
-/* Shared memory of the dQ kernel: [ring of (kBr + kDqBc) x kChunk slots][dbias tile]. */
 /* dQ of a block's rows fits the warps' registers for the whole key loop
  * (BigCfg: Dqk <= 128, 64 fp32 registers a thread; SmallCfg: <= 64). */
 template <class B> __host__ __device__ constexpr bool dq_resident(int dqk)
@@ -35,6 +34,7 @@ template <class B> __host__ __device__ constexpr bool dq_resident(int dqk)
     return dqk <= B::kChunk;
 }
 
+/* Shared memory of the dQ kernel: [ring of (kBr + kDqBc) x kChunk slots][dbias tile]. */
 template <class B> inline size_t dq_smem_bytes(int stages, int has_dbias, size_t elt)
 {
     size_t ring = (size_t)stages * (B::kBr + kDqBc) * B::kChunk * elt;
