@@ -157,6 +157,21 @@ template <> FFPA_DEV uint32_t pack_f32x2<bf16>(float a, float b)
     return *reinterpret_cast<uint32_t *>(&h);
 }
 
+/* One 32-bit register of two T -> two floats (lo, hi), exact. */
+template <typename T> FFPA_DEV float2 unpack_f32x2(uint32_t w);
+
+template <> FFPA_DEV float2 unpack_f32x2<f16>(uint32_t w)
+{
+    __half2 h = *reinterpret_cast<__half2 *>(&w);
+    return __half22float2(h);
+}
+
+/* A bf16 is a float's high half: a shift and a mask, no conversion. */
+template <> FFPA_DEV float2 unpack_f32x2<bf16>(uint32_t w)
+{
+    return make_float2(__uint_as_float(w << 16), __uint_as_float(w & 0xffff0000u));
+}
+
 template <typename T> FFPA_DEV float to_f32(T x);
 template <> FFPA_DEV float to_f32<f16>(f16 x) { return __half2float(x); }
 template <> FFPA_DEV float to_f32<bf16>(bf16 x) { return __bfloat162float(x); }

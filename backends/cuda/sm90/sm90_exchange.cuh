@@ -5,12 +5,14 @@
  *   1. reduce-scatter (fp32): the tile's columns are cut into kCluster
  *      blocks and CTA r owns block r. Each CTA sends block b of its partial
  *      to CTA b and adds what it receives to its own block (scatter, reduce).
- *   2. all-gather (fp16): each CTA masks its block, takes the row maxima m_r
- *      over it and sends exp2(S - m_r), rounded to fp16, with m_r to every
- *      peer (gather_send, gather). Every CTA then holds the same blocks and
- *      maxima and rescales them to the common maximum by the same
- *      arithmetic (sm90_softmax.cuh), so all hold bit-identical P, row sums
- *      and LSE.
+ *   2. all-gather (T): each CTA masks its block, picks the rows' reference
+ *      r (the running max while no score outgrows it by much, else the
+ *      block's row max) and sends exp2(S - r), rounded to T (P's GEMM type:
+ *      the words are P's A fragments as they stand), with r to every peer
+ *      (gather_send, gather). Every CTA then holds the same blocks and
+ *      references and rescales them (only where the references differ) by
+ *      the same arithmetic (sm90_softmax.cuh), so all hold bit-identical P,
+ *      row sums and LSE.
  * Why not sum the whole S in every CTA (the butterfly all-reduce of v1-v8):
  * DSMEM moves about 8-11 bytes per cycle per SM on the H100
  * (backends/cuda/sm90/dsmem_probe.cu), and the exchange is on the consumer's critical
@@ -21,8 +23,8 @@
  *
  * Slots, per consumer and peer distance d (1..C-1; rank ^ peer in clusters
  * of 2 and 4, (sender - receiver) mod 3 in clusters of 3): one RS slot (64
- * x the largest block, fp32) and one AG slot (the same in fp16 + 64
- * maxima). A cluster of three cuts the tile's 8 n8-blocks 3, 3, 2, so the
+ * x the largest block, fp32) and one AG slot (the same in T + 64 row
+ * references). A cluster of three cuts the tile's 8 n8-blocks 3, 3, 2, so the
  * messages' sizes follow the block (FwdConfig::blocks_of); the
  * receiver's rs_full / ag_full mbarrier counts the bytes of all its peers
  * (one local arrive.expect_tx per tile). No "empty" barriers are needed: a
@@ -36,8 +38,6 @@
 #ifndef FFPA_CUDA_SM90_EXCHANGE_CUH
 #define FFPA_CUDA_SM90_EXCHANGE_CUH
 
-#include <cuda_fp16.h>
-
 #include "sm90_arch.cuh"
 #include "sm90_fwd_config.cuh"
 #include "sm90_mainloop.cuh"
@@ -46,6 +46,7 @@ namespace ffpa {
 namespace sm90 {
 
 template <class Cfg> struct ClusterExchange {
+    using T = typename Cfg::T;
     static constexpr int kC = Cfg::kCluster;
     static constexpr int kBlockNT = Cfg::kBlockNT;
     static constexpr size_t kPeerBytes = (size_t)Cfg::kRsSlotBytes + Cfg::kAgSlotBytes;
@@ -134,8 +135,8 @@ template <class Cfg> struct ClusterExchange {
 #endif
     }
 
-    /* 2a. Our block's probabilities (fp16 pairs, n8-block major; kNb
-     * n8-blocks) and row maxima to every peer. */
+    /* 2a. Our block's probabilities (T pairs, n8-block major; kNb
+     * n8-blocks) and row references to every peer. */
     template <int kNb> FFPA_DEV void gather_send(const uint32_t (&ph)[2 * kBlockNT], const float (&m)[2]) const
     {
 #ifndef FFPA_SM90_DIAG_SKIP_EXCHANGE
@@ -159,8 +160,9 @@ template <class Cfg> struct ClusterExchange {
 #endif
     }
 
-    /* 2b. The peers' blocks into s (fp32, each still relative to its own
-     * maxima) and their maxima into mb[b]; mb[rank] is left to the caller. */
+    /* 2b. The peers' blocks into s (fp32, exact, each still relative to
+     * its own reference) and their references into mb[b]; mb[rank] is left
+     * to the caller. */
     FFPA_DEV void gather(float (&s)[32], float (&mb)[kC][2], int tile) const
     {
 #ifndef FFPA_SM90_DIAG_SKIP_EXCHANGE
@@ -188,14 +190,14 @@ template <class Cfg> struct ClusterExchange {
                 const uint32_t w[4] = {u.x, u.y, u.z, u.w};
 #pragma unroll
                 for (int k = 0; k < 4; ++k) {
-                    const float2 f = unpack_f16x2(w[k]);
+                    const float2 f = arch::unpack_f32x2<T>(w[k]);
                     s[4 * (b * kBlockNT) + 8 * q + 2 * k] = f.x;
                     s[4 * (b * kBlockNT) + 8 * q + 2 * k + 1] = f.y;
                 }
             }
             if (nb % 2 == 1) {
                 const uint2 u = ag_tail(slot, nb)[tid];
-                const float2 f0 = unpack_f16x2(u.x), f1 = unpack_f16x2(u.y);
+                const float2 f0 = arch::unpack_f32x2<T>(u.x), f1 = arch::unpack_f32x2<T>(u.y);
                 const int i = 4 * (b * kBlockNT + nb - 1);
                 s[i] = f0.x;
                 s[i + 1] = f0.y;
@@ -207,17 +209,6 @@ template <class Cfg> struct ClusterExchange {
             mb[b][1] = mm.y;
 #endif
         }
-    }
-
-    static FFPA_DEV uint32_t pack_f16x2(float a, float b)
-    {
-        __half2 h = __floats2half2_rn(a, b);
-        return *reinterpret_cast<uint32_t *>(&h);
-    }
-    static FFPA_DEV float2 unpack_f16x2(uint32_t w)
-    {
-        __half2 h = *reinterpret_cast<__half2 *>(&w);
-        return __half22float2(h);
     }
 };
 

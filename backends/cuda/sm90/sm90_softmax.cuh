@@ -7,8 +7,13 @@
  *   whole_tile: one CTA holds the full S (cluster of 1);
  *   cluster:    Split-D across the cluster (sm90_exchange.cuh): this CTA
  *               masks and exponentiates only its own column block, relative
- *               to the block's row max; the peers' blocks arrive likewise;
- *               all are rescaled to the common max here.
+ *               to the running max while the scores do not outgrow it by
+ *               much (FlashAttention-4's conditional rescaling: no rescale,
+ *               no max shuffles), else to the block's row max; the peers'
+ *               blocks arrive likewise, rounded to T; only blocks whose
+ *               reference differs are rescaled to the common max here.
+ * The plain single-CTA kernels take the running max as their reference the
+ * same way.
  */
 #ifndef FFPA_CUDA_SM90_SOFTMAX_CUH
 #define FFPA_CUDA_SM90_SOFTMAX_CUH
@@ -69,37 +74,93 @@ template <class Cfg> struct TileSoftmax {
                              const ffpa_gpu_fwd_params &p, int lane, int t)
     {
         mask<Cfg::kNT>(s, 0, t, 0, p, lane);
-        float alpha[2];
-        sm.update<Cfg::kNT>(reinterpret_cast<arch::FragC(&)[Cfg::kNT]>(s), alpha);
+        float alpha[2] = {1.0f, 1.0f};
+        float mx[2];
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            mx[half] = -INFINITY;
+#pragma unroll
+            for (int nt = 0; nt < Cfg::kNT; ++nt)
+                mx[half] = fmaxf(mx[half], fmaxf(s[4 * nt + 2 * half], s[4 * nt + 2 * half + 1]));
+        }
+        /* The variants' kernels always take the new max: with the extra
+         * branch ptxas spills the d128 one (0 -> 328 bytes). */
+        if (!Cfg::kPlain || arch::warp_any(mx[0] > sm.m[0] + kGrowLog2 || mx[1] > sm.m[1] + kGrowLog2)) {
+#pragma unroll
+            for (int half = 0; half < 2; ++half)
+                sm.advance<Cfg::kNT>(reinterpret_cast<arch::FragC(&)[Cfg::kNT]>(s), alpha, half,
+                                     arch::quad_max(fmaxf(sm.m[half], mx[half])), 1.0f);
+        } else {
+            /* Relative to the running max: no max shuffles, no rescale. */
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+                const float ref = sm.m[half] == -INFINITY ? 0.0f : sm.m[half];
+                float sum[2] = {0.0f, 0.0f};
+#pragma unroll
+                for (int nt = 0; nt < Cfg::kNT; ++nt)
+#pragma unroll
+                    for (int e = 0; e < 2; ++e) {
+                        float &v = s[4 * nt + 2 * half + e];
+                        v = arch::exp2_fast(v - ref);
+                        sum[e] += v;
+                    }
+                sm.l[half] += sum[0] + sum[1];
+            }
+        }
         finish_tile(s, o, pf, alpha, p, lane, t);
     }
 
-    /* Our block b (compile-time) of s holds its full S: mask it, take its row
-     * maxima m (>= the running max), exponentiate relative to them, round
-     * to fp16 (ph, what the peers receive) and keep the rounded values in s. */
+    /* How far (log2 domain) a score may exceed the running max before a
+     * tile (or a cluster's block) stops using it as its reference: P then
+     * reaches at most 2^8 (fp16 and bf16 hold it; FlashAttention-4's
+     * threshold). The cost: a row's largest P is no longer exactly 1, so
+     * peaked rows round one more large term (docs/notes/forward.md). */
+    static constexpr float kGrowLog2 = 8.0f;
+    /* Clusters of three keep the block-max reference on every tile: with
+     * the two extra branches ptxas spills d256x3's consumer (16 -> 68
+     * bytes of spill stores; docs/notes/forward.md). */
+    static constexpr bool kRunningRef = kC != 3;
+
+    /* Our block b (compile-time) of s holds its full S: mask it, pick the
+     * rows' reference r and exponentiate relative to it, rounded to T: the
+     * words ph (what the peers receive) and their values in s. r is the
+     * running max (the same in every CTA, so the blocks need no rescale)
+     * unless a score of the warp's rows exceeds it by more than kGrowLog2;
+     * then the block's row max, as a first tile needs. */
     template <int b>
-    FFPA_DEV void own_block(float (&s)[Cfg::kSAcc], uint32_t (&ph)[2 * kBlockNT], float (&m)[2],
+    FFPA_DEV void own_block(float (&s)[Cfg::kSAcc], uint32_t (&ph)[2 * kBlockNT], float (&r)[2],
                             const ffpa_gpu_fwd_params &p, int lane, int t)
     {
-        using X = ClusterExchange<Cfg>;
         constexpr int kNb = Cfg::blocks_of(b);
         mask<kNb>(s, b * kBlockNT, t, b * 8 * kBlockNT, p, lane);
+        float mx[2];
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
-            float mx = sm.m[half];
+            mx[half] = -INFINITY;
 #pragma unroll
             for (int j = 0; j < kNb; ++j)
-                mx = fmaxf(mx, fmaxf(s[4 * (b * kBlockNT + j) + 2 * half], s[4 * (b * kBlockNT + j) + 2 * half + 1]));
-            m[half] = arch::quad_max(mx);
+                mx[half] = fmaxf(mx[half], fmaxf(s[4 * (b * kBlockNT + j) + 2 * half],
+                                                 s[4 * (b * kBlockNT + j) + 2 * half + 1]));
+        }
+        /* m + 8 is -inf before any visible key: a first visible score grows. */
+        if (!kRunningRef || arch::warp_any(mx[0] > sm.m[0] + kGrowLog2 || mx[1] > sm.m[1] + kGrowLog2)) {
+            r[0] = arch::quad_max(fmaxf(sm.m[0], mx[0]));
+            r[1] = arch::quad_max(fmaxf(sm.m[1], mx[1]));
+        } else {
+            r[0] = sm.m[0];
+            r[1] = sm.m[1];
+        }
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
             /* A row with only masked keys so far: reference 0, exp2(-inf) = 0. */
-            const float ref = m[half] == -INFINITY ? 0.0f : m[half];
+            const float ref = r[half] == -INFINITY ? 0.0f : r[half];
 #pragma unroll
             for (int j = 0; j < kNb; ++j) {
                 float &a = s[4 * (b * kBlockNT + j) + 2 * half];
                 float &c = s[4 * (b * kBlockNT + j) + 2 * half + 1];
-                const uint32_t w = X::pack_f16x2(arch::exp2_fast(a - ref), arch::exp2_fast(c - ref));
+                const uint32_t w = arch::pack_f32x2<T>(arch::exp2_fast(a - ref), arch::exp2_fast(c - ref));
                 ph[2 * j + half] = w;
-                const float2 f = X::unpack_f16x2(w);
+                const float2 f = arch::unpack_f32x2<T>(w);
                 a = f.x;
                 c = f.y;
             }
@@ -123,41 +184,61 @@ template <class Cfg> struct TileSoftmax {
     }
 
     /* Split-D across the cluster: our block of s holds its full S of tile t
-     * (after ClusterExchange::reduce), the other blocks are free. */
+     * (after ClusterExchange::reduce), the other blocks are free. Every CTA
+     * runs the same arithmetic on the same values and references, so all
+     * hold the same P, row sums and maxima. */
     FFPA_DEV void cluster(float (&s)[Cfg::kSAcc], float (&o)[Cfg::kOAcc], uint32_t (&pf)[Cfg::kPSteps][4],
                           const ClusterExchange<Cfg> &x, const ffpa_gpu_fwd_params &p, int lane, int t)
     {
         float mb[kC][2];
         own_block_of_rank<0>(s, mb, x, p, lane, t);
         x.gather(s, mb, t);
-        /* Common max; every block rescaled from its own max to it. All CTAs
-         * run this on identical values in the same order. */
-        float alpha[2];
+        bool settled = true; /* every block of the warp's rows relative to the running max */
 #pragma unroll
-        for (int half = 0; half < 2; ++half) {
-            float mx = mb[0][half];
+        for (int b = 0; b < kC; ++b)
+            settled = settled && mb[b][0] == sm.m[0] && mb[b][1] == sm.m[1];
+        float alpha[2] = {1.0f, 1.0f};
+        if (kRunningRef && !arch::warp_any(!settled)) {
+            /* The common case once the maxima settle: P stands as it
+             * arrived; only the row sums (two chains per row half). */
 #pragma unroll
-            for (int b = 1; b < kC; ++b)
-                mx = fmaxf(mx, mb[b][half]);
-            const float ref = mx == -INFINITY ? 0.0f : mx;
-            alpha[half] = arch::exp2_fast(sm.m[half] - ref);
-            float sum = 0.0f;
+            for (int half = 0; half < 2; ++half) {
+                float sum[2] = {0.0f, 0.0f};
 #pragma unroll
-            for (int b = 0; b < kC; ++b) {
-                const float f = mb[b][half] == -INFINITY ? 0.0f : arch::exp2_fast(mb[b][half] - ref);
-#pragma unroll
-                for (int j = 0; j < kBlockNT; ++j)
-#pragma unroll
-                    for (int e = 0; e < 2; ++e) {
-                        if (j >= Cfg::blocks_of(b))
-                            continue;
-                        float &v = s[4 * (b * kBlockNT + j) + 2 * half + e];
-                        v *= f;
-                        sum += v;
-                    }
+                for (int nt = 0; nt < Cfg::kNT; ++nt) {
+                    sum[0] += s[4 * nt + 2 * half];
+                    sum[1] += s[4 * nt + 2 * half + 1];
+                }
+                sm.l[half] += sum[0] + sum[1];
             }
-            sm.l[half] = sm.l[half] * alpha[half] + sum;
-            sm.m[half] = mx;
+        } else {
+            /* Common max; every block rescaled from its reference to it. */
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+                float mx = mb[0][half];
+#pragma unroll
+                for (int b = 1; b < kC; ++b)
+                    mx = fmaxf(mx, mb[b][half]);
+                const float ref = mx == -INFINITY ? 0.0f : mx;
+                alpha[half] = arch::exp2_fast(sm.m[half] - ref);
+                float sum[2] = {0.0f, 0.0f};
+#pragma unroll
+                for (int b = 0; b < kC; ++b) {
+                    const float f = mb[b][half] == -INFINITY ? 0.0f : arch::exp2_fast(mb[b][half] - ref);
+#pragma unroll
+                    for (int j = 0; j < kBlockNT; ++j)
+#pragma unroll
+                        for (int e = 0; e < 2; ++e) {
+                            if (j >= Cfg::blocks_of(b))
+                                continue;
+                            float &v = s[4 * (b * kBlockNT + j) + 2 * half + e];
+                            v *= f;
+                            sum[e] += v;
+                        }
+                }
+                sm.l[half] = sm.l[half] * alpha[half] + (sum[0] + sum[1]);
+                sm.m[half] = mx;
+            }
         }
         finish_tile(s, o, pf, alpha, p, lane, t);
     }
