@@ -151,7 +151,7 @@ static ffpa_tuning_table *load_tuning(const ffpa_registry_entry *e)
 {
     char lib_dir[PATH_MAX], warn[512];
     int have_dir = library_dir(lib_dir, sizeof lib_dir);
-    ffpa_tuning_table *t = ffpa_tuning_load_for_device(e->caps.device_name, e->name,
+    ffpa_tuning_table *t = ffpa_tuning_load_for_device(e->caps.device_name, e->caps.limits.arch, e->name,
                                                        have_dir ? lib_dir : NULL, FFPA_DATA_DIR, warn,
                                                        sizeof warn);
     if (warn[0])

@@ -3,6 +3,7 @@
  *   FFPA_BACKEND        cpu | cuda | hip | auto (default auto)
  *   FFPA_BACKEND_PATH   colon-separated folders searched for backend plugins first
  *   FFPA_CUDA_KERNEL    CUDA kernel path override (generic | sm90 | auto), read by the CUDA plugin
+ *   FFPA_CUDA_AS_ARCH   80 | 86 | 89: plan and tune as on that part (its shared memory, generic kernels)
  *   FFPA_SM90_PLAIN     0: the sm90 forward keeps its table's kernels over the plain ones (A/B knob)
  *   FFPA_GENERIC_PLAIN  0: the generic forward keeps every call on its variant path (A/B knob)
  *   FFPA_BWD_SMEM_LIMIT cap on the backward's shared memory per block (bytes), read by the GPU plugins

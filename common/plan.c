@@ -378,3 +378,23 @@ ffpa_status ffpa_plan_portable_tiled(const ffpa_device_limits *lim, int64_t dv, 
                ? FFPA_ERR_UNSUPPORTED
                : FFPA_OK;
 }
+
+int ffpa_limits_as_arch(ffpa_device_limits *lim, int arch)
+{
+    static const struct {
+        int arch;
+        size_t per_block, per_sm;
+    } parts[] = {{80, 166912, 167936}, {86, 101376, 102400}, {89, 101376, 102400}};
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; ++i) {
+        if (parts[i].arch != arch)
+            continue;
+        if (!lim || arch > lim->arch || parts[i].per_block > lim->smem_per_block ||
+            parts[i].per_sm > lim->smem_per_sm)
+            return 0;
+        lim->arch = arch;
+        lim->smem_per_block = parts[i].per_block;
+        lim->smem_per_sm = parts[i].per_sm;
+        return 1;
+    }
+    return 0;
+}

@@ -28,6 +28,15 @@ typedef struct ffpa_device_limits {
     int max_threads_per_block;
 } ffpa_device_limits;
 
+/* The limits of an NVIDIA part the generic kernels are planned and tuned
+ * for without one at hand (FFPA_CUDA_AS_ARCH, docs/notes/tuning.md): lim
+ * takes sm_<arch>'s arch and shared memory per block and per SM, and keeps
+ * the running device's SM count, registers and threads. Known: 80 (A100:
+ * 163 KiB a block, 164 an SM), 86 and 89 (99 / 100 KiB). Returns 0 and
+ * leaves lim as it is for another arch or one above lim's own (the
+ * device must have at least that part's shared memory). */
+int ffpa_limits_as_arch(ffpa_device_limits *lim, int arch);
+
 /* The shape facts the planner reads (a subset of ffpa_problem). */
 typedef struct ffpa_plan_input {
     ffpa_dtype dtype;

@@ -384,7 +384,7 @@ static char *read_file(const char *path, size_t *len, char *warn, size_t warn_le
 }
 
 static ffpa_tuning_table *table_from_json(const cJSON *root, const char *path, const char *device_name,
-                                          const char *backend, char *warn, size_t warn_len)
+                                          int arch, const char *backend, char *warn, size_t warn_len)
 {
     if (!cJSON_IsObject(root)) {
         warnf(warn, warn_len, "%s: not a JSON object; expected an ffpa tuning table", path);
@@ -409,12 +409,29 @@ static ffpa_tuning_table *table_from_json(const cJSON *root, const char *path, c
     }
     if (backend && table_backend && strcmp(backend, table_backend))
         return NULL;
+    /* A device's table names the device; an architecture's (measured for
+     * parts of that arch without one at hand) names the arch instead. */
     const char *device = get_string(root, "device");
-    size_t want = device_key_len(device_name ? device_name : "");
-    if (!device || device_key_len(device) != want || strncmp(device, device_name, want)) {
-        warnf(warn, warn_len, "%s: table for device \"%.80s\"; expected \"%.*s\"", path,
-              device ? device : "(none)", (int)(want > 80 ? 80 : want), device_name ? device_name : "");
-        return NULL;
+    const cJSON *arch_item = cJSON_GetObjectItemCaseSensitive(root, "arch");
+    if (arch_item) {
+        double table_arch;
+        if (device || !get_int(root, "arch", 0, 1, 1000, &table_arch)) {
+            warnf(warn, warn_len, "%s: %s; expected \"arch\": an sm version such as 80, without \"device\"", path,
+                  device ? "both \"device\" and \"arch\"" : "\"arch\" is not an sm version");
+            return NULL;
+        }
+        if ((int)table_arch != arch) {
+            warnf(warn, warn_len, "%s: table for sm_%d; this device is %s%d", path, (int)table_arch,
+                  arch > 0 ? "sm_" : "of no sm version, ", arch);
+            return NULL;
+        }
+    } else {
+        size_t want = device_key_len(device_name ? device_name : "");
+        if (!device || device_key_len(device) != want || strncmp(device, device_name, want)) {
+            warnf(warn, warn_len, "%s: table for device \"%.80s\"; expected \"%.*s\"", path,
+                  device ? device : "(none)", (int)(want > 80 ? 80 : want), device_name ? device_name : "");
+            return NULL;
+        }
     }
     const cJSON *list = cJSON_GetObjectItemCaseSensitive(root, "entries");
     int n = cJSON_IsArray(list) ? cJSON_GetArraySize(list) : -1;
@@ -451,7 +468,7 @@ static ffpa_tuning_table *table_from_json(const cJSON *root, const char *path, c
     return t;
 }
 
-ffpa_tuning_table *ffpa_tuning_load(const char *path, const char *device_name, const char *backend,
+ffpa_tuning_table *ffpa_tuning_load(const char *path, const char *device_name, int arch, const char *backend,
                                     char *warn, size_t warn_len)
 {
     if (warn && warn_len)
@@ -477,7 +494,7 @@ ffpa_tuning_table *ffpa_tuning_load(const char *path, const char *device_name, c
         free(text);
         return NULL;
     }
-    ffpa_tuning_table *t = table_from_json(root, path, device_name, backend, warn, warn_len);
+    ffpa_tuning_table *t = table_from_json(root, path, device_name, arch, backend, warn, warn_len);
     cJSON_Delete(root);
     free(text);
     return t;
@@ -500,7 +517,18 @@ void ffpa_tuning_file_name(const char *device_name, char *buf, size_t buf_len)
         memcpy(buf + o, ".json", 6);
 }
 
-ffpa_tuning_table *ffpa_tuning_load_for_device(const char *device_name, const char *backend,
+int ffpa_tuning_arch_file_name(const char *backend, int arch, char *buf, size_t buf_len)
+{
+    if (!buf || !buf_len)
+        return 0;
+    buf[0] = '\0';
+    if (!backend || strcmp(backend, "cuda") || arch <= 0)
+        return 0;
+    const int n = snprintf(buf, buf_len, "cuda-sm_%d.json", arch);
+    return n > 0 && (size_t)n < buf_len;
+}
+
+ffpa_tuning_table *ffpa_tuning_load_for_device(const char *device_name, int arch, const char *backend,
                                                const char *lib_dir, const char *data_dir, char *warn,
                                                size_t warn_len)
 {
@@ -517,17 +545,20 @@ ffpa_tuning_table *ffpa_tuning_load_for_device(const char *device_name, const ch
     }
     const char *file = ffpa_env_string("FFPA_TUNING_FILE");
     if (file)
-        return ffpa_tuning_load(file, device_name, backend, warn, warn_len);
-    char name[200], path[1200];
-    ffpa_tuning_file_name(device_name, name, sizeof name);
+        return ffpa_tuning_load(file, device_name, arch, backend, warn, warn_len);
+    /* The device's own table first (measured there), then its arch's. */
+    char names[2][200], path[1200];
+    ffpa_tuning_file_name(device_name, names[0], sizeof names[0]);
+    const int n_names = 1 + ffpa_tuning_arch_file_name(backend, arch, names[1], sizeof names[1]);
     const char *dirs[2] = {lib_dir, data_dir};
-    for (int i = 0; i < 2; ++i) {
-        if (!dirs[i] || !dirs[i][0])
-            continue;
-        snprintf(path, sizeof path, "%.900s/ffpa/tuning/%.200s", dirs[i], name);
-        if (access(path, F_OK) == 0)
-            return ffpa_tuning_load(path, device_name, backend, warn, warn_len);
-    }
+    for (int k = 0; k < n_names; ++k)
+        for (int i = 0; i < 2; ++i) {
+            if (!dirs[i] || !dirs[i][0])
+                continue;
+            snprintf(path, sizeof path, "%.900s/ffpa/tuning/%.200s", dirs[i], names[k]);
+            if (access(path, F_OK) == 0)
+                return ffpa_tuning_load(path, device_name, arch, backend, warn, warn_len);
+        }
     return NULL;
 }
 

@@ -25,28 +25,39 @@ extern "C" {
 
 /*
  * Parses the table at `path` for the device `device_name` (a backend's caps
- * device name; only the part before " (" is compared) and the backend named
- * `backend` ("cuda", "hip"; NULL: any). Returns NULL and a one-line message
- * in warn (if warn_len > 0) when the file cannot be read, is not JSON, is
- * not an ffpa tuning table of a known version, belongs to another device,
- * has no entries or has a malformed entry; NULL and warn "" (nothing to
- * report) when it names another backend. Never crashes on any input.
+ * device name; only the part before " (" is compared) of architecture
+ * `arch` (its limits' arch; 0: none) and the backend named `backend`
+ * ("cuda", "hip"; NULL: any). A device's table names the device; an
+ * architecture's names "arch" instead (tables measured for parts without
+ * one at hand, FFPA_CUDA_AS_ARCH) and must equal `arch`. Returns NULL and a
+ * one-line message in warn (if warn_len > 0) when the file cannot be read,
+ * is not JSON, is not an ffpa tuning table of a known version, belongs to
+ * another device or arch, has no entries or has a malformed entry; NULL
+ * and warn "" (nothing to report) when it names another backend. Never
+ * crashes on any input.
  */
-ffpa_tuning_table *ffpa_tuning_load(const char *path, const char *device_name, const char *backend,
+ffpa_tuning_table *ffpa_tuning_load(const char *path, const char *device_name, int arch, const char *backend,
                                     char *warn, size_t warn_len);
 
 /*
- * The table the core uses for a context of `backend` on `device_name`, or NULL:
+ * The table the core uses for a context of `backend` on `device_name` (arch
+ * `arch`), or NULL:
  *   FFPA_TUNING=0          no table;
  *   FFPA_TUNING_FILE=PATH  that file (missing or bad: NULL and a warning);
  *   otherwise the first of <lib_dir>/ffpa/tuning/<file>, <data_dir>/ffpa/tuning/<file>
- *   that exists, <file> being ffpa_tuning_file_name(device_name). None existing is
- *   not worth a warning (an untuned device); a bad one is. warn is "" when all is well.
+ *   that exists, <file> being ffpa_tuning_file_name(device_name), then the same
+ *   for ffpa_tuning_arch_file_name(backend, arch). None existing is not worth a
+ *   warning (an untuned device); a bad one is. warn is "" when all is well.
  * lib_dir and data_dir may be NULL.
  */
-ffpa_tuning_table *ffpa_tuning_load_for_device(const char *device_name, const char *backend,
+ffpa_tuning_table *ffpa_tuning_load_for_device(const char *device_name, int arch, const char *backend,
                                                const char *lib_dir, const char *data_dir, char *warn,
                                                size_t warn_len);
+
+/* The architecture table's file name: "cuda-sm_80.json" for backend cuda
+ * and arch 80; 0 and "" for other backends (their kernels have no such
+ * tables) or arch <= 0. */
+int ffpa_tuning_arch_file_name(const char *backend, int arch, char *buf, size_t buf_len);
 
 /* "NVIDIA H100 80GB HBM3 (sm_90, 132 SMs)" -> "NVIDIA_H100_80GB_HBM3.json"
  * (name up to " (", characters other than [A-Za-z0-9._-] -> '_'). */

@@ -99,7 +99,7 @@ static ffpa_tuning_table *table_with(const char *head, const char *entries)
 {
     char warn[256];
     ffpa_tuning_table *t =
-        ffpa_tuning_load(write_text("table.json", table_text(head, entries)), DEVICE, "cuda", warn, sizeof warn);
+        ffpa_tuning_load(write_text("table.json", table_text(head, entries)), DEVICE, 90, "cuda", warn, sizeof warn);
     if (!t)
         fail_msg("valid table rejected: %s", warn);
     assert_string_equal(warn, "");
@@ -165,7 +165,7 @@ static void expect_rejected(const char *path, const char *why_contains)
 {
     char warn[512];
     memset(warn, 'x', sizeof warn);
-    ffpa_tuning_table *t = ffpa_tuning_load(path, DEVICE, "cuda", warn, sizeof warn);
+    ffpa_tuning_table *t = ffpa_tuning_load(path, DEVICE, 90, "cuda", warn, sizeof warn);
     if (t)
         fail_msg("%s accepted; expected a warning containing '%s'", path, why_contains);
     assert_non_null(memchr(warn, '\0', sizeof warn));
@@ -264,9 +264,9 @@ static void test_garbage_tables(void **state)
     expect_rejected(path, "cannot open");
     expect_rejected(tmp_dir, ""); /* a folder: fails to read or parse, no crash */
     /* NULL arguments and a zero-length warning buffer are survivable. */
-    assert_null(ffpa_tuning_load(NULL, DEVICE, "cuda", NULL, 0));
-    assert_null(ffpa_tuning_load(path, NULL, "cuda", NULL, 0));
-    assert_null(ffpa_tuning_load(path, DEVICE, NULL, NULL, 0));
+    assert_null(ffpa_tuning_load(NULL, DEVICE, 90, "cuda", NULL, 0));
+    assert_null(ffpa_tuning_load(path, NULL, 90, "cuda", NULL, 0));
+    assert_null(ffpa_tuning_load(path, DEVICE, 90, NULL, NULL, 0));
     ffpa_tuning_free(NULL);
     assert_int_equal(ffpa_tuning_entry_count(NULL), 0);
 }
@@ -1063,18 +1063,26 @@ static void test_shipped_tables(void **state)
 {
     (void)state;
     static const struct {
-        const char *file, *device, *backend;
+        const char *file, *device;
+        int arch;
+        const char *backend;
         int entries;
-    } shipped[] = {{"NVIDIA_H100_80GB_HBM3.json", "NVIDIA H100 80GB HBM3 (sm_90, 132 SMs)", "cuda", 82}};
+    } shipped[] = {{"NVIDIA_H100_80GB_HBM3.json", "NVIDIA H100 80GB HBM3 (sm_90, 132 SMs)", 90, "cuda", 82},
+                   {"cuda-sm_80.json", "NVIDIA A100-SXM4-80GB (sm_80, 108 SMs)", 80, "cuda", 84},
+                   {"cuda-sm_86.json", "NVIDIA A10 (sm_86, 72 SMs)", 86, "cuda", 82},
+                   {"cuda-sm_89.json", "NVIDIA GeForce RTX 4090 (sm_89, 128 SMs)", 89, "cuda", 82}};
     for (size_t i = 0; i < sizeof shipped / sizeof shipped[0]; ++i) {
         char path[1024], warn[256] = "";
         snprintf(path, sizeof path, "%s/%s", FFPA_SHIPPED_TUNING_DIR, shipped[i].file);
-        ffpa_tuning_table *t = ffpa_tuning_load(path, shipped[i].device, shipped[i].backend, warn, sizeof warn);
+        ffpa_tuning_table *t = ffpa_tuning_load(path, shipped[i].device, shipped[i].arch, shipped[i].backend, warn, sizeof warn);
         if (!t)
             fail_msg("%s does not load: %s", path, warn);
         assert_string_equal(warn, "");
         assert_int_equal(ffpa_tuning_entry_count(t), shipped[i].entries);
-        ffpa_device_limits lim = h100_limits();
+        ffpa_device_limits lim = shipped[i].arch == 80 ? sm80_limits()
+                                 : shipped[i].arch == 90 ? h100_limits()
+                                                         : sm86_limits();
+        lim.arch = shipped[i].arch;
         sweep_tuned_plans(t, &lim, 1, check_v2_plan);
         ffpa_tuning_free(t);
     }
@@ -1179,16 +1187,16 @@ static void test_core_env(void **state)
           f);
     fclose(f);
     ffpa_tuning_table *t =
-        ffpa_tuning_load_for_device(DEVICE, "cuda", "/nonexistent", cmd_dir, warn, sizeof warn);
+        ffpa_tuning_load_for_device(DEVICE, 90, "cuda", "/nonexistent", cmd_dir, warn, sizeof warn);
     assert_non_null(t);
     assert_string_equal(warn, "");
     assert_int_equal(ffpa_tuning_entry_count(t), 1);
     ffpa_tuning_free(t);
     setenv("FFPA_TUNING", "off", 1);
-    assert_null(ffpa_tuning_load_for_device(DEVICE, "cuda", cmd_dir, NULL, warn, sizeof warn));
+    assert_null(ffpa_tuning_load_for_device(DEVICE, 90, "cuda", cmd_dir, NULL, warn, sizeof warn));
     unsetenv("FFPA_TUNING");
     assert_null(
-        ffpa_tuning_load_for_device("Some Other GPU (sm_80, 1 SMs)", "cuda", cmd_dir, NULL, warn, sizeof warn));
+        ffpa_tuning_load_for_device("Some Other GPU (sm_80, 1 SMs)", 80, "cuda", cmd_dir, NULL, warn, sizeof warn));
     assert_string_equal(warn, "");
     unlink(file);
 }
@@ -1205,16 +1213,16 @@ static void test_backend_mismatch(void **state)
     char path[300];
     snprintf(path, sizeof path, "%s", write_text("cuda-table.json", cuda_text));
     memset(warn, 'x', sizeof warn);
-    assert_null(ffpa_tuning_load(path, DEVICE, "hip", warn, sizeof warn));
+    assert_null(ffpa_tuning_load(path, DEVICE, 90, "hip", warn, sizeof warn));
     assert_string_equal(warn, "");
-    ffpa_tuning_table *t = ffpa_tuning_load(path, DEVICE, "cuda", warn, sizeof warn);
+    ffpa_tuning_table *t = ffpa_tuning_load(path, DEVICE, 90, "cuda", warn, sizeof warn);
     assert_non_null(t);
     ffpa_tuning_free(t);
     /* A version 1 table naming a backend is held to it too. */
     const char *v1 = write_text("v1-hip.json", table_text(V1_HEAD ", \"backend\": \"hip\"",
                                                           ENTRY("split-d", "false", 512, 8192, "\"stages\": 3")));
     memset(warn, 'x', sizeof warn);
-    assert_null(ffpa_tuning_load(v1, DEVICE, "cuda", warn, sizeof warn));
+    assert_null(ffpa_tuning_load(v1, DEVICE, 90, "cuda", warn, sizeof warn));
     assert_string_equal(warn, "");
 
     /* The folder search finds the device's file; another backend's is silence. */
@@ -1232,9 +1240,9 @@ static void test_backend_mismatch(void **state)
     fclose(f);
     snprintf(dir, sizeof dir, "%s/hiplib", tmp_dir);
     memset(warn, 'x', sizeof warn);
-    assert_null(ffpa_tuning_load_for_device(DEVICE, "hip", dir, NULL, warn, sizeof warn));
+    assert_null(ffpa_tuning_load_for_device(DEVICE, 90, "hip", dir, NULL, warn, sizeof warn));
     assert_string_equal(warn, "");
-    t = ffpa_tuning_load_for_device(DEVICE, "cuda", dir, NULL, warn, sizeof warn);
+    t = ffpa_tuning_load_for_device(DEVICE, 90, "cuda", dir, NULL, warn, sizeof warn);
     assert_non_null(t);
     ffpa_tuning_free(t);
     unlink(file);
@@ -1245,6 +1253,114 @@ static void test_backend_mismatch(void **state)
     create_capturing(printed, sizeof printed);
     assert_string_equal(printed, "");
     unsetenv("FFPA_TUNING_FILE");
+}
+
+/* Architecture tables: "arch" instead of "device", held to the context's
+ * arch, found after the device's own table (cuda only). */
+static void test_arch_tables(void **state)
+{
+    (void)state;
+    const char *a100 = "NVIDIA A100-SXM4-80GB (sm_80, 108 SMs)";
+    char text[2048], warn[256];
+    snprintf(text, sizeof text,
+             "{\"format\": \"ffpa-tuning\", " V2_HEAD ", \"arch\": 80, \"measured_on\": \"an H100 as sm_80\", "
+             "\"entries\": [" ENTRY("split-d", "false", 512, 8192, "\"kernel\": \"generic\", \"stages\": 3") "]}");
+    const char *path = write_text("arch80.json", text);
+    ffpa_tuning_table *t = ffpa_tuning_load(path, a100, 80, "cuda", warn, sizeof warn);
+    assert_non_null(t);
+    assert_string_equal(warn, "");
+    assert_int_equal(ffpa_tuning_entry_count(t), 1);
+    ffpa_tuning_free(t);
+    /* Another arch: refused, saying which. */
+    assert_null(ffpa_tuning_load(path, "NVIDIA GeForce RTX 4090 (sm_89, 128 SMs)", 89, "cuda", warn, sizeof warn));
+    assert_non_null(strstr(warn, "table for sm_80; this device is sm_89"));
+    /* "arch" beside "device", or not an sm version: malformed. */
+    const char *bad[] = {"\"arch\": 80, \"device\": \"NVIDIA A100-SXM4-80GB\"", "\"arch\": \"80\"",
+                         "\"arch\": 80.5", "\"arch\": 0"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
+        snprintf(text, sizeof text,
+                 "{\"format\": \"ffpa-tuning\", " V2_HEAD ", %s, \"entries\": [" ENTRY("split-d", "false", 512, 8192,
+                                                                                   "\"stages\": 3") "]}",
+                 bad[i]);
+        assert_null(ffpa_tuning_load(write_text("arch-bad.json", text), a100, 80, "cuda", warn, sizeof warn));
+        assert_non_null(strstr(warn, "expected \"arch\""));
+    }
+
+    /* The folder search: the device's table first, then cuda-sm_<arch>.json. */
+    char name[64];
+    assert_int_equal(ffpa_tuning_arch_file_name("cuda", 80, name, sizeof name), 1);
+    assert_string_equal(name, "cuda-sm_80.json");
+    assert_int_equal(ffpa_tuning_arch_file_name("hip", 80, name, sizeof name), 0);
+    assert_string_equal(name, "");
+    assert_int_equal(ffpa_tuning_arch_file_name("cuda", 0, name, sizeof name), 0);
+    char dir[400], file[500], dev_file[500];
+    snprintf(dir, sizeof dir, "%s/archlib", tmp_dir);
+    assert_true(mkdir(dir, 0700) == 0 || access(dir, F_OK) == 0);
+    strcat(dir, "/ffpa");
+    assert_true(mkdir(dir, 0700) == 0 || access(dir, F_OK) == 0);
+    strcat(dir, "/tuning");
+    assert_true(mkdir(dir, 0700) == 0 || access(dir, F_OK) == 0);
+    snprintf(file, sizeof file, "%s/cuda-sm_80.json", dir);
+    snprintf(text, sizeof text,
+             "{\"format\": \"ffpa-tuning\", " V2_HEAD ", \"arch\": 80, \"entries\": ["
+             ENTRY("split-d", "false", 512, 8192, "\"stages\": 3") "]}");
+    FILE *f = fopen(file, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+    snprintf(dir, sizeof dir, "%s/archlib", tmp_dir);
+    t = ffpa_tuning_load_for_device(a100, 80, "cuda", dir, NULL, warn, sizeof warn);
+    assert_non_null(t);
+    assert_string_equal(warn, "");
+    assert_int_equal(ffpa_tuning_entry_count(t), 1);
+    ffpa_tuning_free(t);
+    /* No arch tables for another backend, nor for another arch. */
+    assert_null(ffpa_tuning_load_for_device(a100, 80, "hip", dir, NULL, warn, sizeof warn));
+    assert_string_equal(warn, "");
+    assert_null(ffpa_tuning_load_for_device("NVIDIA A10 (sm_86, 72 SMs)", 86, "cuda", dir, NULL, warn, sizeof warn));
+    assert_string_equal(warn, "");
+    /* A device table beside it wins. */
+    snprintf(dev_file, sizeof dev_file, "%s/ffpa/tuning/NVIDIA_A100-SXM4-80GB.json", dir);
+    snprintf(text, sizeof text,
+             "{\"format\": \"ffpa-tuning\", " V2_HEAD ", \"device\": \"NVIDIA A100-SXM4-80GB\", \"entries\": ["
+             ENTRY("split-d", "false", 512, 8192, "\"stages\": 3") ", "
+             ENTRY("split-d", "true", 512, 8192, "\"stages\": 2") "]}");
+    f = fopen(dev_file, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    fclose(f);
+    t = ffpa_tuning_load_for_device(a100, 80, "cuda", dir, NULL, warn, sizeof warn);
+    assert_non_null(t);
+    assert_int_equal(ffpa_tuning_entry_count(t), 2);
+    ffpa_tuning_free(t);
+    unlink(dev_file);
+    unlink(file);
+}
+
+/* FFPA_CUDA_AS_ARCH's limits: the part's arch and shared memory, the rest
+ * the device's; nothing for an unknown part or one above the device. */
+static void test_limits_as_arch(void **state)
+{
+    (void)state;
+    ffpa_device_limits lim = h100_limits();
+    assert_int_equal(ffpa_limits_as_arch(&lim, 80), 1);
+    assert_int_equal(lim.arch, 80);
+    assert_int_equal(lim.smem_per_block, 166912);
+    assert_int_equal(lim.smem_per_sm, 167936);
+    assert_int_equal(lim.sm_count, 132);
+    lim = h100_limits();
+    assert_int_equal(ffpa_limits_as_arch(&lim, 89), 1);
+    assert_int_equal(lim.smem_per_block, 101376);
+    const int refused[] = {75, 90, 100, 87, 0, -1};
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; ++i) {
+        lim = h100_limits();
+        assert_int_equal(ffpa_limits_as_arch(&lim, refused[i]), 0);
+        assert_int_equal(lim.arch, 90);
+        assert_int_equal(lim.smem_per_block, 232448);
+    }
+    lim = sm86_limits(); /* an sm_86 part has too little shared memory to play an A100 */
+    assert_int_equal(ffpa_limits_as_arch(&lim, 80), 0);
+    assert_int_equal(ffpa_limits_as_arch(NULL, 80), 0);
 }
 
 static int setup(void **state)
@@ -1282,6 +1398,8 @@ int main(void)
         cmocka_unit_test(test_v2_plans_keep_invariants),
         cmocka_unit_test(test_shipped_tables),
         cmocka_unit_test(test_backend_mismatch),
+        cmocka_unit_test(test_arch_tables),
+        cmocka_unit_test(test_limits_as_arch),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -8,6 +8,9 @@
  *             [--reps 10] [--margin 0.03] [--quick] [--shape B,Hq,Hkv,Nq,Nkv,D[,c]]...
  *
  * --shape (repeatable) tunes those shapes instead of the built-in grids.
+ * Under FFPA_CUDA_AS_ARCH=80|86|89 (the cuda backend planning as on that
+ * part) it writes that arch's table (cuda-sm_80.json: "arch" and
+ * "measured_on" instead of "device").
  *
  * Candidates per shape, each only where the planner applies it (legal for
  * the problem, fits shared memory):
@@ -257,7 +260,7 @@ static int plan_with(const shape_sweep *sw, const tune_cfg *c, ffpa_plan *plan)
     cJSON_Delete(root);
     char warn[256] = "";
     ffpa_tuning_table *table =
-        ok ? ffpa_tuning_load(t->tmp_path, t->device_detail, t->backend, warn, sizeof warn) : NULL;
+        ok ? ffpa_tuning_load(t->tmp_path, t->device_detail, t->lim.arch, t->backend, warn, sizeof warn) : NULL;
     if (!table) {
         fprintf(stderr, "ffpa-tune: own table rejected: %s\n", ok ? warn : "cannot write");
         return 0;
@@ -673,9 +676,13 @@ int main(int argc, char **argv)
     device_key(t.device_detail, t.device, sizeof t.device);
     t.lim = limits_from_name(t.device_detail);
     snprintf(t.tmp_path, sizeof t.tmp_path, "/tmp/ffpa-tune-%ld.json", (long)getpid());
+    /* Under FFPA_CUDA_AS_ARCH the table is the emulated part's (its arch),
+     * not this device's. */
+    const char *as_arch = strstr(t.device_detail, " as sm_");
     char default_out[200];
     if (!o.out) {
-        ffpa_tuning_file_name(t.device_detail, default_out, sizeof default_out);
+        if (!as_arch || !ffpa_tuning_arch_file_name(t.backend, t.lim.arch, default_out, sizeof default_out))
+            ffpa_tuning_file_name(t.device_detail, default_out, sizeof default_out);
         o.out = default_out;
     }
     { /* the table must be writable before hours of tuning, not after */
@@ -704,6 +711,17 @@ int main(int argc, char **argv)
         n_bwd = make_bwd_shapes(bwd_shapes, 64, o.quick);
     }
     cJSON *root = tune_table_json(t.device, t.device_detail, t.backend);
+    if (as_arch) {
+        cJSON_DeleteItemFromObjectCaseSensitive(root, "device");
+        cJSON_AddNumberToObject(root, "arch", t.lim.arch);
+        char measured[400];
+        snprintf(measured, sizeof measured,
+                 "%.*s with FFPA_CUDA_AS_ARCH=%d: the generic (mma.sync) kernels planned within sm_%d's shared "
+                 "memory per block, each SM held to its shared memory per SM by the kernels' carveout; timed on "
+                 "this device's SMs, registers, clocks and memory; not measured on an sm_%d part",
+                 (int)(as_arch - t.device_detail), t.device_detail, t.lim.arch, t.lim.arch, t.lim.arch);
+        cJSON_AddStringToObject(root, "measured_on", measured);
+    }
     char generated[96];
     snprintf(generated, sizeof generated, "ffpa-tune (tuning/ffpa-tune.c), bf16 %s", passes);
     cJSON_AddStringToObject(root, "generated_by", generated);

@@ -6,11 +6,13 @@
  * and bwd/bwd_launch.h (when built).
  */
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <cuda_runtime_api.h>
 
 #include "cuda_state.h"
+#include "env.h"
 #include "gpu_calls.h"
 #include "fwd_launch.h"
 #include "kv/kv_launch.h"
@@ -18,11 +20,16 @@
 #include "bwd/bwd_launch.h"
 #endif
 
-static void fill_caps(const struct cudaDeviceProp *prop, ffpa_backend_caps *caps)
+/* as_arch: the part FFPA_CUDA_AS_ARCH emulates (0: none), named in the
+ * device name so that the device's own tuning table is not taken for it. */
+static void fill_caps(const struct cudaDeviceProp *prop, int as_arch, ffpa_backend_caps *caps)
 {
     memset(caps, 0, sizeof *caps);
-    snprintf(caps->device_name, sizeof caps->device_name, "%.100s (sm_%d%d, %d SMs)", prop->name, prop->major,
-             prop->minor, prop->multiProcessorCount);
+    char as[16] = "";
+    if (as_arch)
+        snprintf(as, sizeof as, " as sm_%d", as_arch);
+    snprintf(caps->device_name, sizeof caps->device_name, "%.100s%s (sm_%d%d, %d SMs)", prop->name, as,
+             prop->major, prop->minor, prop->multiProcessorCount);
     caps->dtype_mask = (1u << FFPA_F16) | (1u << FFPA_BF16);
     caps->max_head_dim = FFPA_MAX_HEAD_DIM;
     /* The generic kernels' score epilogue and tile ranges (gpu/masking.cuh). */
@@ -39,6 +46,46 @@ static void fill_caps(const struct cudaDeviceProp *prop, ffpa_backend_caps *caps
     lim->smem_per_sm = prop->sharedMemPerMultiprocessor;
     lim->regs_per_sm = prop->regsPerMultiprocessor;
     lim->max_threads_per_block = prop->maxThreadsPerBlock;
+}
+
+/* FFPA_CUDA_AS_ARCH=80|86|89: plan, choose kernels and load tuning tables
+ * as on that part (its arch and shared memory: the generic kernels, since
+ * the Hopper ones need sm_90; each SM limited to the part's shared memory
+ * by the kernels' carveout) while running on this device, which keeps its
+ * SM count, registers, clocks and memory. How the sm_80/86/89 tuning tables are
+ * measured on an H100 (docs/notes/tuning.md). prop is rewritten, so every
+ * launcher's check sees the part. */
+int ffpa_cuda_carveout_percent = -1; /* read by gpu_launch.cuh */
+
+static ffpa_status apply_as_arch(struct cudaDeviceProp *prop, int *as_arch, char *err, size_t err_len)
+{
+    *as_arch = 0;
+    const char *v = ffpa_env_string("FFPA_CUDA_AS_ARCH");
+    if (!v)
+        return FFPA_OK;
+    ffpa_device_limits lim;
+    memset(&lim, 0, sizeof lim);
+    lim.arch = prop->major * 10 + prop->minor;
+    lim.smem_per_block = prop->sharedMemPerBlockOptin;
+    lim.smem_per_sm = prop->sharedMemPerMultiprocessor;
+    char *end = NULL;
+    const long arch = strtol(v, &end, 10);
+    if (end == v || *end || arch < 0 || arch > 1000 || !ffpa_limits_as_arch(&lim, (int)arch)) {
+        snprintf(err, err_len, "FFPA_CUDA_AS_ARCH='%.40s': expected 80, 86 or 89, a part at most this %.100s's sm_%d%d",
+                 v, prop->name, prop->major, prop->minor);
+        return FFPA_ERR_NO_BACKEND;
+    }
+    /* The carveout of every generic kernel: the part's shared memory per
+     * SM, a percentage of this device's rounded down, which the driver
+     * rounds up to the configuration it names (H100: 100 and 164 KiB are
+     * configurations), so an SM holds as many blocks as on the part. */
+    ffpa_cuda_carveout_percent = (int)(lim.smem_per_sm * 100 / prop->sharedMemPerMultiprocessor);
+    prop->major = lim.arch / 10;
+    prop->minor = lim.arch % 10;
+    prop->sharedMemPerBlockOptin = lim.smem_per_block;
+    prop->sharedMemPerMultiprocessor = lim.smem_per_sm;
+    *as_arch = lim.arch;
+    return FFPA_OK;
 }
 
 /* The device CUDA_VISIBLE_DEVICES and the current device pick (0 by default). */
@@ -73,7 +120,11 @@ static ffpa_status pick_device(int *device, ffpa_backend_caps *caps, ffpa_gpu_st
                  prop.minor);
         return FFPA_ERR_NO_BACKEND;
     }
-    fill_caps(&prop, caps);
+    int as_arch = 0;
+    const ffpa_status st = apply_as_arch(&prop, &as_arch, err, err_len);
+    if (st != FFPA_OK)
+        return st;
+    fill_caps(&prop, as_arch, caps);
     if (state)
         ffpa_cuda_of(state)->prop = prop;
     *device = dev;

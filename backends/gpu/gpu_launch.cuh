@@ -10,6 +10,12 @@
 
 #include "gpu_api.h"
 
+#if defined(FFPA_CUDA_PLUGIN)
+/* FFPA_CUDA_AS_ARCH (runtime_cuda.c): the emulated part's shared memory per
+ * SM as a percentage of this device's, or -1. */
+extern "C" int ffpa_cuda_carveout_percent;
+#endif
+
 namespace ffpa {
 
 /* kernel(p) on `grid` with `smem` bytes of dynamic shared memory. */
@@ -21,6 +27,16 @@ gpuError_t launch_with_smem(Kernel kernel, dim3 grid, int threads, size_t smem, 
     gpuError_t e = gpuFuncSetAttribute(kernel, gpuFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != gpuSuccess)
         return e;
+#endif
+#if defined(FFPA_CUDA_PLUGIN)
+    /* Playing a smaller part (FFPA_CUDA_AS_ARCH): its shared memory per SM
+     * as the carveout, so an SM holds the blocks it would hold there. */
+    if (ffpa_cuda_carveout_percent >= 0) {
+        const cudaError_t c =
+            cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, ffpa_cuda_carveout_percent);
+        if (c != cudaSuccess)
+            return c;
+    }
 #endif
     kernel<<<grid, dim3(threads), smem, stream>>>(p);
     return gpuGetLastError();
