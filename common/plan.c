@@ -37,11 +37,12 @@ typedef struct gpu_fwd_shape {
 } gpu_fwd_shape;
 
 /* The first covering Dv is the default; a later one of the same Dv (the
- * 16-rows-per-warp tiles at 64 and 128) runs where a tuning table names it. */
+ * 16-rows-per-warp tiles at 64 and 128, the 32-key one at 1024) runs where
+ * the default does not fit (plan_gpu_forward) or a tuning table names it. */
 static const gpu_fwd_shape gpu_fwd_shapes[] = {
     {64, 4, 1, 64, 64, 2, 2},  {64, 4, 1, 64, 64, 2, 1},   {128, 4, 1, 64, 128, 2, 2},
     {128, 8, 1, 64, 128, 2, 1}, {256, 4, 1, 64, 256, 2, 1}, {320, 4, 1, 64, 64, 3, 1},
-    {512, 4, 2, 64, 128, 3, 1}, {1024, 2, 4, 64, 256, 2, 1},
+    {512, 4, 2, 64, 128, 3, 1}, {1024, 2, 4, 64, 256, 2, 1}, {1024, 2, 4, 32, 256, 2, 1},
 };
 #define N_GPU_FWD_SHAPES ((int)(sizeof gpu_fwd_shapes / sizeof gpu_fwd_shapes[0]))
 
@@ -176,6 +177,16 @@ static void use_fwd_shape(const ffpa_plan_input *in, const gpu_fwd_shape *s, ffp
     derive_chunks(in, p);
 }
 
+/* Whether p's tile fits the block's shared memory at (at most) 2 stages,
+ * the shallowest ring plan_gpu_forward shrinks to. */
+static int fwd_fits_two_stages(const ffpa_plan_input *in, const ffpa_plan *p, const ffpa_device_limits *lim)
+{
+    ffpa_plan two = *p;
+    if (two.stages > 2)
+        two.stages = 2;
+    return ffpa_plan_smem_bytes(&two, in->dtype, 0) <= lim->smem_per_block;
+}
+
 static void plan_gpu_forward(const ffpa_plan_input *in, const ffpa_device_limits *lim, ffpa_plan *p)
 {
     int i = 0;
@@ -194,7 +205,12 @@ static void plan_gpu_forward(const ffpa_plan_input *in, const ffpa_device_limits
      * FlashAttention-2 narrows its tiles on those parts. */
     if (s->mt > 1 && i + 1 < N_GPU_FWD_SHAPES && gpu_fwd_shapes[i + 1].dv == s->dv &&
         2 * ffpa_plan_smem_bytes(p, in->dtype, 0) > lim->smem_per_sm)
-        use_fwd_shape(in, &gpu_fwd_shapes[i + 1], p);
+        use_fwd_shape(in, &gpu_fwd_shapes[++i], p);
+    /* A tile that does not fit the block even at 2 stages gives way to the
+     * next of the same Dv that does (D = 1024 on the 99 KiB parts: 32-key
+     * tiles, 80 KiB against 128). */
+    while (!fwd_fits_two_stages(in, p, lim) && i + 1 < N_GPU_FWD_SHAPES && gpu_fwd_shapes[i + 1].dv == s->dv)
+        use_fwd_shape(in, &gpu_fwd_shapes[++i], p);
     /* Few query rows cannot fill the machine: split the KV sequence too
      * (flash-decoding), about two blocks per multiprocessor. */
     int64_t q_blocks = ceil_div(in->nq, p->br);

@@ -698,7 +698,7 @@ static void test_fwd_tiles(void **state)
     static const struct {
         int64_t dv;
         int n;
-    } cases[] = {{64, 7}, {128, 6}, {200, 4}, {256, 4}, {320, 3}, {384, 2}, {512, 2}, {640, 1}, {1024, 1}};
+    } cases[] = {{64, 8}, {128, 7}, {200, 5}, {256, 5}, {320, 4}, {384, 3}, {512, 3}, {640, 2}, {1024, 2}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; ++c) {
         ffpa_fwd_tile tiles[8];
         int n = ffpa_plan_fwd_tiles(cases[c].dv, tiles, 8);
@@ -714,10 +714,13 @@ static void test_fwd_tiles(void **state)
         assert_int_equal(heur.warps, tiles[0].warps);
         for (int i = 0; i < n; ++i) {
             assert_true(tiles[i].dv >= cases[c].dv);
-            /* Increasing Dv; at 64 and 128 two tiles (32 and 16 rows per warp) share one. */
+            /* Increasing Dv; at 64 and 128 two tiles (32 and 16 rows per warp)
+             * share one, at 1024 two (64 and 32 keys). */
             assert_true(i == 0 || tiles[i].dv > tiles[i - 1].dv ||
                         (tiles[i].dv == tiles[i - 1].dv && tiles[i].br / tiles[i].warps == 16 &&
-                         tiles[i - 1].br / tiles[i - 1].warps == 32));
+                         tiles[i - 1].br / tiles[i - 1].warps == 32) ||
+                        (tiles[i].dv == tiles[i - 1].dv && tiles[i].br == tiles[i - 1].br &&
+                         2 * tiles[i].bc == tiles[i - 1].bc));
             char entry[512];
             snprintf(entry, sizeof entry,
                      "{\"pass\": \"fwd\", \"dtype\": \"bf16\", \"path\": \"%s\", \"causal\": false, \"gqa\": false, "
@@ -751,15 +754,18 @@ static void test_fwd_tile_per_part(void **state)
     const struct {
         const ffpa_device_limits *lim;
         int64_t d;
-        int br, warps;
-    } cases[] = {{&h100, 128, 128, 4}, {&sm80, 128, 128, 4}, {&sm86, 128, 128, 8}, {&h100, 64, 128, 4},
-                 {&sm86, 64, 128, 4},  {&sm86, 96, 128, 8},   {&h100, 256, 64, 4}};
+        int br, warps, bc;
+    } cases[] = {{&h100, 128, 128, 4, 64}, {&sm80, 128, 128, 4, 64}, {&sm86, 128, 128, 8, 64},
+                 {&h100, 64, 128, 4, 64},  {&sm86, 64, 128, 4, 64},  {&sm86, 96, 128, 8, 64},
+                 {&h100, 256, 64, 4, 64},  {&h100, 1024, 32, 8, 64}, {&sm80, 1024, 32, 8, 64},
+                 /* D in (512, 1024] on the 99 KiB parts: the 32-key tile (80 KiB; 64 keys need 128). */
+                 {&sm86, 1024, 32, 8, 32}, {&sm86, 768, 32, 8, 32},  {&sm86, 520, 32, 8, 32}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; ++c) {
         ffpa_plan_input in = fwd_input(cases[c].d, 8192, 8192, 0);
         ffpa_plan p = plan_of(&in, cases[c].lim);
-        if (p.br != cases[c].br || p.warps != cases[c].warps)
-            fail_msg("case %zu (D = %lld): br %d warps %d; expected %d / %d", c, (long long)cases[c].d, p.br,
-                     p.warps, cases[c].br, cases[c].warps);
+        if (p.br != cases[c].br || p.warps != cases[c].warps || p.bc != cases[c].bc)
+            fail_msg("case %zu (D = %lld): br %d warps %d bc %d; expected %d / %d / %d", c, (long long)cases[c].d,
+                     p.br, p.warps, p.bc, cases[c].br, cases[c].warps, cases[c].bc);
         assert_true(p.smem_bytes <= cases[c].lim->smem_per_block);
     }
 }

@@ -4,6 +4,7 @@
 namespace ffpa {
 namespace cuda {
 const FwdKernelDesc fwd_bf16_large[kFwdLargeKernels] = {fwd_desc<Fwd320<arch::bf16>>(), fwd_desc<Fwd512<arch::bf16>>(),
-                                          fwd_desc<Fwd1024<arch::bf16>>()};
+                                          fwd_desc<Fwd1024<arch::bf16>>(),
+                                          fwd_desc<Fwd1024k32<arch::bf16>>()};
 }
 }

@@ -4,6 +4,7 @@
 namespace ffpa {
 namespace cuda {
 const FwdKernelDesc fwd_f16_large[kFwdLargeKernels] = {fwd_desc<Fwd320<arch::f16>>(), fwd_desc<Fwd512<arch::f16>>(),
-                                          fwd_desc<Fwd1024<arch::f16>>()};
+                                          fwd_desc<Fwd1024<arch::f16>>(),
+                                          fwd_desc<Fwd1024k32<arch::f16>>()};
 }
 }

@@ -27,6 +27,9 @@ template <typename T> using Fwd256 = FwdConfig<T, 256, 4, 1, 64, 256, 2>;
 template <typename T> using Fwd320 = FwdConfig<T, 320, 4, 1, 64, 64, 2>;
 template <typename T> using Fwd512 = FwdConfig<T, 512, 4, 2, 64, 128, 1>;
 template <typename T> using Fwd1024 = FwdConfig<T, 1024, 2, 4, 64, 256, 1>;
+/* 32-key tiles: 80 KiB of shared memory against Fwd1024's 128, so the
+ * 99 KiB parts (sm_86 / sm_89) run D in (512, 1024]. */
+template <typename T> using Fwd1024k32 = FwdConfig<T, 1024, 2, 4, 32, 256, 1>;
 
 template <class Cfg>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)

@@ -6,7 +6,8 @@ namespace hip {
 const FwdKernelDesc *fwd_bf16_large()
 {
     static const FwdKernelDesc table[kFwdLargeKernels] = {fwd_desc<Fwd320<arch::bf16>>(), fwd_desc<Fwd512<arch::bf16>>(),
-                                         fwd_desc<Fwd1024<arch::bf16>>()};
+                                         fwd_desc<Fwd1024<arch::bf16>>(),
+                                         fwd_desc<Fwd1024k32<arch::bf16>>()};
     return table;
 }
 }

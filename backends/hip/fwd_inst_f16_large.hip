@@ -6,7 +6,8 @@ namespace hip {
 const FwdKernelDesc *fwd_f16_large()
 {
     static const FwdKernelDesc table[kFwdLargeKernels] = {fwd_desc<Fwd320<arch::f16>>(), fwd_desc<Fwd512<arch::f16>>(),
-                                         fwd_desc<Fwd1024<arch::f16>>()};
+                                         fwd_desc<Fwd1024<arch::f16>>(),
+                                         fwd_desc<Fwd1024k32<arch::f16>>()};
     return table;
 }
 }

@@ -27,6 +27,7 @@ template <typename T> using Fwd256 = FwdConfig<T, 256, 4, 1, 64, 256, 1>;
 template <typename T> using Fwd320 = FwdConfig<T, 320, 4, 1, 64, 64, 1>;
 template <typename T> using Fwd512 = FwdConfig<T, 512, 4, 2, 64, 128, 1>;
 template <typename T> using Fwd1024 = FwdConfig<T, 1024, 2, 4, 64, 256, 1>;
+template <typename T> using Fwd1024k32 = FwdConfig<T, 1024, 2, 4, 32, 256, 1>; /* 80 KiB: NVIDIA's 99 KiB parts */
 
 template <class Cfg> __global__ void __launch_bounds__(Cfg::kThreads) ffpa_hip_fwd_kernel(const ffpa_gpu_fwd_params p)
 {
