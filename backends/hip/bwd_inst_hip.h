@@ -51,37 +51,43 @@ __global__ void __launch_bounds__(SmallCfg::kThreads) bwd_dq_small_kernel(const 
 hipError_t FFPA_BWD_LAUNCH_DKDV(int kernel, const ffpa_bwd_params &p, size_t smem, hipStream_t stream)
 {
     dim3 grid((unsigned)p.kv_blocks, (unsigned)p.hkv, (unsigned)p.batch);
-    /* dK/dV in registers where one chunk covers D (bwd_dkdv.cuh). */
-    if (kernel == bwd::kDkdvSmall)
-        return dkdv_resident<SmallCfg>(p.dqk, p.dv)
-                   ? launch_with_smem(bwd_dkdv_small_kernel<FFPA_BWD_T, true>, grid, SmallCfg::kThreads, smem, stream, p)
-                   : launch_with_smem(bwd_dkdv_small_kernel<FFPA_BWD_T>, grid, SmallCfg::kThreads, smem, stream, p);
+    switch (kernel) { /* *Resident: dK/dV in registers (bwd_host.h choose_tiles) */
+    case bwd::kDkdvSmallResident:
+        return launch_with_smem(bwd_dkdv_small_kernel<FFPA_BWD_T, true>, grid, SmallCfg::kThreads, smem, stream, p);
+    case bwd::kDkdvSmall:
+        return launch_with_smem(bwd_dkdv_small_kernel<FFPA_BWD_T>, grid, SmallCfg::kThreads, smem, stream, p);
 #if FFPA_HIP_BIG_BWD
-    if (kernel == bwd::kDkdv64)
-        return dkdv_resident<BigCfg>(p.dqk, p.dv)
-                   ? launch_with_smem(bwd_dkdv_kernel<FFPA_BWD_T, 64, true>, grid, BigCfg::kThreads, smem, stream, p)
-                   : launch_with_smem(bwd_dkdv_kernel<FFPA_BWD_T, 64>, grid, BigCfg::kThreads, smem, stream, p);
-    return launch_with_smem(bwd_dkdv_kernel<FFPA_BWD_T, 32>, grid, BigCfg::kThreads, smem, stream, p);
+    case bwd::kDkdv64Resident:
+        return launch_with_smem(bwd_dkdv_kernel<FFPA_BWD_T, 64, true>, grid, BigCfg::kThreads, smem, stream, p);
+    case bwd::kDkdv64:
+        return launch_with_smem(bwd_dkdv_kernel<FFPA_BWD_T, 64>, grid, BigCfg::kThreads, smem, stream, p);
+    default:
+        return launch_with_smem(bwd_dkdv_kernel<FFPA_BWD_T, 32>, grid, BigCfg::kThreads, smem, stream, p);
 #else
-    return hipErrorInvalidDeviceFunction; /* not built for AMD targets (see above) */
+    default:
+        return hipErrorInvalidDeviceFunction; /* not built for AMD targets (see above) */
 #endif
+    }
 }
 
 hipError_t FFPA_BWD_LAUNCH_DQ(int kernel, const ffpa_bwd_params &p, int64_t blocks, size_t smem, hipStream_t stream)
 {
     const dim3 grid((unsigned)blocks);
-    /* dQ in registers where one chunk covers Dqk (bwd_dq.cuh). */
-    if (kernel == bwd::kDqSmall)
-        return dq_resident<SmallCfg>(p.dqk)
-                   ? launch_with_smem(bwd_dq_small_kernel<FFPA_BWD_T, true>, grid, SmallCfg::kThreads, smem, stream, p)
-                   : launch_with_smem(bwd_dq_small_kernel<FFPA_BWD_T>, grid, SmallCfg::kThreads, smem, stream, p);
+    switch (kernel) { /* *Resident: dQ in registers (bwd_host.h choose_tiles) */
+    case bwd::kDqSmallResident:
+        return launch_with_smem(bwd_dq_small_kernel<FFPA_BWD_T, true>, grid, SmallCfg::kThreads, smem, stream, p);
+    case bwd::kDqSmall:
+        return launch_with_smem(bwd_dq_small_kernel<FFPA_BWD_T>, grid, SmallCfg::kThreads, smem, stream, p);
 #if FFPA_HIP_BIG_BWD
-    return dq_resident<BigCfg>(p.dqk)
-               ? launch_with_smem(bwd_dq_kernel<FFPA_BWD_T, true>, grid, BigCfg::kThreads, smem, stream, p)
-               : launch_with_smem(bwd_dq_kernel<FFPA_BWD_T>, grid, BigCfg::kThreads, smem, stream, p);
+    case bwd::kDqResident:
+        return launch_with_smem(bwd_dq_kernel<FFPA_BWD_T, true>, grid, BigCfg::kThreads, smem, stream, p);
+    default:
+        return launch_with_smem(bwd_dq_kernel<FFPA_BWD_T>, grid, BigCfg::kThreads, smem, stream, p);
 #else
-    return hipErrorInvalidDeviceFunction;
+    default:
+        return hipErrorInvalidDeviceFunction;
 #endif
+    }
 }
 
 } /* namespace bwd */

@@ -52,30 +52,34 @@ __global__ void __launch_bounds__(SmallCfg::kThreads, 1) dq_small_kernel(const _
 cudaError_t FFPA_BWD_LAUNCH_DKDV(int kernel, const ffpa_bwd_params &p, size_t smem, cudaStream_t stream)
 {
     dim3 grid((unsigned)p.kv_blocks, (unsigned)p.hkv, (unsigned)p.batch);
-    /* dK/dV in registers where one chunk covers D (bwd_dkdv.cuh). */
-    if (kernel == kDkdvSmall)
-        return dkdv_resident<SmallCfg>(p.dqk, p.dv)
-                   ? launch_with_smem(dkdv_small_kernel<FFPA_BWD_T, true>, grid, SmallCfg::kThreads, smem, stream, p)
-                   : launch_with_smem(dkdv_small_kernel<FFPA_BWD_T>, grid, SmallCfg::kThreads, smem, stream, p);
-    if (kernel == kDkdv64)
-        return dkdv_resident<BigCfg>(p.dqk, p.dv)
-                   ? launch_with_smem(dkdv_kernel<FFPA_BWD_T, 64, true>, grid, BigCfg::kThreads, smem, stream, p)
-                   : launch_with_smem(dkdv_kernel<FFPA_BWD_T, 64>, grid, BigCfg::kThreads, smem, stream, p);
-    return launch_with_smem(dkdv_kernel<FFPA_BWD_T, 32>, grid, BigCfg::kThreads, smem, stream, p);
+    switch (kernel) { /* *Resident: dK/dV in registers (bwd_host.h choose_tiles) */
+    case kDkdvSmallResident:
+        return launch_with_smem(dkdv_small_kernel<FFPA_BWD_T, true>, grid, SmallCfg::kThreads, smem, stream, p);
+    case kDkdvSmall:
+        return launch_with_smem(dkdv_small_kernel<FFPA_BWD_T>, grid, SmallCfg::kThreads, smem, stream, p);
+    case kDkdv64Resident:
+        return launch_with_smem(dkdv_kernel<FFPA_BWD_T, 64, true>, grid, BigCfg::kThreads, smem, stream, p);
+    case kDkdv64:
+        return launch_with_smem(dkdv_kernel<FFPA_BWD_T, 64>, grid, BigCfg::kThreads, smem, stream, p);
+    default:
+        return launch_with_smem(dkdv_kernel<FFPA_BWD_T, 32>, grid, BigCfg::kThreads, smem, stream, p);
+    }
 }
 
 cudaError_t FFPA_BWD_LAUNCH_DQ(int kernel, const ffpa_bwd_params &p, int64_t blocks, size_t smem,
                                cudaStream_t stream)
 {
     const dim3 grid((unsigned)blocks);
-    /* dQ in registers where one chunk covers Dqk (bwd_dq.cuh). */
-    if (kernel == kDqSmall)
-        return dq_resident<SmallCfg>(p.dqk)
-                   ? launch_with_smem(dq_small_kernel<FFPA_BWD_T, true>, grid, SmallCfg::kThreads, smem, stream, p)
-                   : launch_with_smem(dq_small_kernel<FFPA_BWD_T>, grid, SmallCfg::kThreads, smem, stream, p);
-    return dq_resident<BigCfg>(p.dqk)
-               ? launch_with_smem(dq_kernel<FFPA_BWD_T, true>, grid, BigCfg::kThreads, smem, stream, p)
-               : launch_with_smem(dq_kernel<FFPA_BWD_T>, grid, BigCfg::kThreads, smem, stream, p);
+    switch (kernel) { /* *Resident: dQ in registers (bwd_host.h choose_tiles) */
+    case kDqSmallResident:
+        return launch_with_smem(dq_small_kernel<FFPA_BWD_T, true>, grid, SmallCfg::kThreads, smem, stream, p);
+    case kDqSmall:
+        return launch_with_smem(dq_small_kernel<FFPA_BWD_T>, grid, SmallCfg::kThreads, smem, stream, p);
+    case kDqResident:
+        return launch_with_smem(dq_kernel<FFPA_BWD_T, true>, grid, BigCfg::kThreads, smem, stream, p);
+    default:
+        return launch_with_smem(dq_kernel<FFPA_BWD_T>, grid, BigCfg::kThreads, smem, stream, p);
+    }
 }
 
 cudaError_t FFPA_BWD_ATTR(int which, cudaFuncAttributes *attr)

@@ -54,7 +54,7 @@ extern "C" ffpa_status ffpa_cuda_backward(ffpa_gpu_state *gpu, const ffpa_proble
     const ffpa_status s = host::run<BwdRt>(ffpa_cuda_stream(gpu), gpu->caps.limits, "cuda", pb, ws, ws_bytes, err, err_len,
                                                  &ran);
     if (s == FFPA_OK) {
-        host::tiles_label(ran, pb, gpu->kernel_label, sizeof gpu->kernel_label);
+        host::tiles_label(ran, gpu->kernel_label, sizeof gpu->kernel_label);
         gpu->last_kernel = gpu->kernel_label;
     }
     return s;

@@ -190,6 +190,9 @@ struct Tiles {
     int dkdv, bc, dkdv_stages; /* dK/dV kernel, its key tile, ring depth */
     int dq, br, dq_stages;     /* dQ kernel, its query tile, ring depth */
     size_t dkdv_smem, dq_smem;
+    /* What the launchers run: dkdv / dq, or their *Resident twins where the
+     * gradients stay in registers (decided once, in choose_tiles). */
+    int dkdv_launch, dq_launch;
 };
 
 /* One kernel configuration choose_tiles may take: the kernel, its tile
@@ -265,6 +268,12 @@ inline ffpa_status choose_tiles(const ffpa_problem *pb, size_t smem_limit, const
     t.bc = kv->tile;
     t.dq = q->kernel;
     t.br = q->tile;
+    /* The gradients stay in registers where one chunk covers D. */
+    t.dkdv_launch = t.dkdv == kDkdv64 && dkdv_resident<BigCfg>(dqk, dv)       ? kDkdv64Resident
+                    : t.dkdv == kDkdvSmall && dkdv_resident<SmallCfg>(dqk, dv) ? kDkdvSmallResident
+                                                                                         : t.dkdv;
+    t.dq_launch = t.dq == kDq ? (dq_resident<BigCfg>(dqk) ? kDqResident : kDq)
+                              : (dq_resident<SmallCfg>(dqk) ? kDqSmallResident : kDqSmall);
     return FFPA_OK;
 }
 
@@ -283,13 +292,10 @@ inline ffpa_plan tuned_plan(const ffpa_problem *pb, const ffpa_device_limits &li
 /* "bwd dkdv kv64 s3, dq big s2": the kernels that ran, in the tuning
  * tables' words (ffpa_last_kernel; the tuner tells configurations apart by
  * it); " regs" after a kernel that kept its gradients in registers. */
-inline void tiles_label(const Tiles &t, const ffpa_problem *pb, char *buf, size_t len)
+inline void tiles_label(const Tiles &t, char *buf, size_t len)
 {
     const char *kv = t.dkdv == kDkdv64 ? "kv64" : t.dkdv == kDkdv32 ? "kv32" : "small";
-    const int dqk = (int)pb->dqk, dv = (int)pb->dv;
-    const bool regs = (t.dkdv == kDkdv64 && dkdv_resident<BigCfg>(dqk, dv)) ||
-                      (t.dkdv == kDkdvSmall && dkdv_resident<SmallCfg>(dqk, dv));
-    const bool dq_regs = t.dq == kDq ? dq_resident<BigCfg>(dqk) : dq_resident<SmallCfg>(dqk);
+    const bool regs = t.dkdv_launch != t.dkdv, dq_regs = t.dq_launch != t.dq;
     snprintf(buf, len, "bwd dkdv %s%s s%d, dq %s%s s%d", kv, regs ? " regs" : "", t.dkdv_stages,
              t.dq == kDq ? "big" : "small", dq_regs ? " regs" : "", t.dq_stages);
 }
@@ -466,11 +472,11 @@ ffpa_status run(typename Rt::Stream stream, const ffpa_device_limits &lim, const
     const int dtype = (int)pb->dtype;
     if (pb->nq > 0 && !Rt::ok(e = Rt::delta(dtype, p, stream)))
         return device_error<Rt>(e, who, "delta kernel", err, err_len);
-    if (pb->nkv > 0 && !Rt::ok(e = Rt::dkdv(dtype, t.dkdv, p, t.dkdv_smem, stream)))
+    if (pb->nkv > 0 && !Rt::ok(e = Rt::dkdv(dtype, t.dkdv_launch, p, t.dkdv_smem, stream)))
         return device_error<Rt>(e, who, "dK/dV kernel", err, err_len);
     ffpa_bwd_params pq = p;
     pq.stages = t.dq_stages;
-    if (pb->nq > 0 && dq_blocks > 0 && !Rt::ok(e = Rt::dq(dtype, t.dq, pq, dq_blocks, t.dq_smem, stream)))
+    if (pb->nq > 0 && dq_blocks > 0 && !Rt::ok(e = Rt::dq(dtype, t.dq_launch, pq, dq_blocks, t.dq_smem, stream)))
         return device_error<Rt>(e, who, "dQ kernel", err, err_len);
 
     if (pb->grad_accum == FFPA_GRAD_ACCUM_F32) {

@@ -88,9 +88,9 @@ namespace bwd {
 /* The dK/dV and dQ kernels a launcher instantiates (bwd_host.h picks; the
  * CUDA plugin's kernel_attributes takes the same numbers). *Small: the
  * small-shared-memory configuration (SmallCfg of bwd_common.cuh).
- * *Resident: the launch's own choice for kDkdv64 / kDkdvSmall / kDq /
- * kDqSmall where one chunk covers D (the gradients in registers,
- * bwd_dkdv.cuh, bwd_dq.cuh); named here for kernel_attributes only. */
+ * *Resident: the same kernels with the gradients in registers, which
+ * choose_tiles takes for kDkdv64 / kDkdvSmall / kDq / kDqSmall where one
+ * chunk covers D (bwd_dkdv.cuh, bwd_dq.cuh). */
 enum Kernel {
     kDkdv64 = 0,
     kDkdv32 = 1,
