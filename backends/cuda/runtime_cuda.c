@@ -79,7 +79,9 @@ static ffpa_status apply_as_arch(struct cudaDeviceProp *prop, int *as_arch, char
      * SM, a percentage of this device's rounded down, which the driver
      * rounds up to the configuration it names (H100: 100 and 164 KiB are
      * configurations), so an SM holds as many blocks as on the part. */
-    ffpa_cuda_carveout_percent = (int)(lim.smem_per_sm * 100 / prop->sharedMemPerMultiprocessor);
+    /* Contexts may be created from several threads at once: one value, stored atomically. */
+    __atomic_store_n(&ffpa_cuda_carveout_percent, (int)(lim.smem_per_sm * 100 / prop->sharedMemPerMultiprocessor),
+                     __ATOMIC_RELAXED);
     prop->major = lim.arch / 10;
     prop->minor = lim.arch % 10;
     prop->sharedMemPerBlockOptin = lim.smem_per_block;

@@ -31,9 +31,9 @@ gpuError_t launch_with_smem(Kernel kernel, dim3 grid, int threads, size_t smem, 
 #if defined(FFPA_CUDA_PLUGIN)
     /* Playing a smaller part (FFPA_CUDA_AS_ARCH): its shared memory per SM
      * as the carveout, so an SM holds the blocks it would hold there. */
-    if (ffpa_cuda_carveout_percent >= 0) {
-        const cudaError_t c =
-            cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, ffpa_cuda_carveout_percent);
+    const int carveout = __atomic_load_n(&ffpa_cuda_carveout_percent, __ATOMIC_RELAXED);
+    if (carveout >= 0) {
+        const cudaError_t c = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, carveout);
         if (c != cudaSuccess)
             return c;
     }
