@@ -19,6 +19,8 @@
 #                (PROFILE_PASSES="fwd bwd", PROFILE_BWD_SHAPES)
 #   tune         ffpa-tune (TUNE_PASS fwd|bwd|both, default both; TUNE_BUDGET s) into BUILD/ffpa/tuning;
 #                checks with it
+#   tune-arch    the architecture tables (cuda-sm_<arch>.json) for TUNE_ARCHS (default "80 86"), each
+#                tuned under FFPA_CUDA_AS_ARCH and checked with it (forward and backward vs the cpu backend)
 #   grid         the benchmark grid (with and without the tuning table, SDPA) in OUT/results/<device>
 #   reliability  device OOM x1000 and > 2^31 elements (py/reliability_gpu.py), the zero-size, thread,
 #                validation suites, STRESS_FWD/STRESS_BWD random cases with device memory sampled, and
@@ -306,6 +308,23 @@ if want tune; then
   note "check forward with the new table: rc=$? $(fails "$OUT/check-tuned.log" 12)"
   timeout 300 "$BENCH" --backend cuda --backward --check --no-time "${BWD_CHECK[@]}" >"$OUT/check-tuned-bwd.log" 2>&1
   note "check backward with the new table: rc=$? $(fails "$OUT/check-tuned-bwd.log" ${#BWD_CHECK[@]})"
+fi
+
+if want tune-arch; then
+  mkdir -p "$B/ffpa/tuning"
+  for a in ${TUNE_ARCHS:-80 86}; do
+    t0=$(date +%s)
+    (cd "$B/ffpa/tuning" && FFPA_CUDA_AS_ARCH=$a ../../tuning/ffpa-tune --pass "${TUNE_PASS:-both}" \
+      --budget-s "${TUNE_BUDGET:-140}") >"$OUT/tune-sm$a.log" 2>&1
+    note "ffpa-tune as sm_$a: rc=$? $(( $(date +%s) - t0 )) s; $(tail -1 "$OUT/tune-sm$a.log")"
+    cp "$B/ffpa/tuning/cuda-sm_$a.json" "$OUT/" 2>/dev/null
+    FFPA_CUDA_AS_ARCH=$a timeout 200 "$BENCH" --backend cuda --check --no-time "${FWD_CHECK[@]}" \
+      >"$OUT/check-tuned-sm$a.log" 2>&1
+    note "check forward as sm_$a with its table: rc=$? $(fails "$OUT/check-tuned-sm$a.log" ${#FWD_CHECK[@]})"
+    FFPA_CUDA_AS_ARCH=$a timeout 300 "$BENCH" --backend cuda --backward --check --no-time "${BWD_CHECK[@]}" \
+      >"$OUT/check-tuned-bwd-sm$a.log" 2>&1
+    note "check backward as sm_$a with its table: rc=$? $(fails "$OUT/check-tuned-bwd-sm$a.log" ${#BWD_CHECK[@]})"
+  done
 fi
 
 if want grid; then
