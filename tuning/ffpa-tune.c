@@ -565,6 +565,7 @@ static void usage(FILE *f)
     fprintf(f, "usage: ffpa-tune [--backend NAME] [--out FILE] [--pass fwd|bwd|both] [--budget-s S] "
                "[--reps N] [--margin F] [--quick] [--shape B,Hq,Hkv,Nq,Nkv,D[,c]]...\n"
                "Tunes the GPU kernels' plans of one device (cuda or hip; the cpu backend has nothing to tune).\n"
+               "Under FFPA_CUDA_AS_ARCH=80|86|89 it tunes as that part and writes its table, cuda-sm_<arch>.json.\n"
                "exit status: 0 success, 1 a run failed or the table could not be written, 2 bad usage\n");
 }
 
