@@ -71,8 +71,10 @@ static ffpa_status apply_as_arch(struct cudaDeviceProp *prop, int *as_arch, char
     char *end = NULL;
     const long arch = strtol(v, &end, 10);
     if (end == v || *end || arch < 0 || arch > 1000 || !ffpa_limits_as_arch(&lim, (int)arch)) {
-        snprintf(err, err_len, "FFPA_CUDA_AS_ARCH='%.40s': expected 80, 86 or 89, a part at most this %.100s's sm_%d%d",
-                 v, prop->name, prop->major, prop->minor);
+        snprintf(err, err_len,
+                 "FFPA_CUDA_AS_ARCH='%.40s': expected 80, 86 or 89, a part of at most this %.100s's sm_%d%d and "
+                 "%zu KiB of shared memory per SM",
+                 v, prop->name, prop->major, prop->minor, (size_t)prop->sharedMemPerMultiprocessor / 1024);
         return FFPA_ERR_NO_BACKEND;
     }
     /* The carveout of every generic kernel: the part's shared memory per
