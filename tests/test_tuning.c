@@ -80,6 +80,27 @@ static const char *write_text(const char *name, const char *text)
     return write_file(name, text, strlen(text));
 }
 
+/* <tmp_dir>/<lib>/ffpa/tuning/<name> holding text, the folders made as
+ * needed: where the core looks for tables beside a libffpa in <lib>.
+ * Returns the file's path (the caller copies it to keep it). */
+static const char *write_lib_table(const char *lib, const char *name, const char *text)
+{
+    static char path[600];
+    char dir[400];
+    const char *levels[] = {"", "/ffpa", "/tuning"};
+    snprintf(dir, sizeof dir, "%s/%s", tmp_dir, lib);
+    for (size_t i = 0; i < sizeof levels / sizeof levels[0]; ++i) {
+        strcat(dir, levels[i]);
+        assert_true(mkdir(dir, 0700) == 0 || access(dir, F_OK) == 0);
+    }
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    assert_non_null(f);
+    fputs(text, f);
+    assert_int_equal(fclose(f), 0);
+    return path;
+}
+
 /* The text of a table for DEVICE: `head` (the members before "entries",
  * e.g. "\"version\": 2, \"backend\": \"cuda\"") and the entries (JSON array body). */
 static const char *table_text(const char *head, const char *entries)
@@ -1176,22 +1197,12 @@ static void test_core_env(void **state)
     assert_string_equal(printed, "");
 
     /* The search through folders: <lib>/ffpa/tuning/<device>.json. */
-    char dir[300], warn[256];
-    snprintf(dir, sizeof dir, "%s/lib/ffpa", tmp_dir);
-    char cmd_dir[320];
+    char warn[256], cmd_dir[320], file[600];
     snprintf(cmd_dir, sizeof cmd_dir, "%s/lib", tmp_dir);
-    assert_true(mkdir(cmd_dir, 0700) == 0 || access(cmd_dir, F_OK) == 0);
-    assert_true(mkdir(dir, 0700) == 0 || access(dir, F_OK) == 0);
-    strcat(dir, "/tuning");
-    assert_true(mkdir(dir, 0700) == 0 || access(dir, F_OK) == 0);
-    char file[400];
-    snprintf(file, sizeof file, "%s/NVIDIA_H100_80GB_HBM3.json", dir);
-    FILE *f = fopen(file, "w");
-    assert_non_null(f);
-    fputs("{\"format\": \"ffpa-tuning\", \"version\": 1, \"device\": \"NVIDIA H100 80GB HBM3\", \"entries\": "
-          "[" ENTRY("split-d", "false", 512, 8192, "\"stages\": 4") "]}",
-          f);
-    fclose(f);
+    snprintf(file, sizeof file, "%s",
+             write_lib_table("lib", "NVIDIA_H100_80GB_HBM3.json",
+                             "{\"format\": \"ffpa-tuning\", \"version\": 1, \"device\": \"NVIDIA H100 80GB HBM3\", "
+                             "\"entries\": [" ENTRY("split-d", "false", 512, 8192, "\"stages\": 4") "]}"));
     ffpa_tuning_table *t =
         ffpa_tuning_load_for_device(DEVICE, 90, "cuda", "/nonexistent", cmd_dir, warn, sizeof warn);
     assert_non_null(t);
@@ -1232,18 +1243,8 @@ static void test_backend_mismatch(void **state)
     assert_string_equal(warn, "");
 
     /* The folder search finds the device's file; another backend's is silence. */
-    char dir[400], file[500];
-    snprintf(dir, sizeof dir, "%s/hiplib", tmp_dir);
-    assert_true(mkdir(dir, 0700) == 0 || access(dir, F_OK) == 0);
-    strcat(dir, "/ffpa");
-    assert_true(mkdir(dir, 0700) == 0 || access(dir, F_OK) == 0);
-    strcat(dir, "/tuning");
-    assert_true(mkdir(dir, 0700) == 0 || access(dir, F_OK) == 0);
-    snprintf(file, sizeof file, "%s/NVIDIA_H100_80GB_HBM3.json", dir);
-    FILE *f = fopen(file, "w");
-    assert_non_null(f);
-    fputs(cuda_text, f);
-    fclose(f);
+    char dir[400], file[600];
+    snprintf(file, sizeof file, "%s", write_lib_table("hiplib", "NVIDIA_H100_80GB_HBM3.json", cuda_text));
     snprintf(dir, sizeof dir, "%s/hiplib", tmp_dir);
     memset(warn, 'x', sizeof warn);
     assert_null(ffpa_tuning_load_for_device(DEVICE, 90, "hip", dir, NULL, warn, sizeof warn));
@@ -1299,21 +1300,11 @@ static void test_arch_tables(void **state)
     assert_int_equal(ffpa_tuning_arch_file_name("hip", 80, name, sizeof name), 0);
     assert_string_equal(name, "");
     assert_int_equal(ffpa_tuning_arch_file_name("cuda", 0, name, sizeof name), 0);
-    char dir[400], file[500], dev_file[500];
-    snprintf(dir, sizeof dir, "%s/archlib", tmp_dir);
-    assert_true(mkdir(dir, 0700) == 0 || access(dir, F_OK) == 0);
-    strcat(dir, "/ffpa");
-    assert_true(mkdir(dir, 0700) == 0 || access(dir, F_OK) == 0);
-    strcat(dir, "/tuning");
-    assert_true(mkdir(dir, 0700) == 0 || access(dir, F_OK) == 0);
-    snprintf(file, sizeof file, "%s/cuda-sm_80.json", dir);
+    char dir[400], file[600], dev_file[600];
     snprintf(text, sizeof text,
              "{\"format\": \"ffpa-tuning\", " V2_HEAD ", \"arch\": 80, \"entries\": ["
              ENTRY("split-d", "false", 512, 8192, "\"stages\": 3") "]}");
-    FILE *f = fopen(file, "w");
-    assert_non_null(f);
-    fputs(text, f);
-    fclose(f);
+    snprintf(file, sizeof file, "%s", write_lib_table("archlib", "cuda-sm_80.json", text));
     snprintf(dir, sizeof dir, "%s/archlib", tmp_dir);
     t = ffpa_tuning_load_for_device(a100, 80, "cuda", dir, NULL, warn, sizeof warn);
     assert_non_null(t);
@@ -1326,15 +1317,11 @@ static void test_arch_tables(void **state)
     assert_null(ffpa_tuning_load_for_device("NVIDIA A10 (sm_86, 72 SMs)", 86, "cuda", dir, NULL, warn, sizeof warn));
     assert_string_equal(warn, "");
     /* A device table beside it wins. */
-    snprintf(dev_file, sizeof dev_file, "%s/ffpa/tuning/NVIDIA_A100-SXM4-80GB.json", dir);
     snprintf(text, sizeof text,
              "{\"format\": \"ffpa-tuning\", " V2_HEAD ", \"device\": \"NVIDIA A100-SXM4-80GB\", \"entries\": ["
              ENTRY("split-d", "false", 512, 8192, "\"stages\": 3") ", "
              ENTRY("split-d", "true", 512, 8192, "\"stages\": 2") "]}");
-    f = fopen(dev_file, "w");
-    assert_non_null(f);
-    fputs(text, f);
-    fclose(f);
+    snprintf(dev_file, sizeof dev_file, "%s", write_lib_table("archlib", "NVIDIA_A100-SXM4-80GB.json", text));
     t = ffpa_tuning_load_for_device(a100, 80, "cuda", dir, NULL, warn, sizeof warn);
     assert_non_null(t);
     assert_int_equal(ffpa_tuning_entry_count(t), 2);

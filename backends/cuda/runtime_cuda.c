@@ -48,15 +48,16 @@ static void fill_caps(const struct cudaDeviceProp *prop, int as_arch, ffpa_backe
     lim->max_threads_per_block = prop->maxThreadsPerBlock;
 }
 
+/* The emulated part's carveout (below), read by gpu_launch.cuh; -1: none. */
+int ffpa_cuda_carveout_percent = -1;
+
 /* FFPA_CUDA_AS_ARCH=80|86|89: plan, choose kernels and load tuning tables
  * as on that part (its arch and shared memory: the generic kernels, since
  * the Hopper ones need sm_90; each SM limited to the part's shared memory
  * by the kernels' carveout) while running on this device, which keeps its
- * SM count, registers, clocks and memory. How the sm_80/86/89 tuning tables are
- * measured on an H100 (docs/notes/tuning.md). prop is rewritten, so every
- * launcher's check sees the part. */
-int ffpa_cuda_carveout_percent = -1; /* read by gpu_launch.cuh */
-
+ * SM count, registers, clocks and memory. How the sm_80/86/89 tuning tables
+ * are measured on an H100 (docs/notes/tuning.md). prop is rewritten, so
+ * every launcher's check sees the part. */
 static ffpa_status apply_as_arch(struct cudaDeviceProp *prop, int *as_arch, char *err, size_t err_len)
 {
     *as_arch = 0;
@@ -80,8 +81,8 @@ static ffpa_status apply_as_arch(struct cudaDeviceProp *prop, int *as_arch, char
     /* The carveout of every generic kernel: the part's shared memory per
      * SM, a percentage of this device's rounded down, which the driver
      * rounds up to the configuration it names (H100: 100 and 164 KiB are
-     * configurations), so an SM holds as many blocks as on the part. */
-    /* Contexts may be created from several threads at once: one value, stored atomically. */
+     * configurations), so an SM holds as many blocks as on the part.
+     * Stored atomically: contexts may be created from several threads. */
     __atomic_store_n(&ffpa_cuda_carveout_percent, (int)(lim.smem_per_sm * 100 / prop->sharedMemPerMultiprocessor),
                      __ATOMIC_RELAXED);
     prop->major = lim.arch / 10;
