@@ -220,6 +220,19 @@ FFPA_DEV uint32_t lane_xor_u32(uint32_t v, int mask) { return __shfl_xor_sync(0x
 /* True in every lane when p holds in some lane of the warp. */
 FFPA_DEV bool warp_any(bool p) { return __any_sync(0xffffffffu, p); }
 
+/* *p += (x, y) in global memory, the result unused (a RED, not an atomic
+ * round trip); p 8-byte aligned. sm_90 adds the pair in one vector
+ * reduction; sm_80-89 in two. */
+FFPA_DEV void red_add_f32x2(float *p, float x, float y)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    atomicAdd(reinterpret_cast<float2 *>(p), make_float2(x, y));
+#else
+    atomicAdd(p, x);
+    atomicAdd(p + 1, y);
+#endif
+}
+
 /* Sum over the 32 lanes of a warp, butterfly 16, 8, 4, 2, 1 (fixed order). */
 FFPA_DEV float warp_sum(float x)
 {

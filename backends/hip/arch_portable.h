@@ -277,6 +277,13 @@ FFPA_DEV float exp2_fast(float x)
 #endif
 }
 
+/* *p += (x, y) in global memory, the result unused (as the CUDA layer's). */
+FFPA_DEV void red_add_f32x2(float *p, float x, float y)
+{
+    atomicAdd(p, x);
+    atomicAdd(p + 1, y);
+}
+
 /* Reductions across the 4 lanes of a quad (the lanes sharing a C row). */
 FFPA_DEV float quad_max(float x)
 {

@@ -2,8 +2,9 @@
  * Kernel entry points of one element type; bwd_inst_f16.cu and
  * bwd_inst_bf16.cu include this with FFPA_BWD_T set, so the two dtypes
  * compile in parallel. Instantiated per dtype: dK/dV with 64-row key tiles
- * (Dqk + Dv up to 1152 on a 227 KB device), with 32-row key tiles (the
- * rest, up to 2 x 1024), and one dQ kernel, all of BigCfg; and the
+ * (Dqk + Dv up to 1152 on a 227 KB device; also as the twins that add dQ
+ * themselves), with 32-row key tiles (the rest, up to 2 x 1024), and one dQ
+ * kernel, all of BigCfg; and the
  * small-shared-memory configuration (SmallCfg: at most 64 KiB per block,
  * chosen by bwd_host.h only where BigCfg does not fit): dK/dV with K/V
  * streamed, and dQ. Every head dimension routes to these (D is a run-time
@@ -25,10 +26,10 @@
 namespace ffpa {
 namespace bwd {
 
-template <typename T, int kBc, bool kResident = false>
+template <typename T, int kBc, bool kResident = false, bool kDqAtomic = false>
 __global__ void __launch_bounds__(BigCfg::kThreads, 1) dkdv_kernel(const __grid_constant__ ffpa_bwd_params p)
 {
-    dkdv_body<T, kBc, BigCfg, kResident>(p);
+    dkdv_body<T, kBc, BigCfg, kResident, kDqAtomic>(p);
 }
 
 template <typename T, bool kResident = false>
@@ -59,8 +60,14 @@ cudaError_t FFPA_BWD_LAUNCH_DKDV(int kernel, const ffpa_bwd_params &p, size_t sm
         return launch_with_smem(dkdv_small_kernel<FFPA_BWD_T>, grid, SmallCfg::kThreads, smem, stream, p);
     case kDkdv64Resident:
         return launch_with_smem(dkdv_kernel<FFPA_BWD_T, 64, true>, grid, BigCfg::kThreads, smem, stream, p);
+    case kDkdv64ResidentDqAtomic:
+        return launch_with_smem(dkdv_kernel<FFPA_BWD_T, 64, true, true>, grid, BigCfg::kThreads, smem, stream, p);
+    case kDkdv64DqAtomic:
+        return launch_with_smem(dkdv_kernel<FFPA_BWD_T, 64, false, true>, grid, BigCfg::kThreads, smem, stream, p);
     case kDkdv64:
         return launch_with_smem(dkdv_kernel<FFPA_BWD_T, 64>, grid, BigCfg::kThreads, smem, stream, p);
+    case kDkdv32DqAtomic:
+        return launch_with_smem(dkdv_kernel<FFPA_BWD_T, 32, false, true>, grid, BigCfg::kThreads, smem, stream, p);
     default:
         return launch_with_smem(dkdv_kernel<FFPA_BWD_T, 32>, grid, BigCfg::kThreads, smem, stream, p);
     }
@@ -93,6 +100,12 @@ cudaError_t FFPA_BWD_ATTR(int which, cudaFuncAttributes *attr)
         return cudaFuncGetAttributes(attr, dkdv_small_kernel<FFPA_BWD_T>);
     case kDkdv64Resident:
         return cudaFuncGetAttributes(attr, dkdv_kernel<FFPA_BWD_T, 64, true>);
+    case kDkdv64ResidentDqAtomic:
+        return cudaFuncGetAttributes(attr, dkdv_kernel<FFPA_BWD_T, 64, true, true>);
+    case kDkdv64DqAtomic:
+        return cudaFuncGetAttributes(attr, dkdv_kernel<FFPA_BWD_T, 64, false, true>);
+    case kDkdv32DqAtomic:
+        return cudaFuncGetAttributes(attr, dkdv_kernel<FFPA_BWD_T, 32, false, true>);
     case kDkdvSmallResident:
         return cudaFuncGetAttributes(attr, dkdv_small_kernel<FFPA_BWD_T, true>);
     case kDqResident:

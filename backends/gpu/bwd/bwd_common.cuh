@@ -95,6 +95,20 @@ __device__ __forceinline__ void recompute_p(arch::FragC (&s)[kNT], const float (
             s[nt].r[e] = arch::exp2_fast(s[nt].r[e] - lse2[e >> 1]);
 }
 
+/* mul * dS (a warp's 16 x kBc FragC tiles) as the A fragments of a GEMM over
+ * the keys: FragC pairs of adjacent n-tiles are FragA (arch_sm80.cuh). */
+template <typename T, int kBc>
+__device__ __forceinline__ void ds_afrags(const arch::FragC (&ds)[kBc / 8], float mul, uint32_t (&af)[kBc / 16][4])
+{
+#pragma unroll
+    for (int kk = 0; kk < kBc / 16; ++kk) {
+        af[kk][0] = arch::pack_f32x2<T>(ds[2 * kk].r[0] * mul, ds[2 * kk].r[1] * mul);
+        af[kk][1] = arch::pack_f32x2<T>(ds[2 * kk].r[2] * mul, ds[2 * kk].r[3] * mul);
+        af[kk][2] = arch::pack_f32x2<T>(ds[2 * kk + 1].r[0] * mul, ds[2 * kk + 1].r[1] * mul);
+        af[kk][3] = arch::pack_f32x2<T>(ds[2 * kk + 1].r[2] * mul, ds[2 * kk + 1].r[3] * mul);
+    }
+}
+
 
 } /* namespace bwd */
 } /* namespace ffpa */

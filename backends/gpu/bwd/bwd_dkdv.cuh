@@ -18,6 +18,11 @@
  * kChunk fp32 (64 KiB each way at D = 128) otherwise costs about as much as
  * the tile's GEMMs in L2 traffic. Warp w owns query rows
  * [16 w, 16 w + 16) of S/dP; for dV/dK the warps tile the kBc x kChunk chunk.
+ * With kDqAtomic (K resident, the fp32 dQ buffer zeroed by the host, not
+ * deterministic) the block also adds its part of dQ = scale dS K_j into
+ * that buffer with reductions, FlashAttention-2's form: five GEMMs per
+ * (query tile, key tile) instead of the split launch's seven, and no dQ
+ * kernel re-reading Q, K, V and dO.
  */
 #ifndef FFPA_GPU_BWD_DKDV_CUH
 #define FFPA_GPU_BWD_DKDV_CUH
@@ -60,10 +65,11 @@ template <class B> inline size_t dkdv_smem_bytes(int bc, int dqk, int dv, int st
     return (resident + 2 * ptile + (size_t)stages * slot) * elt;
 }
 
-template <typename T, int kBc, class B, bool kResident = false>
+template <typename T, int kBc, class B, bool kResident = false, bool kDqAtomic = false>
 __device__ __forceinline__ void dkdv_body(const ffpa_bwd_params &p)
 {
     using Cfg = DkdvCfg<kBc, B>;
+    static_assert(!kDqAtomic || !B::kStreamKV, "dQ = dS K needs K_j resident");
     extern __shared__ __align__(128) unsigned char smem_raw[];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int kb = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
@@ -108,8 +114,13 @@ __device__ __forceinline__ void dkdv_body(const ffpa_bwd_params &p)
     const T *vg = static_cast<const T *>(p.v) + row0_offset(p.v_sb, p.v_sh, p.v_sn, g.k_start, varlen, b, hk) +
                   (int64_t)kv0 * p.v_sn;
 
-    const int items_per_tile = 2 * nq2 + nv2;
+    /* hold (kResident, p.dkdv_hold_q): the ring keeps the tile's Q chunk
+     * until the dK phase, so a tile is two items (Q, dO), not three, and
+     * the loads run stages - 2 items ahead instead of stages - 1. */
+    const bool hold = kResident && p.dkdv_hold_q;
+    const int items_per_tile = hold ? nq2 + nv2 : 2 * nq2 + nv2;
     const int total_items = n_tiles * items_per_tile;
+    const int ahead = hold ? p.stages - 2 : p.stages - 1;
 
     /* Item t: chunk of Q (S phase), dO (dP/dV phase) or Q again (dK phase). */
     auto load_item = [&](int t) {
@@ -157,17 +168,18 @@ __device__ __forceinline__ void dkdv_body(const ffpa_bwd_params &p)
             load_tile_async<T, kBc, kSlab, B::kThreads>(vs + s * kBc * kSlab, vg, p.v_sn, kv_valid, s * kSlab, p.dv,
                                                         tid);
     }
-    for (int i = 0; i < p.stages - 1; ++i) {
+    for (int i = 0; i < ahead; ++i) {
         if (i < total_items)
             load_item(i);
         arch::cp_async_commit();
     }
-    /* Item t has landed; the slot of item t-1 is free for item t+stages-1. */
+    /* Item t has landed; the slot of item t + ahead - stages (t - 1, or
+     * t - 2 when holding) is free for item t + ahead. */
     auto item_begin = [&](int t) {
-        arch::cp_async_wait_dyn(p.stages - 2);
+        arch::cp_async_wait_dyn(ahead - 1);
         __syncthreads();
-        if (t + p.stages - 1 < total_items)
-            load_item(t + p.stages - 1);
+        if (t + ahead < total_items)
+            load_item(t + ahead);
         arch::cp_async_commit();
     };
 
@@ -205,16 +217,17 @@ __device__ __forceinline__ void dkdv_body(const ffpa_bwd_params &p)
         }
     };
 
-    /* A warp's fragments times mul into a 16-bit kBc-wide tile in shared memory. */
-    auto store_frags = [&](const arch::FragC(&f)[Cfg::kNT], T *tile, float mul) {
+    /* A warp's fragments, packed as A fragments (ds_afrags), into a
+     * 16-bit kBc-wide tile in shared memory: af[kk][j] holds n-tile
+     * 2 kk + j / 2, fragment rows of half j % 2. */
+    auto store_afrags = [&](const uint32_t(&af)[kBc / 16][4], T *tile) {
 #pragma unroll
-        for (int nt = 0; nt < Cfg::kNT; ++nt)
+        for (int kk = 0; kk < kBc / 16; ++kk)
 #pragma unroll
-            for (int half = 0; half < 2; ++half) {
-                const int r = warp * 16 + arch::frag_c_row(lane, 2 * half);
-                const int c = nt * 8 + arch::frag_c_col(lane, 0);
-                *reinterpret_cast<uint32_t *>(tile + ptile_off<kBc>(r, c)) =
-                    arch::pack_f32x2<T>(f[nt].r[2 * half] * mul, f[nt].r[2 * half + 1] * mul);
+            for (int j = 0; j < 4; ++j) {
+                const int r = warp * 16 + arch::frag_c_row(lane, 2 * (j & 1));
+                const int c = (2 * kk + (j >> 1)) * 8 + arch::frag_c_col(lane, 0);
+                *reinterpret_cast<uint32_t *>(tile + ptile_off<kBc>(r, c)) = af[kk][j];
             }
     };
 
@@ -265,7 +278,9 @@ __device__ __forceinline__ void dkdv_body(const ffpa_bwd_params &p)
                 pd[nt] = s[nt];
             if (p.has_dropout)
                 apply_dropout<Cfg::kNT>(pd, p.mask, mc, lane);
-            store_frags(pd, ps, 1.0f);
+            uint32_t pa[kBc / 16][4];
+            ds_afrags<T, kBc>(pd, 1.0f, pa);
+            store_afrags(pa, ps);
         }
 
         /* dP = dO V^T over Dv chunks; dV += P_dropped^T dO chunk by chunk. */
@@ -313,9 +328,31 @@ __device__ __forceinline__ void dkdv_body(const ffpa_bwd_params &p)
             }
         if (p.mask.softcap_out > 0.0f)
             softcap_grad<Cfg::kNT>(dp, s, lse2, p.mask, mc, lane);
-        store_frags(dp, dss, p.scale);
+        uint32_t dsa[kBc / 16][4];
+        ds_afrags<T, kBc>(dp, p.scale, dsa);
+        store_afrags(dsa, dss);
 
-        /* dK += scale dS^T Q chunk by chunk (Q streamed again). */
+        /* kDqAtomic: dQ rows of this warp += scale dS K_j, slab by slab,
+         * the reductions in flight under the dK GEMMs below. */
+        if constexpr (kDqAtomic) {
+            float *dq = static_cast<float *>(p.dq.data) + acc_row0(p.dq, p.cu_q, b, h) + (int64_t)q0 * p.dq.sn;
+            for (int slab = 0; slab < kslabs; ++slab) {
+                arch::FragC o[kSlab / 8];
+#pragma unroll
+                for (int nt = 0; nt < kSlab / 8; ++nt)
+                    o[nt] = arch::FragC{{0.f, 0.f, 0.f, 0.f}};
+                warp_ab_reg<T, kBc>(o, dsa, ks + slab * kBc * kSlab, lane);
+                red_tile<kSlab / 8>(o, dq, p.dq.sn, warp * 16, g.seqlen_q - q0, slab * kSlab, p.dqk, lane);
+            }
+        }
+
+        /* dK += scale dS^T Q chunk by chunk: the held Q chunk (item t - 2)
+         * once every warp's dS rows are in, or Q streamed again. */
+        if (hold) {
+            __syncthreads();
+            grad_resident(dk_res, ring + ((t - 2) % p.stages) * kSlotElems, dss, p.dqk);
+            continue;
+        }
         for (int c = 0; c < nq2; ++c, ++t) {
             item_begin(t);
             const T *slot = ring + (t % p.stages) * kSlotElems;

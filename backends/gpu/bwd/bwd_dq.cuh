@@ -270,13 +270,7 @@ __device__ __forceinline__ void dq_item(const ffpa_bwd_params &p, int b, int h, 
 
         /* scale * dS as A fragments (FragC pairs = FragA). */
         uint32_t af[kDqBc / 16][4];
-#pragma unroll
-        for (int kk = 0; kk < kDqBc / 16; ++kk) {
-            af[kk][0] = arch::pack_f32x2<T>(dp[2 * kk].r[0] * p.scale, dp[2 * kk].r[1] * p.scale);
-            af[kk][1] = arch::pack_f32x2<T>(dp[2 * kk].r[2] * p.scale, dp[2 * kk].r[3] * p.scale);
-            af[kk][2] = arch::pack_f32x2<T>(dp[2 * kk + 1].r[0] * p.scale, dp[2 * kk + 1].r[1] * p.scale);
-            af[kk][3] = arch::pack_f32x2<T>(dp[2 * kk + 1].r[2] * p.scale, dp[2 * kk + 1].r[3] * p.scale);
-        }
+        ds_afrags<T, kDqBc>(dp, p.scale, af);
 
         for (int c = 0; c < nq2; ++c, ++t) {
             item_begin(t);

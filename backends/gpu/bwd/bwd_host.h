@@ -4,7 +4,9 @@
  * sizes and ring depths that fit the device's shared memory (a tuning
  * table's choice where it fits), the kernel
  * parameters, and the launch sequence
- *   delta -> dK/dV -> dQ (+ dbias) -> [fp32 buffers -> dq, dk, dv, dbias].
+ *   delta -> dK/dV -> dQ (+ dbias) -> [fp32 buffers -> dq, dk, dv, dbias],
+ * or, where the dK/dV kernel adds dQ itself (Tiles::dq_atomic),
+ *   zero the dQ buffer -> delta -> dK/dV + dQ -> [fp32 buffers -> ...].
  *
  * The runtime is a template argument Rt: BwdRt (bwd_entry.h), gpu_rt.h's
  * calls and the kernel launches
@@ -193,7 +195,25 @@ struct Tiles {
     /* What the launchers run: dkdv / dq, or their *Resident twins where the
      * gradients stay in registers (decided once, in choose_tiles). */
     int dkdv_launch, dq_launch;
+    /* 1: dkdv_launch adds dQ into the zeroed fp32 buffer (a *DqAtomic
+     * kernel) and no dQ kernel runs. */
+    int dq_atomic;
+    /* 1: the resident dK/dV kernel keeps Q's ring slot for the dK phase
+     * (one more slot than the plan's ring depth; ffpa_bwd_params.dkdv_hold_q). */
+    int dkdv_hold_q;
 };
+
+/* The dK/dV kernel adds dQ with reductions (FlashAttention-2's five GEMMs
+ * instead of the split launch's seven) where the order of the additions may
+ * vary (not deterministic), they go to the fp32 buffer (not the output
+ * dtype), no dbias needs the dQ kernel's dS tile, and K_j is resident
+ * (kDkdv64, kDkdv32: BigCfg). FFPA_BWD_DQ_ATOMIC=0 keeps the dQ kernel (A/B
+ * in one build). */
+inline bool dq_atomic_fits(const ffpa_problem *pb, int dkdv)
+{
+    return (dkdv == kDkdv64 || dkdv == kDkdv32) && pb->grad_accum == FFPA_GRAD_ACCUM_F32 && !pb->deterministic &&
+           !pb->has_dbias && ffpa_env_long("FFPA_BWD_DQ_ATOMIC", 1, 0, 1, nullptr) != 0;
+}
 
 /* One kernel configuration choose_tiles may take: the kernel, its tile
  * (key rows for dK/dV, query rows for dQ), its name in tuning tables
@@ -274,6 +294,22 @@ inline ffpa_status choose_tiles(const ffpa_problem *pb, size_t smem_limit, const
                                                                                          : t.dkdv;
     t.dq_launch = t.dq == kDq ? (dq_resident<BigCfg>(dqk) ? kDqResident : kDq)
                               : (dq_resident<SmallCfg>(dqk) ? kDqSmallResident : kDqSmall);
+    /* Resident dK/dV: one slot more holds the tile's Q chunk for the dK
+     * phase (two items a tile instead of three, the same loads in flight),
+     * where it fits. FFPA_BWD_HOLD_Q=0 streams Q again (A/B in one build). */
+    if (t.dkdv_launch == kDkdv64Resident && ffpa_env_long("FFPA_BWD_HOLD_Q", 1, 0, 1, nullptr) != 0) {
+        const size_t bytes = dkdv_smem_bytes<BigCfg>(64, dqk, dv, t.dkdv_stages + 1, elt);
+        if (bytes <= smem_limit) {
+            t.dkdv_stages += 1;
+            t.dkdv_smem = bytes;
+            t.dkdv_hold_q = 1;
+        }
+    }
+    t.dq_atomic = dq_atomic_fits(pb, t.dkdv);
+    if (t.dq_atomic)
+        t.dkdv_launch = t.dkdv_launch == kDkdv64Resident ? kDkdv64ResidentDqAtomic
+                        : t.dkdv == kDkdv32                ? kDkdv32DqAtomic
+                                                           : kDkdv64DqAtomic;
     return FFPA_OK;
 }
 
@@ -291,13 +327,21 @@ inline ffpa_plan tuned_plan(const ffpa_problem *pb, const ffpa_device_limits &li
 
 /* "bwd dkdv kv64 s3, dq big s2": the kernels that ran, in the tuning
  * tables' words (ffpa_last_kernel; the tuner tells configurations apart by
- * it); " regs" after a kernel that kept its gradients in registers. */
+ * it); " regs" after a kernel that kept its gradients in registers,
+ * " q-held" after one that kept Q for the dK phase; "dq atomic" where the
+ * dK/dV kernel added dQ. */
 inline void tiles_label(const Tiles &t, char *buf, size_t len)
 {
     const char *kv = t.dkdv == kDkdv64 ? "kv64" : t.dkdv == kDkdv32 ? "kv32" : "small";
-    const bool regs = t.dkdv_launch != t.dkdv, dq_regs = t.dq_launch != t.dq;
-    snprintf(buf, len, "bwd dkdv %s%s s%d, dq %s%s s%d", kv, regs ? " regs" : "", t.dkdv_stages,
-             t.dq == kDq ? "big" : "small", dq_regs ? " regs" : "", t.dq_stages);
+    const bool regs = t.dkdv_launch == kDkdv64Resident || t.dkdv_launch == kDkdv64ResidentDqAtomic ||
+                      t.dkdv_launch == kDkdvSmallResident,
+               dq_regs = t.dq_launch != t.dq;
+    const char *held = t.dkdv_hold_q ? " q-held" : "";
+    if (t.dq_atomic)
+        snprintf(buf, len, "bwd dkdv %s%s s%d%s, dq atomic", kv, regs ? " regs" : "", t.dkdv_stages, held);
+    else
+        snprintf(buf, len, "bwd dkdv %s%s s%d%s, dq %s%s s%d", kv, regs ? " regs" : "", t.dkdv_stages, held,
+                 t.dq == kDq ? "big" : "small", dq_regs ? " regs" : "", t.dq_stages);
 }
 
 inline ffpa_bwd_acc acc_of_buffer(void *data, int64_t rows_total, int64_t rows_per_seq, int64_t dim, bool varlen)
@@ -393,6 +437,7 @@ inline void fill_params(const ffpa_problem *pb, unsigned char *base, const Layou
     p.q_blocks = (int)((pb->nq + t.br - 1) / t.br);
     p.kv_blocks = (int)((pb->nkv + t.bc - 1) / t.bc);
     p.stages = t.dkdv_stages;
+    p.dkdv_hold_q = t.dkdv_hold_q;
 
     /* dQ work items sharing dbias elements: one block, fixed order, in
      * deterministic mode; atomics on the fp32 buffer otherwise. */
@@ -469,6 +514,11 @@ ffpa_status run(typename Rt::Stream stream, const ffpa_device_limits &lim, const
         !Rt::ok(e = Rt::zero(p.dbias, (size_t)(g[0] * g[1] * g[2] * g[3]) * sizeof(float), stream)))
         return device_error<Rt>(e, who, "clearing the dbias buffer", err, err_len);
 
+    /* dq_atomic: every key block adds into the buffer; rows no key reaches stay 0. */
+    if (t.dq_atomic && pb->nq > 0 &&
+        !Rt::ok(e = Rt::zero(p.dq.data, (size_t)(pb->hq * pb->total_q * pb->dqk) * sizeof(float), stream)))
+        return device_error<Rt>(e, who, "clearing the dQ buffer", err, err_len);
+
     const int dtype = (int)pb->dtype;
     if (pb->nq > 0 && !Rt::ok(e = Rt::delta(dtype, p, stream)))
         return device_error<Rt>(e, who, "delta kernel", err, err_len);
@@ -476,7 +526,8 @@ ffpa_status run(typename Rt::Stream stream, const ffpa_device_limits &lim, const
         return device_error<Rt>(e, who, "dK/dV kernel", err, err_len);
     ffpa_bwd_params pq = p;
     pq.stages = t.dq_stages;
-    if (pb->nq > 0 && dq_blocks > 0 && !Rt::ok(e = Rt::dq(dtype, t.dq_launch, pq, dq_blocks, t.dq_smem, stream)))
+    if (!t.dq_atomic && pb->nq > 0 && dq_blocks > 0 &&
+        !Rt::ok(e = Rt::dq(dtype, t.dq_launch, pq, dq_blocks, t.dq_smem, stream)))
         return device_error<Rt>(e, who, "dQ kernel", err, err_len);
 
     if (pb->grad_accum == FFPA_GRAD_ACCUM_F32) {

@@ -194,6 +194,27 @@ template <typename T, int kMT, int kNT> struct AccTile {
     }
 };
 
+/*
+ * A warp's 16 x 8 kNT fragments added into an fp32 buffer with reductions
+ * (dQ from the dK/dV kernel: every key block of the row adds its part).
+ * Rows row0 + frag row (valid below rows_valid), columns col0 + 8 nt + frag
+ * col (valid below cols_valid); element (r, c) at base + r * sn + c.
+ */
+template <int kNT>
+__device__ __forceinline__ void red_tile(const arch::FragC (&c)[kNT], float *base, int64_t sn, int row0,
+                                         int rows_valid, int col0, int cols_valid, int lane)
+{
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            const int r = row0 + arch::frag_c_row(lane, 2 * half);
+            const int col = col0 + nt * 8 + arch::frag_c_col(lane, 0);
+            if (r < rows_valid && col < cols_valid)
+                arch::red_add_f32x2(base + (int64_t)r * sn + col, c[nt].r[2 * half], c[nt].r[2 * half + 1]);
+        }
+}
+
 } /* namespace bwd */
 } /* namespace ffpa */
 

@@ -63,6 +63,7 @@ typedef struct ffpa_bwd_params {
 
     /* Schedule. */
     int stages;        /* cp.async ring depth, 2..4 */
+    int dkdv_hold_q;   /* resident dK/dV kernels: Q's ring slot kept for the dK phase (bwd_dkdv.cuh) */
     int q_blocks;      /* ceil(nq / br) */
     int kv_blocks;     /* ceil(nkv / bc) */
     /* dQ grid: work item = (q block, h, b); the dims flagged in member_* run
@@ -90,7 +91,9 @@ namespace bwd {
  * small-shared-memory configuration (SmallCfg of bwd_common.cuh).
  * *Resident: the same kernels with the gradients in registers, which
  * choose_tiles takes for kDkdv64 / kDkdvSmall / kDq / kDqSmall where one
- * chunk covers D (bwd_dkdv.cuh, bwd_dq.cuh). */
+ * chunk covers D (bwd_dkdv.cuh, bwd_dq.cuh). *DqAtomic: the BigCfg dK/dV
+ * kernels (K_j resident) adding dQ into the zeroed fp32 buffer themselves
+ * (no dQ kernel; choose_tiles, outside deterministic mode). */
 enum Kernel {
     kDkdv64 = 0,
     kDkdv32 = 1,
@@ -100,7 +103,10 @@ enum Kernel {
     kDkdv64Resident = 5,
     kDkdvSmallResident = 6,
     kDqResident = 7,
-    kDqSmallResident = 8
+    kDqSmallResident = 8,
+    kDkdv64DqAtomic = 9,
+    kDkdv64ResidentDqAtomic = 10,
+    kDkdv32DqAtomic = 11
 };
 
 /* fp32 gradient buffer [heads][rows_total][dim] -> strided output view.
