@@ -36,10 +36,10 @@ __global__ void __launch_bounds__(BigCfg::kThreads) bwd_dq_kernel(const ffpa_bwd
 }
 #endif
 
-template <typename T, bool kResident = false>
+template <typename T, bool kResident = false, bool kDqAtomic = false>
 __global__ void __launch_bounds__(SmallCfg::kThreads) bwd_dkdv_small_kernel(const ffpa_bwd_params p)
 {
-    bwd::dkdv_body<T, 64, SmallCfg, kResident>(p);
+    bwd::dkdv_body<T, 64, SmallCfg, kResident, kDqAtomic>(p);
 }
 
 template <typename T, bool kResident = false>
@@ -56,6 +56,12 @@ hipError_t FFPA_BWD_LAUNCH_DKDV(int kernel, const ffpa_bwd_params &p, size_t sme
         return launch_with_smem(bwd_dkdv_small_kernel<FFPA_BWD_T, true>, grid, SmallCfg::kThreads, smem, stream, p);
     case bwd::kDkdvSmall:
         return launch_with_smem(bwd_dkdv_small_kernel<FFPA_BWD_T>, grid, SmallCfg::kThreads, smem, stream, p);
+    case bwd::kDkdvSmallResidentDqAtomic:
+        return launch_with_smem(bwd_dkdv_small_kernel<FFPA_BWD_T, true, true>, grid, SmallCfg::kThreads, smem, stream,
+                                p);
+    case bwd::kDkdvSmallDqAtomic:
+        return launch_with_smem(bwd_dkdv_small_kernel<FFPA_BWD_T, false, true>, grid, SmallCfg::kThreads, smem,
+                                stream, p);
 #if FFPA_HIP_BIG_BWD
     case bwd::kDkdv64Resident:
         return launch_with_smem(bwd_dkdv_kernel<FFPA_BWD_T, 64, true>, grid, BigCfg::kThreads, smem, stream, p);

@@ -38,10 +38,10 @@ __global__ void __launch_bounds__(BigCfg::kThreads, 1) dq_kernel(const __grid_co
     dq_body<T, BigCfg, kResident>(p);
 }
 
-template <typename T, bool kResident = false>
+template <typename T, bool kResident = false, bool kDqAtomic = false>
 __global__ void __launch_bounds__(SmallCfg::kThreads, 1) dkdv_small_kernel(const __grid_constant__ ffpa_bwd_params p)
 {
-    dkdv_body<T, 64, SmallCfg, kResident>(p);
+    dkdv_body<T, 64, SmallCfg, kResident, kDqAtomic>(p);
 }
 
 template <typename T, bool kResident = false>
@@ -58,6 +58,12 @@ cudaError_t FFPA_BWD_LAUNCH_DKDV(int kernel, const ffpa_bwd_params &p, size_t sm
         return launch_with_smem(dkdv_small_kernel<FFPA_BWD_T, true>, grid, SmallCfg::kThreads, smem, stream, p);
     case kDkdvSmall:
         return launch_with_smem(dkdv_small_kernel<FFPA_BWD_T>, grid, SmallCfg::kThreads, smem, stream, p);
+    case kDkdvSmallResidentDqAtomic:
+        return launch_with_smem(dkdv_small_kernel<FFPA_BWD_T, true, true>, grid, SmallCfg::kThreads, smem, stream,
+                                p);
+    case kDkdvSmallDqAtomic:
+        return launch_with_smem(dkdv_small_kernel<FFPA_BWD_T, false, true>, grid, SmallCfg::kThreads, smem, stream,
+                                p);
     case kDkdv64Resident:
         return launch_with_smem(dkdv_kernel<FFPA_BWD_T, 64, true>, grid, BigCfg::kThreads, smem, stream, p);
     case kDkdv64ResidentDqAtomic:
@@ -98,6 +104,10 @@ cudaError_t FFPA_BWD_ATTR(int which, cudaFuncAttributes *attr)
         return cudaFuncGetAttributes(attr, dkdv_kernel<FFPA_BWD_T, 32>);
     case kDkdvSmall:
         return cudaFuncGetAttributes(attr, dkdv_small_kernel<FFPA_BWD_T>);
+    case kDkdvSmallResidentDqAtomic:
+        return cudaFuncGetAttributes(attr, dkdv_small_kernel<FFPA_BWD_T, true, true>);
+    case kDkdvSmallDqAtomic:
+        return cudaFuncGetAttributes(attr, dkdv_small_kernel<FFPA_BWD_T, false, true>);
     case kDkdv64Resident:
         return cudaFuncGetAttributes(attr, dkdv_kernel<FFPA_BWD_T, 64, true>);
     case kDkdv64ResidentDqAtomic:

@@ -18,11 +18,12 @@
  * kChunk fp32 (64 KiB each way at D = 128) otherwise costs about as much as
  * the tile's GEMMs in L2 traffic. Warp w owns query rows
  * [16 w, 16 w + 16) of S/dP; for dV/dK the warps tile the kBc x kChunk chunk.
- * With kDqAtomic (K resident, the fp32 dQ buffer zeroed by the host, not
+ * With kDqAtomic (the fp32 dQ buffer zeroed by the host, not
  * deterministic) the block also adds its part of dQ = scale dS K_j into
  * that buffer with reductions, FlashAttention-2's form: five GEMMs per
  * (query tile, key tile) instead of the split launch's seven, and no dQ
- * kernel re-reading Q, K, V and dO.
+ * kernel re-reading Q, K, V and dO. K_j comes from its resident slabs, or,
+ * streamed, beside the dK phase's Q chunks.
  */
 #ifndef FFPA_GPU_BWD_DKDV_CUH
 #define FFPA_GPU_BWD_DKDV_CUH
@@ -69,7 +70,6 @@ template <typename T, int kBc, class B, bool kResident = false, bool kDqAtomic =
 __device__ __forceinline__ void dkdv_body(const ffpa_bwd_params &p)
 {
     using Cfg = DkdvCfg<kBc, B>;
-    static_assert(!kDqAtomic || !B::kStreamKV, "dQ = dS K needs K_j resident");
     extern __shared__ __align__(128) unsigned char smem_raw[];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int kb = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
@@ -117,7 +117,7 @@ __device__ __forceinline__ void dkdv_body(const ffpa_bwd_params &p)
     /* hold (kResident, p.dkdv_hold_q): the ring keeps the tile's Q chunk
      * until the dK phase, so a tile is two items (Q, dO), not three, and
      * the loads run stages - 2 items ahead instead of stages - 1. */
-    const bool hold = kResident && p.dkdv_hold_q;
+    const bool hold = kResident && !B::kStreamKV && p.dkdv_hold_q;
     const int items_per_tile = hold ? nq2 + nv2 : 2 * nq2 + nv2;
     const int total_items = n_tiles * items_per_tile;
     const int ahead = hold ? p.stages - 2 : p.stages - 1;
@@ -149,9 +149,10 @@ __device__ __forceinline__ void dkdv_body(const ffpa_bwd_params &p)
             if (col0 < dim)
                 load_tile_async<T, B::kBr, kSlab, B::kThreads>(slot + sl * B::kBr * kSlab, base, stride,
                                                                g.seqlen_q - q0, col0, dim, tid);
-            /* Streamed: the K (S phase) or V (dP phase) chunk of the same columns. */
+            /* Streamed: the K (S phase; dK phase for kDqAtomic's dS K) or V (dP
+             * phase) chunk of the same columns. */
             if constexpr (B::kStreamKV) {
-                if (col0 < dim && it < nq2 + nv2)
+                if (col0 < dim && (kDqAtomic || it < nq2 + nv2))
                     load_tile_async<T, kBc, kSlab, B::kThreads>(slot + B::kBr * B::kChunk + sl * kBc * kSlab,
                                                                 is_do ? vg : kg, is_do ? p.v_sn : p.k_sn, kv_valid,
                                                                 col0, dim, tid);
@@ -332,19 +333,24 @@ __device__ __forceinline__ void dkdv_body(const ffpa_bwd_params &p)
         ds_afrags<T, kBc>(dp, p.scale, dsa);
         store_afrags(dsa, dss);
 
-        /* kDqAtomic: dQ rows of this warp += scale dS K_j, slab by slab,
-         * the reductions in flight under the dK GEMMs below. */
-        if constexpr (kDqAtomic) {
-            float *dq = static_cast<float *>(p.dq.data) + acc_row0(p.dq, p.cu_q, b, h) + (int64_t)q0 * p.dq.sn;
-            for (int slab = 0; slab < kslabs; ++slab) {
-                arch::FragC o[kSlab / 8];
+        /* kDqAtomic: dQ rows of this warp += scale dS K_j, one 64-column
+         * slab at a time, added with reductions: from the resident K slabs
+         * here (in flight under the dK GEMMs below), or from the K chunks
+         * streamed beside the dK phase's Q chunks. */
+        float *dq_rows = nullptr;
+        if constexpr (kDqAtomic)
+            dq_rows = static_cast<float *>(p.dq.data) + acc_row0(p.dq, p.cu_q, b, h) + (int64_t)q0 * p.dq.sn;
+        auto dq_slab = [&](const T *kslab, int slab) {
+            arch::FragC o[kSlab / 8];
 #pragma unroll
-                for (int nt = 0; nt < kSlab / 8; ++nt)
-                    o[nt] = arch::FragC{{0.f, 0.f, 0.f, 0.f}};
-                warp_ab_reg<T, kBc>(o, dsa, ks + slab * kBc * kSlab, lane);
-                red_tile<kSlab / 8>(o, dq, p.dq.sn, warp * 16, g.seqlen_q - q0, slab * kSlab, p.dqk, lane);
-            }
-        }
+            for (int nt = 0; nt < kSlab / 8; ++nt)
+                o[nt] = arch::FragC{{0.f, 0.f, 0.f, 0.f}};
+            warp_ab_reg<T, kBc>(o, dsa, kslab, lane);
+            red_tile<kSlab / 8>(o, dq_rows, p.dq.sn, warp * 16, g.seqlen_q - q0, slab * kSlab, p.dqk, lane);
+        };
+        if constexpr (kDqAtomic && !B::kStreamKV)
+            for (int slab = 0; slab < kslabs; ++slab)
+                dq_slab(ks + slab * kBc * kSlab, slab);
 
         /* dK += scale dS^T Q chunk by chunk: the held Q chunk (item t - 2)
          * once every warp's dS rows are in, or Q streamed again. */
@@ -356,6 +362,15 @@ __device__ __forceinline__ void dkdv_body(const ffpa_bwd_params &p)
         for (int c = 0; c < nq2; ++c, ++t) {
             item_begin(t);
             const T *slot = ring + (t % p.stages) * kSlotElems;
+            if constexpr (kDqAtomic && B::kStreamKV) {
+#pragma unroll
+                for (int sl = 0; sl < B::kSlabs; ++sl) {
+                    const int slab = B::kSlabs * c + sl;
+                    if (slab * kSlab >= p.dqk)
+                        break;
+                    dq_slab(slot + B::kBr * B::kChunk + sl * kBc * kSlab, slab);
+                }
+            }
             if constexpr (kResident)
                 grad_resident(dk_res, slot, dss, p.dqk);
             else

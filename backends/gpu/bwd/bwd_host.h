@@ -206,13 +206,24 @@ struct Tiles {
 /* The dK/dV kernel adds dQ with reductions (FlashAttention-2's five GEMMs
  * instead of the split launch's seven) where the order of the additions may
  * vary (not deterministic), they go to the fp32 buffer (not the output
- * dtype), no dbias needs the dQ kernel's dS tile, and K_j is resident
- * (kDkdv64, kDkdv32: BigCfg). FFPA_BWD_DQ_ATOMIC=0 keeps the dQ kernel (A/B
- * in one build). */
-inline bool dq_atomic_fits(const ffpa_problem *pb, int dkdv)
+ * dtype) and no dbias needs the dQ kernel's dS tile. FFPA_BWD_DQ_ATOMIC=0
+ * keeps the dQ kernel (A/B in one build). */
+inline bool dq_atomic_fits(const ffpa_problem *pb)
 {
-    return (dkdv == kDkdv64 || dkdv == kDkdv32) && pb->grad_accum == FFPA_GRAD_ACCUM_F32 && !pb->deterministic &&
-           !pb->has_dbias && ffpa_env_long("FFPA_BWD_DQ_ATOMIC", 1, 0, 1, nullptr) != 0;
+    return pb->grad_accum == FFPA_GRAD_ACCUM_F32 && !pb->deterministic && !pb->has_dbias &&
+           ffpa_env_long("FFPA_BWD_DQ_ATOMIC", 1, 0, 1, nullptr) != 0;
+}
+
+/* The *DqAtomic twin of a dK/dV launch. */
+inline int with_dq_atomic(int launch)
+{
+    switch (launch) {
+    case kDkdv64Resident: return kDkdv64ResidentDqAtomic;
+    case kDkdvSmallResident: return kDkdvSmallResidentDqAtomic;
+    case kDkdv32: return kDkdv32DqAtomic;
+    case kDkdvSmall: return kDkdvSmallDqAtomic;
+    default: return kDkdv64DqAtomic;
+    }
 }
 
 /* One kernel configuration choose_tiles may take: the kernel, its tile
@@ -252,10 +263,11 @@ inline const TileOption *first_fit(const TileOption *opts, int n, int want_kerne
  * ring first) that fits: dK/dV with resident K/V tiles of 64 then 32 rows
  * (BigCfg), then SmallCfg (K/V streamed, at most 64 KiB for every D); dQ
  * with BigCfg, then SmallCfg. Where BigCfg fits (H100: 227 KB) the default
- * is the one made before SmallCfg existed.
+ * is the one made before SmallCfg existed. smem_per_sm: the multiprocessor's
+ * shared memory (small_first).
  */
-inline ffpa_status choose_tiles(const ffpa_problem *pb, size_t smem_limit, const ffpa_plan &plan, const char *who,
-                                Tiles &t, char *err, size_t err_len)
+inline ffpa_status choose_tiles(const ffpa_problem *pb, size_t smem_limit, size_t smem_per_sm, const ffpa_plan &plan,
+                                const char *who, Tiles &t, char *err, size_t err_len)
 {
     const size_t elt = 2;
     const int dqk = (int)pb->dqk, dv = (int)pb->dv, bias = pb->has_dbias;
@@ -271,8 +283,21 @@ inline ffpa_status choose_tiles(const ffpa_problem *pb, size_t smem_limit, const
         {kDq, BigCfg::kBr, FFPA_BWD_DQ_BIG, {dq_smem_bytes<BigCfg>(3, bias, elt), dq_smem_bytes<BigCfg>(2, bias, elt)}},
         {kDqSmall, SmallCfg::kBr, FFPA_BWD_DQ_SMALL,
          {dq_smem_bytes<SmallCfg>(3, bias, elt), dq_smem_bytes<SmallCfg>(2, bias, elt)}}};
-    const TileOption *kv =
-        first_fit(dkdv, 3, plan.bwd_dkdv, plan.bwd_stages, smem_limit, t.dkdv_stages, t.dkdv_smem);
+    /* small_first: without a tuned choice, a part that cannot hold the
+     * 64-key kernel even at D = 128 (~100 KiB a block: sm_86 / 89 / 120)
+     * runs SmallCfg at the deepest ring of which two blocks share a
+     * multiprocessor. That is the sm_86 / 89 tables' choice at every D they
+     * hold (2 stages), 1.7x the 32-key kernel the order above would take
+     * (as sm_86 on an H100, bench/results/h100/session-2026-11-27e). */
+    int want_dkdv = plan.bwd_dkdv, want_stages = plan.bwd_stages;
+    const bool small_first = !want_dkdv && !want_stages && smem_limit < dkdv_smem_bytes<BigCfg>(64, 128, 128, 2, elt);
+    for (int s = 3; small_first && s >= 2; --s)
+        if (2 * dkdv_smem_bytes<SmallCfg>(64, dqk, dv, s, elt) <= smem_per_sm) {
+            want_dkdv = FFPA_BWD_DKDV_SMALL;
+            want_stages = s;
+            break;
+        }
+    const TileOption *kv = first_fit(dkdv, 3, want_dkdv, want_stages, smem_limit, t.dkdv_stages, t.dkdv_smem);
     const TileOption *q = first_fit(dq, 2, plan.bwd_dq, plan.bwd_stages, smem_limit, t.dq_stages, t.dq_smem);
     /* Left: devices with less than the small configuration's 2-stage ring
      * (or an FFPA_BWD_SMEM_LIMIT below it); t.*_smem holds that need. */
@@ -288,28 +313,30 @@ inline ffpa_status choose_tiles(const ffpa_problem *pb, size_t smem_limit, const
     t.bc = kv->tile;
     t.dq = q->kernel;
     t.br = q->tile;
-    /* The gradients stay in registers where one chunk covers D. */
-    t.dkdv_launch = t.dkdv == kDkdv64 && dkdv_resident<BigCfg>(dqk, dv)       ? kDkdv64Resident
-                    : t.dkdv == kDkdvSmall && dkdv_resident<SmallCfg>(dqk, dv) ? kDkdvSmallResident
-                                                                                         : t.dkdv;
-    t.dq_launch = t.dq == kDq ? (dq_resident<BigCfg>(dqk) ? kDqResident : kDq)
-                              : (dq_resident<SmallCfg>(dqk) ? kDqSmallResident : kDqSmall);
+    /* The gradients stay in registers where one chunk covers D
+     * (FFPA_BWD_RESIDENT=0: never; the per-tile kernels at every D). */
+    const bool regs = ffpa_env_long("FFPA_BWD_RESIDENT", 1, 0, 1, nullptr) != 0;
+    const bool big_regs = regs && dkdv_resident<BigCfg>(dqk, dv);
+    const bool small_regs = regs && dkdv_resident<SmallCfg>(dqk, dv);
+    t.dkdv_launch = t.dkdv == kDkdv64 && big_regs        ? kDkdv64Resident
+                    : t.dkdv == kDkdvSmall && small_regs ? kDkdvSmallResident
+                                                         : t.dkdv;
+    t.dq_launch = t.dq == kDq ? (regs && dq_resident<BigCfg>(dqk) ? kDqResident : kDq)
+                              : (regs && dq_resident<SmallCfg>(dqk) ? kDqSmallResident : kDqSmall);
     /* Resident dK/dV: one slot more holds the tile's Q chunk for the dK
      * phase (two items a tile instead of three, the same loads in flight),
      * where it fits. FFPA_BWD_HOLD_Q=0 streams Q again (A/B in one build). */
     if (t.dkdv_launch == kDkdv64Resident && ffpa_env_long("FFPA_BWD_HOLD_Q", 1, 0, 1, nullptr) != 0) {
-        const size_t bytes = dkdv_smem_bytes<BigCfg>(64, dqk, dv, t.dkdv_stages + 1, elt);
+        const size_t bytes = dkdv_smem_bytes<BigCfg>(t.bc, dqk, dv, t.dkdv_stages + 1, elt);
         if (bytes <= smem_limit) {
             t.dkdv_stages += 1;
             t.dkdv_smem = bytes;
             t.dkdv_hold_q = 1;
         }
     }
-    t.dq_atomic = dq_atomic_fits(pb, t.dkdv);
+    t.dq_atomic = dq_atomic_fits(pb);
     if (t.dq_atomic)
-        t.dkdv_launch = t.dkdv_launch == kDkdv64Resident ? kDkdv64ResidentDqAtomic
-                        : t.dkdv == kDkdv32                ? kDkdv32DqAtomic
-                                                           : kDkdv64DqAtomic;
+        t.dkdv_launch = with_dq_atomic(t.dkdv_launch);
     return FFPA_OK;
 }
 
@@ -333,8 +360,9 @@ inline ffpa_plan tuned_plan(const ffpa_problem *pb, const ffpa_device_limits &li
 inline void tiles_label(const Tiles &t, char *buf, size_t len)
 {
     const char *kv = t.dkdv == kDkdv64 ? "kv64" : t.dkdv == kDkdv32 ? "kv32" : "small";
-    const bool regs = t.dkdv_launch == kDkdv64Resident || t.dkdv_launch == kDkdv64ResidentDqAtomic ||
-                      t.dkdv_launch == kDkdvSmallResident,
+    const int l = t.dkdv_launch;
+    const bool regs = l == kDkdv64Resident || l == kDkdv64ResidentDqAtomic || l == kDkdvSmallResident ||
+                      l == kDkdvSmallResidentDqAtomic,
                dq_regs = t.dq_launch != t.dq;
     const char *held = t.dkdv_hold_q ? " q-held" : "";
     if (t.dq_atomic)
@@ -489,7 +517,7 @@ ffpa_status run(typename Rt::Stream stream, const ffpa_device_limits &lim, const
         return status;
     Tiles t;
     const size_t limit = smem_limit_of(smem_limit);
-    if ((status = choose_tiles(pb, limit, tuned_plan(pb, lim), who, t, err, err_len)) != FFPA_OK) {
+    if ((status = choose_tiles(pb, limit, lim.smem_per_sm, tuned_plan(pb, lim), who, t, err, err_len)) != FFPA_OK) {
         const size_t n = err ? strnlen(err, err_len) : err_len;
         if (limit < smem_limit && n + 1 < err_len)
             snprintf(err + n, err_len - n, " (capped by FFPA_BWD_SMEM_LIMIT; the device has %zu)", smem_limit);

@@ -91,9 +91,9 @@ namespace bwd {
  * small-shared-memory configuration (SmallCfg of bwd_common.cuh).
  * *Resident: the same kernels with the gradients in registers, which
  * choose_tiles takes for kDkdv64 / kDkdvSmall / kDq / kDqSmall where one
- * chunk covers D (bwd_dkdv.cuh, bwd_dq.cuh). *DqAtomic: the BigCfg dK/dV
- * kernels (K_j resident) adding dQ into the zeroed fp32 buffer themselves
- * (no dQ kernel; choose_tiles, outside deterministic mode). */
+ * chunk covers D (bwd_dkdv.cuh, bwd_dq.cuh). *DqAtomic: the dK/dV kernels
+ * adding dQ into the zeroed fp32 buffer themselves (no dQ kernel;
+ * choose_tiles, outside deterministic mode). */
 enum Kernel {
     kDkdv64 = 0,
     kDkdv32 = 1,
@@ -106,7 +106,9 @@ enum Kernel {
     kDqSmallResident = 8,
     kDkdv64DqAtomic = 9,
     kDkdv64ResidentDqAtomic = 10,
-    kDkdv32DqAtomic = 11
+    kDkdv32DqAtomic = 11,
+    kDkdvSmallDqAtomic = 12,
+    kDkdvSmallResidentDqAtomic = 13
 };
 
 /* fp32 gradient buffer [heads][rows_total][dim] -> strided output view.
