@@ -6,7 +6,8 @@
 #   build        core, tests, ffpa-bench, CUDA plugin (ARCHS, default 90a) in BUILD (default build-gpu)
 #   test         the C suites on the cuda backend, default kernels and generic ones (TEST_KERNELS)
 #   check        ffpa-bench --check vs the cpu backend, every element, poisoned outputs: forward
-#                (auto and FFPA_CUDA_KERNEL=sm90), backward (bf16, f16), decode and MLA
+#                (auto and FFPA_CUDA_KERNEL=sm90), backward (bf16, f16; generic: dQ in the dK/dV kernel,
+#                the split launch, the 64 KiB kernels), decode and MLA
 #   sanitize     compute-sanitizer memcheck, racecheck, synccheck on small forward, backward, decode shapes
 #   bench        forward (KERNELS, default "auto generic"), backward (also deterministic) and decode rows;
 #                CSVs in OUT
@@ -186,6 +187,18 @@ if want check; then
     1,2,1,70,150,1024,1024,c 2,4,2,130,200,128,128,vc 1,2,2,70,90,512,512,bd 1,2,2,70,90,512,512,go \
     1,2,1,90,130,1024,1024,cgr 2,2,2,100,100,256,256,c 1,2,2,70,100,800,800,cd >"$OUT/check-bwd-f16.log" 2>&1
   note "check backward (f16) vs cpu: rc=$? $(fails "$OUT/check-bwd-f16.log" 8)"
+  # The generic backward on every shape (auto takes the sm90 one on an H100): dQ added by the dK/dV
+  # kernels; then the split launch and the per-tile kernels (FFPA_BWD_DQ_ATOMIC=0 FFPA_BWD_RESIDENT=0)
+  # and the small-shared-memory kernels (FFPA_BWD_SMEM_LIMIT=65536) on the first 24.
+  FFPA_CUDA_KERNEL=generic timeout 300 "$BENCH" --backend cuda --backward --check --no-time "${BWD_CHECK[@]}" \
+    >"$OUT/check-bwd-generic.log" 2>&1
+  note "check backward (generic) vs cpu: rc=$? $(fails "$OUT/check-bwd-generic.log" ${#BWD_CHECK[@]})"
+  FFPA_CUDA_KERNEL=generic FFPA_BWD_DQ_ATOMIC=0 FFPA_BWD_RESIDENT=0 timeout 200 "$BENCH" --backend cuda --backward \
+    --check --no-time "${BWD_CHECK[@]:0:24}" >"$OUT/check-bwd-generic-split.log" 2>&1
+  note "check backward (generic, split launch, per-tile) vs cpu: rc=$? $(fails "$OUT/check-bwd-generic-split.log" 24)"
+  FFPA_CUDA_KERNEL=generic FFPA_BWD_SMEM_LIMIT=65536 timeout 200 "$BENCH" --backend cuda --backward --check \
+    --no-time "${BWD_CHECK[@]:0:24}" >"$OUT/check-bwd-generic-small.log" 2>&1
+  note "check backward (generic, 64 KiB) vs cpu: rc=$? $(fails "$OUT/check-bwd-generic-small.log" 24)"
   timeout 200 "$BENCH" --backend cuda --decode --check --reps 10 "${KV_CHECK[@]}" >"$OUT/check-kv.log" 2>&1
   note "check decode vs cpu: rc=$? $(fails "$OUT/check-kv.log" ${#KV_CHECK[@]})"
   grep -h FAIL "$OUT"/check-*.log | head -10
