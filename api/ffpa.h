@@ -172,9 +172,10 @@ typedef struct ffpa_options {
     /* Backward only. */
     ffpa_grad_accum grad_accum; /**< see ffpa_grad_accum */
     /** 1: two runs give bit-identical gradients. 0 (default): a backend may
-     * reduce with atomics where that is faster (the cuda backend's Hopper
-     * kernel does for dQ; in deterministic runs it adds the key blocks'
-     * contributions in a fixed order). */
+     * reduce with atomics where that is faster (the cuda and hip backends do
+     * for dQ; in deterministic runs the Hopper kernel adds the key blocks'
+     * contributions in a fixed order and the generic kernels run a dQ pass
+     * that owns its rows). */
     int deterministic;
     /** Optional d(bias) output with the bias's shape, float32 or the bias
      * dtype; gradients are summed over its size-1 and stride-0 dimensions.
