@@ -54,6 +54,12 @@ struct Layout {
     size_t cu_q, cu_k, delta, dq, dk, dv, dbias, dq_turn, total;
 };
 
+/* Bytes of the fp32 dQ buffer [hq][total_q][dqk] (FFPA_GRAD_ACCUM_F32). */
+inline size_t dq_buffer_bytes(const ffpa_problem *pb)
+{
+    return (size_t)(pb->hq * pb->total_q * pb->dqk) * sizeof(float);
+}
+
 /* Query tiles of 64 rows per (batch, head) the dQ turn counters cover, and
  * the counters' bytes (deterministic mode; bwd_params.h). */
 inline int64_t dq_turn_tiles(const ffpa_problem *pb) { return (pb->nq + 63) / 64; }
@@ -81,7 +87,7 @@ inline Layout layout_of(const ffpa_problem *pb)
     }
     l.delta = take((size_t)(pb->hq * pb->total_q) * sizeof(float));
     if (pb->grad_accum == FFPA_GRAD_ACCUM_F32) {
-        l.dq = take((size_t)(pb->hq * pb->total_q * pb->dqk) * sizeof(float));
+        l.dq = take(dq_buffer_bytes(pb));
         l.dk = take((size_t)(pb->hkv * pb->total_k * pb->dqk) * sizeof(float));
         l.dv = take((size_t)(pb->hkv * pb->total_k * pb->dv) * sizeof(float));
     }
@@ -360,9 +366,8 @@ inline ffpa_plan tuned_plan(const ffpa_problem *pb, const ffpa_device_limits &li
 inline void tiles_label(const Tiles &t, char *buf, size_t len)
 {
     const char *kv = t.dkdv == kDkdv64 ? "kv64" : t.dkdv == kDkdv32 ? "kv32" : "small";
-    const int l = t.dkdv_launch;
-    const bool regs = l == kDkdv64Resident || l == kDkdv64ResidentDqAtomic || l == kDkdvSmallResident ||
-                      l == kDkdvSmallResidentDqAtomic,
+    /* Neither the kernel itself nor its dQ-adding twin: a resident one. */
+    const bool regs = t.dkdv_launch != t.dkdv && t.dkdv_launch != with_dq_atomic(t.dkdv),
                dq_regs = t.dq_launch != t.dq;
     const char *held = t.dkdv_hold_q ? " q-held" : "";
     if (t.dq_atomic)
@@ -544,7 +549,7 @@ ffpa_status run(typename Rt::Stream stream, const ffpa_device_limits &lim, const
 
     /* dq_atomic: every key block adds into the buffer; rows no key reaches stay 0. */
     if (t.dq_atomic && pb->nq > 0 &&
-        !Rt::ok(e = Rt::zero(p.dq.data, (size_t)(pb->hq * pb->total_q * pb->dqk) * sizeof(float), stream)))
+        !Rt::ok(e = Rt::zero(p.dq.data, dq_buffer_bytes(pb), stream)))
         return device_error<Rt>(e, who, "clearing the dQ buffer", err, err_len);
 
     const int dtype = (int)pb->dtype;
