@@ -40,6 +40,24 @@ using BigCfg = BwdCfg<8, 2 * kSlab, false>;
  * query tiles, 64-column chunks, K/V streamed; at most 64 KiB for every D. */
 using SmallCfg = BwdCfg<4, kSlab, true>;
 
+/* Where the next item of a block's sequence (items_per_tile items per
+ * tile, the tiles by query block, then head of the group) lies, advanced
+ * one item at a time: no division by run-time counts on the per-item path. */
+struct ItemCursor {
+    int it, qb, head, slot; /* item within its tile, query block, head, ring slot */
+    __device__ __forceinline__ void next(int items_per_tile, int n_qb, int stages)
+    {
+        slot = slot + 1 == stages ? 0 : slot + 1;
+        if (++it == items_per_tile) {
+            it = 0;
+            if (++qb == n_qb) {
+                qb = 0;
+                ++head;
+            }
+        }
+    }
+};
+
 /* Rows of sequence b and where they start in the packed tensors. */
 struct SeqGeom {
     int64_t q_start, k_start; /* packed row of position 0 (varlen), else 0 */

@@ -122,11 +122,13 @@ __device__ __forceinline__ void dkdv_body(const ffpa_bwd_params &p)
     const int total_items = n_tiles * items_per_tile;
     const int ahead = hold ? p.stages - 2 : p.stages - 1;
 
-    /* Item t: chunk of Q (S phase), dO (dP/dV phase) or Q again (dK phase). */
-    auto load_item = [&](int t) {
-        const int tile = t / items_per_tile, it = t % items_per_tile;
-        const int h = hk * p.group + tile / n_qb;
-        const int q0 = (first_qb + tile % n_qb) * B::kBr;
+    /* The items in order: chunk of Q (S phase), dO (dP/dV phase) or Q again
+     * (dK phase), per tile; ld says where the next one to load lies. */
+    ItemCursor ld = {};
+    auto load_next = [&]() {
+        const int it = ld.it;
+        const int h = hk * p.group + ld.head;
+        const int q0 = (first_qb + ld.qb) * B::kBr;
         const bool is_do = it >= nq2 && it < nq2 + nv2;
         const int chunk = it < nq2 ? it : is_do ? it - nq2 : it - nq2 - nv2;
         const T *base;
@@ -142,7 +144,7 @@ __device__ __forceinline__ void dkdv_body(const ffpa_bwd_params &p)
             base = static_cast<const T *>(p.q) + row0_offset(p.q_sb, p.q_sh, p.q_sn, g.q_start, varlen, b, h);
         }
         base += (int64_t)q0 * stride;
-        T *slot = ring + (t % p.stages) * kSlotElems;
+        T *slot = ring + ld.slot * kSlotElems;
 #pragma unroll
         for (int sl = 0; sl < B::kSlabs; ++sl) {
             const int col0 = chunk * B::kChunk + sl * kSlab;
@@ -158,6 +160,7 @@ __device__ __forceinline__ void dkdv_body(const ffpa_bwd_params &p)
                                                                 col0, dim, tid);
             }
         }
+        ld.next(items_per_tile, n_qb, p.stages);
     };
 
     /* Prologue: K_j and V_j (resident) join the first group. */
@@ -171,17 +174,21 @@ __device__ __forceinline__ void dkdv_body(const ffpa_bwd_params &p)
     }
     for (int i = 0; i < ahead; ++i) {
         if (i < total_items)
-            load_item(i);
+            load_next();
         arch::cp_async_commit();
     }
     /* Item t has landed; the slot of item t + ahead - stages (t - 1, or
-     * t - 2 when holding) is free for item t + ahead. */
-    auto item_begin = [&](int t) {
+     * t - 2 when holding) is free for item t + ahead. Returns item t's slot. */
+    int use_slot = 0;
+    auto item_begin = [&](int t) -> const T * {
         arch::cp_async_wait_dyn(ahead - 1);
         __syncthreads();
         if (t + ahead < total_items)
-            load_item(t + ahead);
+            load_next();
         arch::cp_async_commit();
+        const T *slot = ring + use_slot * kSlotElems;
+        use_slot = use_slot + 1 == p.stages ? 0 : use_slot + 1;
+        return slot;
     };
 
     /* dV/dK chunk c: gradient rows = key rows, A^T from the P or dS tile. */
@@ -232,11 +239,16 @@ __device__ __forceinline__ void dkdv_body(const ffpa_bwd_params &p)
             }
     };
 
-    int t = 0;
+    int t = 0, qb = 0, head = 0; /* the tile's query block and head of the group */
     for (int tile = 0; tile < n_tiles; ++tile) {
-        const int h = hk * p.group + tile / n_qb;
-        const int q0 = (first_qb + tile % n_qb) * B::kBr;
+        const int h = hk * p.group + head;
+        const int q0 = (first_qb + qb) * B::kBr;
         const bool first = tile == 0;
+        if (++qb == n_qb) {
+            qb = 0;
+            ++head;
+        }
+        const T *held = nullptr; /* hold: the tile's Q slot */
 
         /* S = Q K^T over Dqk chunks. */
         arch::FragC s[Cfg::kNT];
@@ -244,8 +256,8 @@ __device__ __forceinline__ void dkdv_body(const ffpa_bwd_params &p)
         for (int nt = 0; nt < Cfg::kNT; ++nt)
             s[nt] = arch::FragC{{0.f, 0.f, 0.f, 0.f}};
         for (int c = 0; c < nq2; ++c, ++t) {
-            item_begin(t);
-            const T *slot = ring + (t % p.stages) * kSlotElems;
+            const T *slot = item_begin(t);
+            held = slot;
 #pragma unroll
             for (int sl = 0; sl < B::kSlabs; ++sl) {
                 const int slab = B::kSlabs * c + sl;
@@ -290,8 +302,7 @@ __device__ __forceinline__ void dkdv_body(const ffpa_bwd_params &p)
         for (int nt = 0; nt < Cfg::kNT; ++nt)
             dp[nt] = arch::FragC{{0.f, 0.f, 0.f, 0.f}};
         for (int c = 0; c < nv2; ++c, ++t) {
-            item_begin(t);
-            const T *slot = ring + (t % p.stages) * kSlotElems;
+            const T *slot = item_begin(t);
 #pragma unroll
             for (int sl = 0; sl < B::kSlabs; ++sl) {
                 const int slab = B::kSlabs * c + sl;
@@ -352,16 +363,15 @@ __device__ __forceinline__ void dkdv_body(const ffpa_bwd_params &p)
             for (int slab = 0; slab < kslabs; ++slab)
                 dq_slab(ks + slab * kBc * kSlab, slab);
 
-        /* dK += scale dS^T Q chunk by chunk: the held Q chunk (item t - 2)
-         * once every warp's dS rows are in, or Q streamed again. */
+        /* dK += scale dS^T Q chunk by chunk: the held Q chunk once every
+         * warp's dS rows are in, or Q streamed again. */
         if (hold) {
             __syncthreads();
-            grad_resident(dk_res, ring + ((t - 2) % p.stages) * kSlotElems, dss, p.dqk);
+            grad_resident(dk_res, held, dss, p.dqk);
             continue;
         }
         for (int c = 0; c < nq2; ++c, ++t) {
-            item_begin(t);
-            const T *slot = ring + (t % p.stages) * kSlotElems;
+            const T *slot = item_begin(t);
             if constexpr (kDqAtomic && B::kStreamKV) {
 #pragma unroll
                 for (int sl = 0; sl < B::kSlabs; ++sl) {
