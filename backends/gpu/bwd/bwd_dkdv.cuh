@@ -348,16 +348,16 @@ __device__ __forceinline__ void dkdv_body(const ffpa_bwd_params &p)
          * slab at a time, added with reductions: from the resident K slabs
          * here (in flight under the dK GEMMs below), or from the K chunks
          * streamed beside the dK phase's Q chunks. */
-        float *dq_rows = nullptr;
-        if constexpr (kDqAtomic)
-            dq_rows = static_cast<float *>(p.dq.data) + acc_row0(p.dq, p.cu_q, b, h) + (int64_t)q0 * p.dq.sn;
+        const RedRows dq_red(static_cast<float *>(p.dq.data) + acc_row0(p.dq, p.cu_q, b, h) +
+                                 (int64_t)q0 * p.dq.sn,
+                             p.dq.sn, warp * 16, g.seqlen_q - q0, lane); /* unused without kDqAtomic */
         auto dq_slab = [&](const T *kslab, int slab) {
             arch::FragC o[kSlab / 8];
 #pragma unroll
             for (int nt = 0; nt < kSlab / 8; ++nt)
                 o[nt] = arch::FragC{{0.f, 0.f, 0.f, 0.f}};
             warp_ab_reg<T, kBc>(o, dsa, kslab, lane);
-            red_tile<kSlab / 8>(o, dq_rows, p.dq.sn, warp * 16, g.seqlen_q - q0, slab * kSlab, p.dqk, lane);
+            red_tile<kSlab / 8>(o, dq_red, slab * kSlab, p.dqk, lane);
         };
         if constexpr (kDqAtomic && !B::kStreamKV)
             for (int slab = 0; slab < kslabs; ++slab)

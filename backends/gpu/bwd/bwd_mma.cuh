@@ -195,24 +195,41 @@ template <typename T, int kMT, int kNT> struct AccTile {
 };
 
 /*
- * A warp's 16 x 8 kNT fragments added into an fp32 buffer with reductions
- * (dQ from the dK/dV kernel: every key block of the row adds its part).
- * Rows row0 + frag row (valid below rows_valid), columns col0 + 8 nt + frag
- * col (valid below cols_valid); element (r, c) at base + r * sn + c.
+ * Where a warp's 16 fragment rows of an fp32 buffer lie for red_tile: the
+ * lane's two rows (fragment rows of half 0 and 1) as pointers at its column
+ * pair, and whether each row is inside the sequence. Built once per tile so
+ * that a reduction is one instruction at a constant offset.
  */
-template <int kNT>
-__device__ __forceinline__ void red_tile(const arch::FragC (&c)[kNT], float *base, int64_t sn, int row0,
-                                         int rows_valid, int col0, int cols_valid, int lane)
-{
-#pragma unroll
-    for (int nt = 0; nt < kNT; ++nt)
+struct RedRows {
+    float *row[2];
+    bool ok[2];
+    __device__ __forceinline__ RedRows(float *base, int64_t sn, int row0, int rows_valid, int lane)
+    {
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
             const int r = row0 + arch::frag_c_row(lane, 2 * half);
-            const int col = col0 + nt * 8 + arch::frag_c_col(lane, 0);
-            if (r < rows_valid && col < cols_valid)
-                arch::red_add_f32x2(base + (int64_t)r * sn + col, c[nt].r[2 * half], c[nt].r[2 * half + 1]);
+            row[half] = base + (int64_t)r * sn + arch::frag_c_col(lane, 0);
+            ok[half] = r < rows_valid;
         }
+    }
+};
+
+/*
+ * A warp's 16 x 8 kNT fragments added into an fp32 buffer with reductions
+ * (dQ from the dK/dV kernel: every key block of the row adds its part), at
+ * columns col0 + 8 nt + frag col, valid below cols_valid.
+ */
+template <int kNT>
+__device__ __forceinline__ void red_tile(const arch::FragC (&c)[kNT], const RedRows &rows, int col0, int cols_valid,
+                                         int lane)
+{
+    const bool all_cols = col0 + 8 * kNT <= cols_valid;
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+        for (int half = 0; half < 2; ++half)
+            if (rows.ok[half] && (all_cols || col0 + nt * 8 + arch::frag_c_col(lane, 0) < cols_valid))
+                arch::red_add_f32x2(rows.row[half] + col0 + nt * 8, c[nt].r[2 * half], c[nt].r[2 * half + 1]);
 }
 
 } /* namespace bwd */
