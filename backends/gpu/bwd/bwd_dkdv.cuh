@@ -125,25 +125,20 @@ __device__ __forceinline__ void dkdv_body(const ffpa_bwd_params &p)
     /* The items in order: chunk of Q (S phase), dO (dP/dV phase) or Q again
      * (dK phase), per tile; ld says where the next one to load lies. */
     ItemCursor ld = {};
+    /* Row 0 of the group's first query head in Q and dO. */
+    const T *const q_head0 =
+        static_cast<const T *>(p.q) + row0_offset(p.q_sb, p.q_sh, p.q_sn, g.q_start, varlen, b, hk * p.group);
+    const T *const do_head0 =
+        static_cast<const T *>(p.dout) + row0_offset(p.do_sb, p.do_sh, p.do_sn, g.q_start, varlen, b, hk * p.group);
     auto load_next = [&]() {
         const int it = ld.it;
-        const int h = hk * p.group + ld.head;
         const int q0 = (first_qb + ld.qb) * B::kBr;
         const bool is_do = it >= nq2 && it < nq2 + nv2;
         const int chunk = it < nq2 ? it : is_do ? it - nq2 : it - nq2 - nv2;
-        const T *base;
-        int64_t stride;
-        int dim;
-        if (is_do) {
-            stride = p.do_sn;
-            dim = p.dv;
-            base = static_cast<const T *>(p.dout) + row0_offset(p.do_sb, p.do_sh, p.do_sn, g.q_start, varlen, b, h);
-        } else {
-            stride = p.q_sn;
-            dim = p.dqk;
-            base = static_cast<const T *>(p.q) + row0_offset(p.q_sb, p.q_sh, p.q_sn, g.q_start, varlen, b, h);
-        }
-        base += (int64_t)q0 * stride;
+        const int64_t stride = is_do ? p.do_sn : p.q_sn;
+        const int dim = is_do ? p.dv : p.dqk;
+        const T *const base = (is_do ? do_head0 + (int64_t)ld.head * p.do_sh : q_head0 + (int64_t)ld.head * p.q_sh) +
+                              (int64_t)q0 * stride;
         T *slot = ring + ld.slot * kSlotElems;
 #pragma unroll
         for (int sl = 0; sl < B::kSlabs; ++sl) {
@@ -346,30 +341,39 @@ __device__ __forceinline__ void dkdv_body(const ffpa_bwd_params &p)
 
         /* kDqAtomic: dQ rows of this warp += scale dS K_j, one 64-column
          * slab at a time, added with reductions: from the resident K slabs
-         * here (in flight under the dK GEMMs below), or from the K chunks
-         * streamed beside the dK phase's Q chunks. */
+         * (after the held dK GEMM, else before the dK phase), or from the K
+         * chunks streamed beside the dK phase's Q chunks. */
         const RedRows dq_red(static_cast<float *>(p.dq.data) + acc_row0(p.dq, p.cu_q, b, h) +
                                  (int64_t)q0 * p.dq.sn,
                              p.dq.sn, warp * 16, g.seqlen_q - q0, lane); /* unused without kDqAtomic */
         auto dq_slab = [&](const T *kslab, int slab) {
-            arch::FragC o[kSlab / 8];
+            /* In two halves of 32 columns: the first half's reductions
+             * drain while the second half's MMAs run, into other registers. */
 #pragma unroll
-            for (int nt = 0; nt < kSlab / 8; ++nt)
-                o[nt] = arch::FragC{{0.f, 0.f, 0.f, 0.f}};
-            warp_ab_reg<T, kBc>(o, dsa, kslab, lane);
-            red_tile<kSlab / 8>(o, dq_red, slab * kSlab, p.dqk, lane);
+            for (int half = 0; half < 2; ++half) {
+                arch::FragC o[kSlab / 16];
+#pragma unroll
+                for (int nt = 0; nt < kSlab / 16; ++nt)
+                    o[nt] = arch::FragC{{0.f, 0.f, 0.f, 0.f}};
+                warp_ab_reg<T, kBc, kSlab / 16>(o, dsa, kslab, half * (kSlab / 2), lane);
+                red_tile<kSlab / 16>(o, dq_red, slab * kSlab + half * (kSlab / 2), p.dqk, lane);
+            }
         };
-        if constexpr (kDqAtomic && !B::kStreamKV)
-            for (int slab = 0; slab < kslabs; ++slab)
-                dq_slab(ks + slab * kBc * kSlab, slab);
-
         /* dK += scale dS^T Q chunk by chunk: the held Q chunk once every
-         * warp's dS rows are in, or Q streamed again. */
+         * warp's dS rows are in (then dQ: its reductions drain under the
+         * next tile's loads and S GEMM; measured 1-2 % over dQ first), or
+         * Q streamed again. */
         if (hold) {
             __syncthreads();
             grad_resident(dk_res, held, dss, p.dqk);
+            if constexpr (kDqAtomic && !B::kStreamKV)
+                for (int slab = 0; slab < kslabs; ++slab)
+                    dq_slab(ks + slab * kBc * kSlab, slab);
             continue;
         }
+        if constexpr (kDqAtomic && !B::kStreamKV)
+            for (int slab = 0; slab < kslabs; ++slab)
+                dq_slab(ks + slab * kBc * kSlab, slab);
         for (int c = 0; c < nq2; ++c, ++t) {
             const T *slot = item_begin(t);
             if constexpr (kDqAtomic && B::kStreamKV) {

@@ -281,7 +281,7 @@ __device__ __forceinline__ void dq_item(const ffpa_bwd_params &p, int b, int h, 
                 if (col0 >= p.dqk)
                     break;
                 if constexpr (kResident) {
-                    warp_ab_reg<T, kDqBc>(dq_res[sl], af, kslot + sl * kDqBc * kSlab, lane);
+                    warp_ab_reg<T, kDqBc>(dq_res[sl], af, kslot + sl * kDqBc * kSlab, 0, lane);
                     continue;
                 }
                 AccTile<T, 1, kSlab / 8> at;
@@ -290,7 +290,7 @@ __device__ __forceinline__ void dq_item(const ffpa_bwd_params &p, int b, int h, 
 #pragma unroll
                 for (int nt = 0; nt < kSlab / 8; ++nt)
                     o[0][nt] = arch::FragC{{0.f, 0.f, 0.f, 0.f}};
-                warp_ab_reg<T, kDqBc>(o[0], af, kslot + sl * kDqBc * kSlab, lane);
+                warp_ab_reg<T, kDqBc>(o[0], af, kslot + sl * kDqBc * kSlab, 0, lane);
                 at.commit(o, p.dq, dq_base, warp * 16, rows_valid, col0, p.dqk, lane);
             }
         }

@@ -20,29 +20,55 @@ namespace bwd {
 constexpr int kSlab = 64; /* columns of a shared-memory slab (one D chunk) */
 
 /*
+ * Byte address of the 16-byte piece `chunk` of row `row` in a swizzled
+ * [rows][64] slab at shared address `base` (128-byte aligned, as every
+ * tile of the backward's layout is). The piece index enters only through
+ * bits 4..6 of the address, so the piece 2 k + b of a row is the piece b's
+ * address XOR (k << 5): a lane computes its address once per operand and
+ * steps along the k dimension (or 16-column groups) with one LOP3, the
+ * other dimension being a constant offset (16 rows = 2048 bytes).
+ */
+__device__ __forceinline__ uint32_t swz_addr(uint32_t base, int row, int chunk)
+{
+    return base + (uint32_t)row * (kSlab * 2) + ((uint32_t)((chunk ^ row) & 7) << 4);
+}
+
+/*
  * c[nt] (16 x 8 kNT) += A[row0 .. row0+16)[0..64) * B[0 .. 8 kNT)[0..64)^T
- * over the slab columns < cols_valid. A and B are swizzled [rows][64] slabs.
+ * over the slab columns < cols_valid. A and B are swizzled [rows][64] slabs
+ * of 16-bit elements.
  */
 template <typename T, int kNT>
 __device__ __forceinline__ void warp_abt(arch::FragC (&c)[kNT], const T *a, int row0, const T *b,
                                          int cols_valid, int lane)
 {
     static_assert(kNT % 2 == 0, "n-tiles come in pairs");
-#pragma unroll
-    for (int kk = 0; kk < kSlab / 16; ++kk) {
-        if (kk * 16 >= cols_valid)
-            break;
+    static_assert(sizeof(T) == 2, "16-bit slabs");
+    const uint32_t a0 = swz_addr(arch::smem_u32(a), row0 + (lane & 15), lane >> 4);
+    const uint32_t b0 = swz_addr(arch::smem_u32(b), (lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1);
+    auto kstep = [&](int kk) {
         arch::FragA fa;
-        arch::ldmatrix_x4(fa.r, arch::smem_u32(a + swz<kSlab>(row0 + (lane & 15), kk * 16 + ((lane >> 4) << 3))));
+        arch::ldmatrix_x4(fa.r, a0 ^ (kk << 5));
+        const uint32_t bk = b0 ^ (kk << 5);
 #pragma unroll
         for (int np = 0; np < kNT / 2; ++np) {
             uint32_t r[4];
-            int br = np * 16 + (lane & 7) + ((lane >> 4) << 3);
-            int bc = kk * 16 + (((lane >> 3) & 1) << 3);
-            arch::ldmatrix_x4(r, arch::smem_u32(b + swz<kSlab>(br, bc)));
-            arch::FragB b0 = {{r[0], r[1]}}, b1 = {{r[2], r[3]}};
-            arch::mma_m16n8k16<T>(c[2 * np], fa, b0);
-            arch::mma_m16n8k16<T>(c[2 * np + 1], fa, b1);
+            arch::ldmatrix_x4(r, bk + np * 16 * (kSlab * 2));
+            arch::FragB b0f = {{r[0], r[1]}}, b1f = {{r[2], r[3]}};
+            arch::mma_m16n8k16<T>(c[2 * np], fa, b0f);
+            arch::mma_m16n8k16<T>(c[2 * np + 1], fa, b1f);
+        }
+    };
+    if (cols_valid >= kSlab) { /* whole slab: no per-step test */
+#pragma unroll
+        for (int kk = 0; kk < kSlab / 16; ++kk)
+            kstep(kk);
+    } else {
+#pragma unroll
+        for (int kk = 0; kk < kSlab / 16; ++kk) {
+            if (kk * 16 >= cols_valid)
+                break;
+            kstep(kk);
         }
     }
 }
@@ -64,55 +90,75 @@ template <int kCols> constexpr int ptile_elems(int rows)
 
 /*
  * c[mt][nt] (32 x 8 kNT) += A^T B where A is a [k][kACols] P/dS tile
- * (ptile_off layout) and B is a swizzled [k][64] slab; m from m0, n from the
- * slab column n0, k over [0, kK).
+ * (ptile_off layout) and B is a swizzled [k][64] slab; m from m0 (a
+ * multiple of 32), n from the slab column n0 (a multiple of 8 kNT, so that
+ * the n-tile pairs step by XOR), k over [0, kK).
  */
 template <typename T, int kNT, int kK, int kACols>
 __device__ __forceinline__ void warp_atb(arch::FragC (&c)[2][kNT], const T *a, int m0, const T *b, int n0, int lane)
 {
-    static_assert(kNT % 2 == 0, "n-tiles come in pairs");
+    static_assert(kNT % 2 == 0 && (kNT & (kNT - 1)) == 0, "n-tiles come in pairs, a power of two");
+    static_assert(sizeof(T) == 2, "16-bit tiles");
+    static_assert(kACols == kSlab || kACols % 64 != 0, "A: one swizzled slab or a padded tile");
     const int q = lane >> 3, rr = lane & 7;
+    /* A: rows k (16 per step: a constant offset), columns m0 + 16 mt + ...:
+     * swizzled (kACols = 64) pieces m0 / 8 + 2 mt + (q & 1), mt by XOR. */
+    const uint32_t abase = arch::smem_u32(a);
+    const int arow = ((q >> 1) << 3) + rr;
+    uint32_t a0;
+    if constexpr (kACols == kSlab)
+        a0 = swz_addr(abase, arow, (m0 >> 3) + (q & 1));
+    else
+        a0 = abase + 2 * (uint32_t)ptile_off<kACols>(arow, m0 + ((q & 1) << 3));
+    /* B: rows k, pieces n0 / 8 + 2 np + (lane >> 4), np by XOR. */
+    const uint32_t b0 = swz_addr(arch::smem_u32(b), rr + ((q & 1) << 3), (n0 >> 3) + (lane >> 4));
+    uint32_t bn[kNT / 2];
+#pragma unroll
+    for (int np = 0; np < kNT / 2; ++np)
+        bn[np] = b0 ^ (np << 5);
+    constexpr uint32_t kARowBytes = 2 * ptile_elems<kACols>(1); /* one row of A */
 #pragma unroll
     for (int kk = 0; kk < kK / 16; ++kk) {
         arch::FragA fa[2];
 #pragma unroll
-        for (int mt = 0; mt < 2; ++mt)
-            arch::ldmatrix_x4_trans(fa[mt].r, arch::smem_u32(a + ptile_off<kACols>(kk * 16 + ((q >> 1) << 3) + rr,
-                                                                                    m0 + mt * 16 + ((q & 1) << 3))));
+        for (int mt = 0; mt < 2; ++mt) {
+            const uint32_t am = kACols == kSlab ? a0 ^ (mt << 5) : a0 + mt * 32;
+            arch::ldmatrix_x4_trans(fa[mt].r, am + kk * 16 * kARowBytes);
+        }
 #pragma unroll
         for (int np = 0; np < kNT / 2; ++np) {
             uint32_t r[4];
-            int br = kk * 16 + rr + ((q & 1) << 3);
-            int bc = n0 + np * 16 + ((lane >> 4) << 3);
-            arch::ldmatrix_x4_trans(r, arch::smem_u32(b + swz<kSlab>(br, bc)));
-            arch::FragB b0 = {{r[0], r[1]}}, b1 = {{r[2], r[3]}};
+            arch::ldmatrix_x4_trans(r, bn[np] + kk * 16 * (kSlab * 2));
+            arch::FragB b0f = {{r[0], r[1]}}, b1f = {{r[2], r[3]}};
 #pragma unroll
             for (int mt = 0; mt < 2; ++mt) {
-                arch::mma_m16n8k16<T>(c[mt][2 * np], fa[mt], b0);
-                arch::mma_m16n8k16<T>(c[mt][2 * np + 1], fa[mt], b1);
+                arch::mma_m16n8k16<T>(c[mt][2 * np], fa[mt], b0f);
+                arch::mma_m16n8k16<T>(c[mt][2 * np + 1], fa[mt], b1f);
             }
         }
     }
 }
 
-/* c[nt] (16 x 64) += A B with A (16 x kK) in registers as packed fragments
- * (af[kk] = FragA of k-step kk) and B a swizzled [k][64] slab. */
-template <typename T, int kK>
-__device__ __forceinline__ void warp_ab_reg(arch::FragC (&c)[kSlab / 8], const uint32_t (&af)[kK / 16][4],
-                                            const T *b, int lane)
+/* c[nt] (16 x 8 kNT) += A B with A (16 x kK) in registers as packed
+ * fragments (af[kk] = FragA of k-step kk) and B a swizzled [k][64] slab,
+ * columns n0 .. n0 + 8 kNT (n0 a multiple of 8 kNT). */
+template <typename T, int kK, int kNT = kSlab / 8>
+__device__ __forceinline__ void warp_ab_reg(arch::FragC (&c)[kNT], const uint32_t (&af)[kK / 16][4], const T *b,
+                                            int n0, int lane)
 {
+    static_assert(sizeof(T) == 2, "16-bit slabs");
+    static_assert(kNT % 2 == 0 && (kNT & (kNT - 1)) == 0 && kNT <= kSlab / 8, "n-tile pairs, a power of two");
+    const uint32_t b0 = swz_addr(arch::smem_u32(b), (lane & 7) + (((lane >> 3) & 1) << 3), (n0 >> 3) + (lane >> 4));
 #pragma unroll
     for (int kk = 0; kk < kK / 16; ++kk) {
         arch::FragA fa = {{af[kk][0], af[kk][1], af[kk][2], af[kk][3]}};
 #pragma unroll
-        for (int np = 0; np < kSlab / 16; ++np) {
+        for (int np = 0; np < kNT / 2; ++np) {
             uint32_t r[4];
-            int br = kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3);
-            int bc = np * 16 + ((lane >> 4) << 3);
-            arch::ldmatrix_x4_trans(r, arch::smem_u32(b + swz<kSlab>(br, bc)));
-            arch::FragB b0 = {{r[0], r[1]}}, b1 = {{r[2], r[3]}};
-            arch::mma_m16n8k16<T>(c[2 * np], fa, b0);
-            arch::mma_m16n8k16<T>(c[2 * np + 1], fa, b1);
+            arch::ldmatrix_x4_trans(r, (b0 ^ (np << 5)) + kk * 16 * (kSlab * 2));
+            arch::FragB b0f = {{r[0], r[1]}}, b1f = {{r[2], r[3]}};
+            arch::mma_m16n8k16<T>(c[2 * np], fa, b0f);
+            arch::mma_m16n8k16<T>(c[2 * np + 1], fa, b1f);
         }
     }
 }
@@ -203,6 +249,7 @@ template <typename T, int kMT, int kNT> struct AccTile {
 struct RedRows {
     float *row[2];
     bool ok[2];
+    bool all; /* all 16 rows inside: the unchecked path */
     __device__ __forceinline__ RedRows(float *base, int64_t sn, int row0, int rows_valid, int lane)
     {
 #pragma unroll
@@ -211,25 +258,38 @@ struct RedRows {
             row[half] = base + (int64_t)r * sn + arch::frag_c_col(lane, 0);
             ok[half] = r < rows_valid;
         }
+        all = row0 + 16 <= rows_valid;
     }
 };
 
 /*
  * A warp's 16 x 8 kNT fragments added into an fp32 buffer with reductions
  * (dQ from the dK/dV kernel: every key block of the row adds its part), at
- * columns col0 + 8 nt + frag col, valid below cols_valid.
+ * columns col0 + 8 nt + frag col, valid below cols_valid. Whole tiles (the
+ * rule) take one REDG per pair at a constant offset from the row pointer;
+ * the edge tiles check every pair.
  */
 template <int kNT>
 __device__ __forceinline__ void red_tile(const arch::FragC (&c)[kNT], const RedRows &rows, int col0, int cols_valid,
                                          int lane)
 {
-    const bool all_cols = col0 + 8 * kNT <= cols_valid;
+    float *const r0 = rows.row[0] + col0, *const r1 = rows.row[1] + col0;
+    if (rows.all && col0 + 8 * kNT <= cols_valid) {
 #pragma unroll
-    for (int nt = 0; nt < kNT; ++nt)
+        for (int nt = 0; nt < kNT; ++nt) {
+            arch::red_add_f32x2(r0 + nt * 8, c[nt].r[0], c[nt].r[1]);
+            arch::red_add_f32x2(r1 + nt * 8, c[nt].r[2], c[nt].r[3]);
+        }
+        return;
+    }
 #pragma unroll
-        for (int half = 0; half < 2; ++half)
-            if (rows.ok[half] && (all_cols || col0 + nt * 8 + arch::frag_c_col(lane, 0) < cols_valid))
-                arch::red_add_f32x2(rows.row[half] + col0 + nt * 8, c[nt].r[2 * half], c[nt].r[2 * half + 1]);
+    for (int nt = 0; nt < kNT; ++nt) {
+        const bool col_ok = col0 + nt * 8 + arch::frag_c_col(lane, 0) < cols_valid;
+        if (rows.ok[0] && col_ok)
+            arch::red_add_f32x2(r0 + nt * 8, c[nt].r[0], c[nt].r[1]);
+        if (rows.ok[1] && col_ok)
+            arch::red_add_f32x2(r1 + nt * 8, c[nt].r[2], c[nt].r[3]);
+    }
 }
 
 } /* namespace bwd */
