@@ -70,7 +70,8 @@ typedef enum ffpa_bwd_dkdv_kernel { /* backends/gpu/bwd/bwd_host.h, choose_tiles
     FFPA_BWD_DKDV_AUTO = 0,
     FFPA_BWD_DKDV_KV64 = 1,  /* K/V resident, 64-row key tiles */
     FFPA_BWD_DKDV_KV32 = 2,  /* K/V resident, 32-row key tiles */
-    FFPA_BWD_DKDV_SMALL = 3  /* K/V streamed (the small-shared-memory configuration) */
+    FFPA_BWD_DKDV_SMALL = 3, /* K/V streamed (the small-shared-memory configuration) */
+    FFPA_BWD_DKDV_STREAM = 4 /* K/V streamed beside 128-row query tiles (where 64 keys do not fit resident) */
 } ffpa_bwd_dkdv_kernel;
 
 typedef enum ffpa_bwd_dq_kernel {

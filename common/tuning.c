@@ -250,7 +250,7 @@ static int get_choice(const cJSON *obj, const char *name, const char *const *nam
 }
 
 static const char *const kernel_names[] = {"auto", "generic", "sm90"};  /* ffpa_fwd_family */
-static const char *const dkdv_names[] = {"auto", "kv64", "kv32", "small"}; /* ffpa_bwd_dkdv_kernel */
+static const char *const dkdv_names[] = {"auto", "kv64", "kv32", "small", "stream"}; /* ffpa_bwd_dkdv_kernel */
 static const char *const dq_names[] = {"auto", "big", "small"};         /* ffpa_bwd_dq_kernel */
 #define N_NAMES(a) ((int)(sizeof a / sizeof a[0]))
 
@@ -295,7 +295,7 @@ static int parse_config(const cJSON *cfg, int version, tuning_entry *e, char *wh
     if (!get_choice(cfg, "kernel", kernel_names, N_NAMES(kernel_names), &family))
         return snprintf(why, why_len, "\"kernel\" is not \"auto\", \"generic\" or \"sm90\""), 0;
     if (!get_choice(cfg, "dkdv", dkdv_names, N_NAMES(dkdv_names), &dkdv))
-        return snprintf(why, why_len, "\"dkdv\" is not \"auto\", \"kv64\", \"kv32\" or \"small\""), 0;
+        return snprintf(why, why_len, "\"dkdv\" is not \"auto\", \"kv64\", \"kv32\", \"small\" or \"stream\""), 0;
     if (!get_choice(cfg, "dq", dq_names, N_NAMES(dq_names), &dq))
         return snprintf(why, why_len, "\"dq\" is not \"auto\", \"big\" or \"small\""), 0;
     e->family = (ffpa_fwd_family)family;

@@ -66,15 +66,26 @@ void expect(const ffpa_problem &pb, const Part &part, const char *want, const ff
                  part.smem_block, label, want);
 }
 
+ffpa_problem causal(ffpa_problem pb)
+{
+    pb.causal = 1;
+    return pb;
+}
+
 /* H100: 64-key kernel; at D <= 128 gradients in registers, Q held (one
- * more slot); dQ from the dK/dV kernel; 32-key tiles above 1152. */
+ * more slot); dQ from the dK/dV kernel; above 1152 (Dqk + Dv) K/V
+ * streamed beside the 128-row tiles, or, causal, 32-key tiles. */
 void test_h100(void **)
 {
     expect(problem(64), kH100, "bwd dkdv kv64 regs s4 q-held, dq atomic");
     expect(problem(128), kH100, "bwd dkdv kv64 regs s4 q-held, dq atomic");
     expect(problem(256), kH100, "bwd dkdv kv64 s3, dq atomic");
     expect(problem(512), kH100, "bwd dkdv kv64 s2, dq atomic");
-    expect(problem(1024), kH100, "bwd dkdv kv32 s2, dq atomic");
+    expect(causal(problem(512)), kH100, "bwd dkdv kv64 s2, dq atomic");
+    expect(problem(768), kH100, "bwd dkdv stream s3, dq atomic");
+    expect(problem(1024), kH100, "bwd dkdv stream s3, dq atomic");
+    expect(causal(problem(768)), kH100, "bwd dkdv kv32 s3, dq atomic");
+    expect(causal(problem(1024)), kH100, "bwd dkdv kv32 s2, dq atomic");
 }
 
 /* The dQ kernel stays where the additions' order must not vary, where they
@@ -92,7 +103,10 @@ void test_split_launch(void **)
 void test_a100(void **)
 {
     expect(problem(128), kA100, "bwd dkdv kv64 regs s3, dq atomic");
-    expect(problem(512), kA100, "bwd dkdv kv32 s2, dq atomic");
+    expect(problem(512), kA100, "bwd dkdv stream s2, dq atomic");
+    expect(causal(problem(512)), kA100, "bwd dkdv kv32 s2, dq atomic");
+    expect(problem(1024), kA100, "bwd dkdv stream s2, dq atomic");
+    expect(causal(problem(1024)), kA100, "bwd dkdv stream s2, dq atomic");
 }
 
 /* ~100 KiB parts without a table: the small configuration at 2 stages (two
@@ -132,6 +146,13 @@ void test_knobs(void **)
         expect(problem(128), kH100, c.want);
         unsetenv(c.name);
     }
+    setenv("FFPA_BWD_STREAM", "0", 1);
+    expect(problem(1024), kH100, "bwd dkdv kv32 s2, dq atomic");
+    ffpa_plan plan; /* a tuned choice of StreamCfg still holds */
+    memset(&plan, 0, sizeof plan);
+    plan.bwd_dkdv = FFPA_BWD_DKDV_STREAM;
+    expect(problem(1024), kH100, "bwd dkdv stream s3, dq atomic", &plan);
+    unsetenv("FFPA_BWD_STREAM");
 }
 
 /* Less than the small configuration's 2-stage ring: refused, saying so. */

@@ -1038,7 +1038,7 @@ static void test_v2_plans_keep_invariants(void **state)
     (void)state;
     static const char *paths[] = {"small-d", "split-d", "decode"};
     static const char *kernels[] = {"auto", "generic", "sm90"};
-    static const char *dkdv[] = {"auto", "kv64", "kv32", "small"};
+    static const char *dkdv[] = {"auto", "kv64", "kv32", "small", "stream"};
     static const char *dq[] = {"auto", "big", "small"};
     static const int dims[] = {64, 256, 512, 1024};
     static const int tiles[][4] = {{64, 64, 64, 4},  {128, 64, 128, 8}, {64, 64, 256, 4}, {64, 64, 128, 8},
@@ -1053,7 +1053,7 @@ static void test_v2_plans_keep_invariants(void **state)
                     char cfg[256];
                     if (pass) {
                         int n = snprintf(cfg, sizeof cfg, "\"dkdv\": \"%s\", \"dq\": \"%s\", \"stages\": %d",
-                                         dkdv[k % 4], dq[k % 3], 1 + k % 4);
+                                         dkdv[k % 5], dq[k % 3], 1 + k % 4);
                         int family = (k / 2) % 3, boxes = family == 1 ? 0 : 2 * (1 + k % 5); /* 10: none */
                         n += snprintf(cfg + n, sizeof cfg - (size_t)n, ", \"kernel\": \"%s\"", kernels[family]);
                         if (boxes)

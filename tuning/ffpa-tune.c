@@ -19,7 +19,7 @@
  *   forward, other shapes: every generic tile covering D x stages 2..4
  *     (kernel "generic"), and on sm_90 the Hopper kernels at each cluster
  *     size that covers D;
- *   backward: dK/dV kernel {kv64, kv32, small} x dQ kernel {big, small} x
+ *   backward: dK/dV kernel {kv64, stream, kv32, small} x dQ kernel {big, small} x
  *     stages {3, 2} (each kernel falls back to its default where its choice
  *     does not fit); on sm_90 instead the Hopper kernel at each width
  *     (boxes x cluster) that covers D and the generic kernels at their
@@ -413,10 +413,11 @@ static void sweep_forward(shape_sweep *sw)
 
 static void sweep_backward(shape_sweep *sw)
 {
-    static const ffpa_bwd_dkdv_kernel dkdv[] = {FFPA_BWD_DKDV_KV64, FFPA_BWD_DKDV_KV32, FFPA_BWD_DKDV_SMALL};
+    static const ffpa_bwd_dkdv_kernel dkdv[] = {FFPA_BWD_DKDV_KV64, FFPA_BWD_DKDV_STREAM, FFPA_BWD_DKDV_KV32,
+                                                FFPA_BWD_DKDV_SMALL};
     static const ffpa_bwd_dq_kernel dq[] = {FFPA_BWD_DQ_BIG, FFPA_BWD_DQ_SMALL};
     if (sw->t->lim.arch != 90) {
-        for (int i = 0; i < 3; ++i)
+        for (int i = 0; i < (int)(sizeof dkdv / sizeof dkdv[0]); ++i)
             for (int j = 0; j < 2; ++j)
                 for (int st = 3; st >= 2; --st)
                     consider(sw, (tune_cfg){.dkdv = dkdv[i], .dq = dq[j], .stages = st});

@@ -12,7 +12,7 @@ const char *tune_path_name(ffpa_kernel_path p)
 void tune_cfg_to_json(cJSON *obj, const tune_cfg *c, int backward)
 {
     static const char *const kernels[] = {"auto", "generic", "sm90"};
-    static const char *const dkdv[] = {"auto", "kv64", "kv32", "small"};
+    static const char *const dkdv[] = {"auto", "kv64", "kv32", "small", "stream"}; /* ffpa_bwd_dkdv_kernel */
     static const char *const dq[] = {"auto", "big", "small"};
     if (c->family)
         cJSON_AddStringToObject(obj, "kernel", kernels[c->family]);

@@ -2,8 +2,8 @@
  * HIP entry points of the backward kernels of one element type over the
  * vendor-neutral bodies (backends/gpu/bwd/), compiled with arch_hip.h;
  * bwd_inst_f16.hip and bwd_inst_bf16.hip include this with FFPA_BWD_T set.
- * Per dtype: dK/dV with 64- and 32-row key tiles and dQ of BigCfg (more
- * than 64 KiB of LDS: NVIDIA), and dK/dV (K/V streamed) and dQ of SmallCfg
+ * Per dtype: dK/dV with 64- and 32-row key tiles and dQ of BigCfg, dK/dV of
+ * StreamCfg (more than 64 KiB of LDS: NVIDIA), and dK/dV (K/V streamed) and dQ of SmallCfg
  * (at most 64 KiB: gfx90a, gfx942, gfx1100). D is a run-time loop bound.
  * BigCfg is built for NVIDIA only (FFPA_HIP_BIG_BWD): no AMD target has
  * the shared memory for it, and bwd_launch.hip caps the planner's limit at
@@ -27,6 +27,12 @@ template <typename T, int kBc, bool kResident = false, bool kDqAtomic = false>
 __global__ void __launch_bounds__(BigCfg::kThreads) bwd_dkdv_kernel(const ffpa_bwd_params p)
 {
     bwd::dkdv_body<T, kBc, BigCfg, kResident, kDqAtomic>(p);
+}
+
+template <typename T, bool kDqAtomic>
+__global__ void __launch_bounds__(StreamCfg::kThreads) bwd_dkdv_stream_kernel(const ffpa_bwd_params p)
+{
+    bwd::dkdv_body<T, 64, StreamCfg, false, kDqAtomic>(p);
 }
 
 template <typename T, bool kResident = false>
@@ -76,8 +82,16 @@ hipError_t FFPA_BWD_LAUNCH_DKDV(int kernel, const ffpa_bwd_params &p, size_t sme
     case bwd::kDkdv32DqAtomic:
         return launch_with_smem(bwd_dkdv_kernel<FFPA_BWD_T, 32, false, true>, grid, BigCfg::kThreads, smem, stream,
                                 p);
-    default:
+    case bwd::kDkdvStream:
+        return launch_with_smem(bwd_dkdv_stream_kernel<FFPA_BWD_T, false>, grid, StreamCfg::kThreads, smem, stream,
+                                p);
+    case bwd::kDkdvStreamDqAtomic:
+        return launch_with_smem(bwd_dkdv_stream_kernel<FFPA_BWD_T, true>, grid, StreamCfg::kThreads, smem, stream,
+                                p);
+    case bwd::kDkdv32:
         return launch_with_smem(bwd_dkdv_kernel<FFPA_BWD_T, 32>, grid, BigCfg::kThreads, smem, stream, p);
+    default:
+        return hipErrorInvalidDeviceFunction;
 #else
     default:
         return hipErrorInvalidDeviceFunction; /* not built for AMD targets (see above) */

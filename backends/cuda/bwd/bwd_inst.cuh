@@ -5,6 +5,8 @@
  * (Dqk + Dv up to 1152 on a 227 KB device; also as the twins that add dQ
  * themselves), with 32-row key tiles (the rest, up to 2 x 1024), and one dQ
  * kernel, all of BigCfg; and the
+ * dK/dV of BigCfg's tile with K/V streamed (StreamCfg: D whose 64-key K/V
+ * tiles do not fit resident), the
  * small-shared-memory configuration (SmallCfg: at most 64 KiB per block,
  * chosen by bwd_host.h only where BigCfg does not fit): dK/dV with K/V
  * streamed, and dQ. Every head dimension routes to these (D is a run-time
@@ -32,6 +34,12 @@ __global__ void __launch_bounds__(BigCfg::kThreads, 1) dkdv_kernel(const __grid_
     dkdv_body<T, kBc, BigCfg, kResident, kDqAtomic>(p);
 }
 
+template <typename T, bool kDqAtomic>
+__global__ void __launch_bounds__(StreamCfg::kThreads, 1) dkdv_stream_kernel(const __grid_constant__ ffpa_bwd_params p)
+{
+    dkdv_body<T, 64, StreamCfg, false, kDqAtomic>(p);
+}
+
 template <typename T, bool kResident = false>
 __global__ void __launch_bounds__(BigCfg::kThreads, 1) dq_kernel(const __grid_constant__ ffpa_bwd_params p)
 {
@@ -54,6 +62,10 @@ cudaError_t FFPA_BWD_LAUNCH_DKDV(int kernel, const ffpa_bwd_params &p, size_t sm
 {
     dim3 grid((unsigned)p.kv_blocks, (unsigned)p.hkv, (unsigned)p.batch);
     switch (kernel) { /* *Resident: dK/dV in registers (bwd_host.h choose_tiles) */
+    case kDkdvStream:
+        return launch_with_smem(dkdv_stream_kernel<FFPA_BWD_T, false>, grid, StreamCfg::kThreads, smem, stream, p);
+    case kDkdvStreamDqAtomic:
+        return launch_with_smem(dkdv_stream_kernel<FFPA_BWD_T, true>, grid, StreamCfg::kThreads, smem, stream, p);
     case kDkdvSmallResident:
         return launch_with_smem(dkdv_small_kernel<FFPA_BWD_T, true>, grid, SmallCfg::kThreads, smem, stream, p);
     case kDkdvSmall:
@@ -102,6 +114,10 @@ cudaError_t FFPA_BWD_ATTR(int which, cudaFuncAttributes *attr)
         return cudaFuncGetAttributes(attr, dkdv_kernel<FFPA_BWD_T, 64>);
     case kDkdv32:
         return cudaFuncGetAttributes(attr, dkdv_kernel<FFPA_BWD_T, 32>);
+    case kDkdvStream:
+        return cudaFuncGetAttributes(attr, dkdv_stream_kernel<FFPA_BWD_T, false>);
+    case kDkdvStreamDqAtomic:
+        return cudaFuncGetAttributes(attr, dkdv_stream_kernel<FFPA_BWD_T, true>);
     case kDkdvSmall:
         return cudaFuncGetAttributes(attr, dkdv_small_kernel<FFPA_BWD_T>);
     case kDkdvSmallResidentDqAtomic:

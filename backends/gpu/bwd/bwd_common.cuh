@@ -35,6 +35,11 @@ template <int kWarps_, int kChunk_, bool kStreamKV_> struct BwdCfg {
 /* The configuration of devices with ~130 KiB or more per block (H100: 227 KB):
  * 8 warps, 128-row query tiles, 128-column chunks, K/V resident. */
 using BigCfg = BwdCfg<8, 2 * kSlab, false>;
+/* BigCfg's tile with K/V streamed: for D whose 64-key K/V tiles do not fit
+ * resident (D = 1024 on the H100; from D ~ 640 on a 163 KiB A100), where the
+ * alternative was the 32-key kernel (half the key rows per block, 4-wide
+ * warp tiles in dV/dK) or SmallCfg. 192 x 128 x 2 bytes a ring slot. */
+using StreamCfg = BwdCfg<8, 2 * kSlab, true>;
 /* Chosen only where BigCfg does not fit (64 KiB LDS of gfx90a/gfx942/gfx1100,
  * ~99 KiB of sm_86/89 for large D, FFPA_BWD_SMEM_LIMIT): 4 warps, 64-row
  * query tiles, 64-column chunks, K/V streamed; at most 64 KiB for every D. */

@@ -228,6 +228,7 @@ inline int with_dq_atomic(int launch)
     case kDkdvSmallResident: return kDkdvSmallResidentDqAtomic;
     case kDkdv32: return kDkdv32DqAtomic;
     case kDkdvSmall: return kDkdvSmallDqAtomic;
+    case kDkdvStream: return kDkdvStreamDqAtomic;
     default: return kDkdv64DqAtomic;
     }
 }
@@ -266,8 +267,10 @@ inline const TileOption *first_fit(const TileOption *opts, int n, int want_kerne
 /*
  * Per kernel, the tuned choice of plan (ffpa_plan.bwd_dkdv, bwd_dq,
  * bwd_stages) where it fits smem_limit, else the first candidate (deepest
- * ring first) that fits: dK/dV with resident K/V tiles of 64 then 32 rows
- * (BigCfg), then SmallCfg (K/V streamed, at most 64 KiB for every D); dQ
+ * ring first) that fits: dK/dV with resident K/V tiles of 64 rows (BigCfg),
+ * then BigCfg's tile with K/V streamed (StreamCfg), then resident tiles of
+ * 32 rows (before StreamCfg for causal masks), then SmallCfg (K/V streamed,
+ * at most 64 KiB for every D); dQ
  * with BigCfg, then SmallCfg. Where BigCfg fits (H100: 227 KB) the default
  * is the one made before SmallCfg existed. smem_per_sm: the multiprocessor's
  * shared memory (small_first).
@@ -278,13 +281,31 @@ inline ffpa_status choose_tiles(const ffpa_problem *pb, size_t smem_limit, size_
     const size_t elt = 2;
     const int dqk = (int)pb->dqk, dv = (int)pb->dv, bias = pb->has_dbias;
     memset(&t, 0, sizeof t);
-    const TileOption dkdv[] = {
-        {kDkdv64, 64, FFPA_BWD_DKDV_KV64,
-         {dkdv_smem_bytes<BigCfg>(64, dqk, dv, 3, elt), dkdv_smem_bytes<BigCfg>(64, dqk, dv, 2, elt)}},
-        {kDkdv32, 32, FFPA_BWD_DKDV_KV32,
-         {dkdv_smem_bytes<BigCfg>(32, dqk, dv, 3, elt), dkdv_smem_bytes<BigCfg>(32, dqk, dv, 2, elt)}},
-        {kDkdvSmall, 64, FFPA_BWD_DKDV_SMALL,
-         {dkdv_smem_bytes<SmallCfg>(64, dqk, dv, 3, elt), dkdv_smem_bytes<SmallCfg>(64, dqk, dv, 2, elt)}}};
+    /* StreamCfg against the 32-key kernel at D = 1024 (H100, N = 4096,
+     * session-2026-11-27f): 112.7 vs 84.6 TFLOP/s, causal 77.3 vs 80.8 (the
+     * causal blocks' short query ranges pay the streamed K/V chunks more).
+     * FFPA_BWD_STREAM=0: never StreamCfg without a tuned choice (A/B). */
+    const TileOption kv64 = {kDkdv64, 64, FFPA_BWD_DKDV_KV64,
+                             {dkdv_smem_bytes<BigCfg>(64, dqk, dv, 3, elt), dkdv_smem_bytes<BigCfg>(64, dqk, dv, 2, elt)}},
+                     stream = {kDkdvStream, 64, FFPA_BWD_DKDV_STREAM,
+                               {dkdv_smem_bytes<StreamCfg>(64, dqk, dv, 3, elt),
+                                dkdv_smem_bytes<StreamCfg>(64, dqk, dv, 2, elt)}},
+                     kv32 = {kDkdv32, 32, FFPA_BWD_DKDV_KV32,
+                             {dkdv_smem_bytes<BigCfg>(32, dqk, dv, 3, elt), dkdv_smem_bytes<BigCfg>(32, dqk, dv, 2, elt)}},
+                     small = {kDkdvSmall, 64, FFPA_BWD_DKDV_SMALL,
+                              {dkdv_smem_bytes<SmallCfg>(64, dqk, dv, 3, elt),
+                               dkdv_smem_bytes<SmallCfg>(64, dqk, dv, 2, elt)}};
+    const bool stream_ok = plan.bwd_dkdv == FFPA_BWD_DKDV_STREAM ||
+                           ffpa_env_long("FFPA_BWD_STREAM", 1, 0, 1, nullptr) != 0;
+    TileOption dkdv[4];
+    int n_dkdv = 0;
+    dkdv[n_dkdv++] = kv64;
+    if (stream_ok && !pb->causal)
+        dkdv[n_dkdv++] = stream;
+    dkdv[n_dkdv++] = kv32;
+    if (stream_ok && pb->causal)
+        dkdv[n_dkdv++] = stream;
+    dkdv[n_dkdv++] = small;
     const TileOption dq[] = {
         {kDq, BigCfg::kBr, FFPA_BWD_DQ_BIG, {dq_smem_bytes<BigCfg>(3, bias, elt), dq_smem_bytes<BigCfg>(2, bias, elt)}},
         {kDqSmall, SmallCfg::kBr, FFPA_BWD_DQ_SMALL,
@@ -303,7 +324,7 @@ inline ffpa_status choose_tiles(const ffpa_problem *pb, size_t smem_limit, size_
             want_stages = s;
             break;
         }
-    const TileOption *kv = first_fit(dkdv, 3, want_dkdv, want_stages, smem_limit, t.dkdv_stages, t.dkdv_smem);
+    const TileOption *kv = first_fit(dkdv, n_dkdv, want_dkdv, want_stages, smem_limit, t.dkdv_stages, t.dkdv_smem);
     const TileOption *q = first_fit(dq, 2, plan.bwd_dq, plan.bwd_stages, smem_limit, t.dq_stages, t.dq_smem);
     /* Left: devices with less than the small configuration's 2-stage ring
      * (or an FFPA_BWD_SMEM_LIMIT below it); t.*_smem holds that need. */
@@ -365,7 +386,10 @@ inline ffpa_plan tuned_plan(const ffpa_problem *pb, const ffpa_device_limits &li
  * dK/dV kernel added dQ. */
 inline void tiles_label(const Tiles &t, char *buf, size_t len)
 {
-    const char *kv = t.dkdv == kDkdv64 ? "kv64" : t.dkdv == kDkdv32 ? "kv32" : "small";
+    const char *kv = t.dkdv == kDkdv64       ? "kv64"
+                     : t.dkdv == kDkdv32     ? "kv32"
+                     : t.dkdv == kDkdvStream ? "stream"
+                                             : "small";
     /* Neither the kernel itself nor its dQ-adding twin: a resident one. */
     const bool regs = t.dkdv_launch != t.dkdv && t.dkdv_launch != with_dq_atomic(t.dkdv),
                dq_regs = t.dq_launch != t.dq;

@@ -108,7 +108,9 @@ enum Kernel {
     kDkdv64ResidentDqAtomic = 10,
     kDkdv32DqAtomic = 11,
     kDkdvSmallDqAtomic = 12,
-    kDkdvSmallResidentDqAtomic = 13
+    kDkdvSmallResidentDqAtomic = 13,
+    kDkdvStream = 14,
+    kDkdvStreamDqAtomic = 15
 };
 
 /* fp32 gradient buffer [heads][rows_total][dim] -> strided output view.

@@ -26,6 +26,7 @@ typedef struct cudaDeviceProp hipDeviceProp_t;
 #define hipErrorNoDevice cudaErrorNoDevice
 #define hipErrorOutOfMemory cudaErrorMemoryAllocation
 #define hipErrorInsufficientDriver cudaErrorInsufficientDriver
+#define hipErrorInvalidDeviceFunction cudaErrorInvalidDeviceFunction
 
 #define hipMemcpyHostToDevice cudaMemcpyHostToDevice
 #define hipMemcpyDeviceToHost cudaMemcpyDeviceToHost
