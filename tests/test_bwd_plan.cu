@@ -6,6 +6,8 @@
  * A100, a ~100 KiB part (sm_86 / 89 / 120) and a 64 KiB one, with a tuned
  * choice, and under the A/B knobs. Each expectation is the label the GPU runs
  * printed for that part (docs/notes/backward.md, 2026-11-27 fifth session).
+ * Also the swizzle algebra the backward's ldmatrix addressing rests on
+ * (bwd_mma.cuh swz_addr: steps along k and across n-tile pairs by XOR).
  * Host code only (nvcc, for the arch layer's types): no GPU needed.
  */
 extern "C" {
@@ -167,6 +169,24 @@ void test_too_small(void **)
     assert_non_null(strstr(err, "bytes of shared memory per block"));
 }
 
+/* swz_addr is the slab layout of smem_tile.cuh (row r, 16-byte piece c at
+ * element r * 64 + ((c ^ (r % 8)) * 8)), and the XOR steps the warp
+ * functions take hold for every row: piece 2 k + b = piece b XOR (k << 5)
+ * (k-steps), and from a base piece c0 that is a multiple of 4 (a warp's
+ * m0 / 8 or n0 / 8), piece c0 + 2 np + b = piece c0 + b XOR (np << 5). */
+void test_swizzle_steps(void **)
+{
+    for (uint32_t base : {0u, 128u * 5, 65536u + 2048u})
+        for (int row = 0; row < 256; ++row)
+            for (int c = 0; c < 8; ++c) {
+                const uint32_t elem = (uint32_t)(row * 64 + ((c ^ (row & 7)) << 3));
+                assert_int_equal(swz_addr(base, row, c), base + 2 * elem);
+                assert_int_equal(swz_addr(base, row, c), swz_addr(base, row, c & 1) ^ ((uint32_t)(c >> 1) << 5));
+                const int c0 = c & 4, np = (c >> 1) & 1;
+                assert_int_equal(swz_addr(base, row, c), swz_addr(base, row, c0 + (c & 1)) ^ ((uint32_t)np << 5));
+            }
+}
+
 } /* namespace */
 
 int main(void)
@@ -174,7 +194,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_h100),       cmocka_unit_test(test_split_launch), cmocka_unit_test(test_a100),
         cmocka_unit_test(test_100k_parts), cmocka_unit_test(test_64k_parts),    cmocka_unit_test(test_knobs),
-        cmocka_unit_test(test_too_small),
+        cmocka_unit_test(test_too_small),  cmocka_unit_test(test_swizzle_steps),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -28,7 +28,7 @@ constexpr int kSlab = 64; /* columns of a shared-memory slab (one D chunk) */
  * steps along the k dimension (or 16-column groups) with one LOP3, the
  * other dimension being a constant offset (16 rows = 2048 bytes).
  */
-__device__ __forceinline__ uint32_t swz_addr(uint32_t base, int row, int chunk)
+__host__ __device__ __forceinline__ uint32_t swz_addr(uint32_t base, int row, int chunk)
 {
     return base + (uint32_t)row * (kSlab * 2) + ((uint32_t)((chunk ^ row) & 7) << 4);
 }
