@@ -359,6 +359,12 @@ __device__ __forceinline__ void dkdv_body(const ffpa_bwd_params &p)
                 red_tile<kSlab / 16>(o, dq_red, slab * kSlab + half * (kSlab / 2), p.dqk, lane);
             }
         };
+        /* dQ over every slab from the resident K slabs. */
+        auto dq_resident_k = [&]() {
+            if constexpr (kDqAtomic && !B::kStreamKV)
+                for (int slab = 0; slab < kslabs; ++slab)
+                    dq_slab(ks + slab * kBc * kSlab, slab);
+        };
         /* dK += scale dS^T Q chunk by chunk: the held Q chunk once every
          * warp's dS rows are in (then dQ: its reductions drain under the
          * next tile's loads and S GEMM; measured 1-2 % over dQ first), or
@@ -366,14 +372,10 @@ __device__ __forceinline__ void dkdv_body(const ffpa_bwd_params &p)
         if (hold) {
             __syncthreads();
             grad_resident(dk_res, held, dss, p.dqk);
-            if constexpr (kDqAtomic && !B::kStreamKV)
-                for (int slab = 0; slab < kslabs; ++slab)
-                    dq_slab(ks + slab * kBc * kSlab, slab);
+            dq_resident_k();
             continue;
         }
-        if constexpr (kDqAtomic && !B::kStreamKV)
-            for (int slab = 0; slab < kslabs; ++slab)
-                dq_slab(ks + slab * kBc * kSlab, slab);
+        dq_resident_k();
         for (int c = 0; c < nq2; ++c, ++t) {
             const T *slot = item_begin(t);
             if constexpr (kDqAtomic && B::kStreamKV) {

@@ -285,16 +285,15 @@ inline ffpa_status choose_tiles(const ffpa_problem *pb, size_t smem_limit, size_
      * session-2026-11-27f): 112.7 vs 84.6 TFLOP/s, causal 77.3 vs 80.8 (the
      * causal blocks' short query ranges pay the streamed K/V chunks more).
      * FFPA_BWD_STREAM=0: never StreamCfg without a tuned choice (A/B). */
-    const TileOption kv64 = {kDkdv64, 64, FFPA_BWD_DKDV_KV64,
-                             {dkdv_smem_bytes<BigCfg>(64, dqk, dv, 3, elt), dkdv_smem_bytes<BigCfg>(64, dqk, dv, 2, elt)}},
-                     stream = {kDkdvStream, 64, FFPA_BWD_DKDV_STREAM,
-                               {dkdv_smem_bytes<StreamCfg>(64, dqk, dv, 3, elt),
-                                dkdv_smem_bytes<StreamCfg>(64, dqk, dv, 2, elt)}},
-                     kv32 = {kDkdv32, 32, FFPA_BWD_DKDV_KV32,
-                             {dkdv_smem_bytes<BigCfg>(32, dqk, dv, 3, elt), dkdv_smem_bytes<BigCfg>(32, dqk, dv, 2, elt)}},
-                     small = {kDkdvSmall, 64, FFPA_BWD_DKDV_SMALL,
-                              {dkdv_smem_bytes<SmallCfg>(64, dqk, dv, 3, elt),
-                               dkdv_smem_bytes<SmallCfg>(64, dqk, dv, 2, elt)}};
+    auto dkdv_option = [&](auto cfg, int kernel, int bc, int choice) {
+        using Cfg = decltype(cfg);
+        return TileOption{kernel, bc, choice,
+                          {dkdv_smem_bytes<Cfg>(bc, dqk, dv, 3, elt), dkdv_smem_bytes<Cfg>(bc, dqk, dv, 2, elt)}};
+    };
+    const TileOption kv64 = dkdv_option(BigCfg{}, kDkdv64, 64, FFPA_BWD_DKDV_KV64),
+                     stream = dkdv_option(StreamCfg{}, kDkdvStream, 64, FFPA_BWD_DKDV_STREAM),
+                     kv32 = dkdv_option(BigCfg{}, kDkdv32, 32, FFPA_BWD_DKDV_KV32),
+                     small = dkdv_option(SmallCfg{}, kDkdvSmall, 64, FFPA_BWD_DKDV_SMALL);
     const bool stream_ok = plan.bwd_dkdv == FFPA_BWD_DKDV_STREAM ||
                            ffpa_env_long("FFPA_BWD_STREAM", 1, 0, 1, nullptr) != 0;
     TileOption dkdv[4];
