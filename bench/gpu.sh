@@ -31,9 +31,9 @@
 #                machine has: NCCL equivalence checks, then ring / all-gather against one GPU (CP_SHAPES N:H)
 #   opencl       the OpenCL backend on this GPU through NVIDIA's OpenCL driver (registered with the ICD
 #                loader here): its test suites (OCL_TESTS: meson test arguments, default --suite opencl),
-#                --check of the forward/backward shapes against the cpu backend, and the forward (tiled
-#                and portable kernels) beside the cuda backend's generic and default kernels and the
-#                fp32 SGEMM ceiling (OCL_PERF shapes)
+#                --check of the forward/backward shapes against the cpu backend, and the forward (the
+#                OCL_KERNELS kernels, default mma tiled portable) beside the cuda backend's generic and
+#                default kernels and the fp32 SGEMM ceiling (OCL_PERF shapes)
 #   hipnv        the HIP backend's sources on this GPU (__HIP_PLATFORM_NVIDIA__, backends/hip/nvidia-check.sh)
 #   ab           same-run A/B: this tree against a fresh build of it with AB_BASE's files laid over
 #                (AB_SHAPES, default the backward rows; AB_FLAGS, default --backward; AB_ROUNDS) in OUT/ab.txt
@@ -447,7 +447,7 @@ if want opencl; then
     note "check backward (opencl) vs cpu: rc=$? $(fails "$OUT/check-bwd-opencl.log" ${#BWD_CHECK[@]})"
     OCL_PERF=(${OCL_PERF:-1,32,32,8192,8192,512,512 1,32,32,8192,8192,128,128 1,32,32,8192,8192,256,256
       1,32,32,8192,8192,1024,1024 1,32,32,8192,8192,512,512,c})
-    for k in tiled portable; do
+    for k in ${OCL_KERNELS:-mma tiled portable}; do
       FFPA_OPENCL_FORWARD=$k timeout 300 "$BENCH" --backend opencl --reps 3 --csv "$OUT/fwd-opencl-$k.csv" \
         "${OCL_PERF[@]}" >"$OUT/bench-fwd-opencl-$k.log" 2>&1
       note "bench forward opencl $k: rc=$?"

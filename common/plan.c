@@ -395,6 +395,30 @@ ffpa_status ffpa_plan_portable_tiled(const ffpa_device_limits *lim, int64_t dv, 
                : FFPA_OK;
 }
 
+ffpa_status ffpa_plan_matrix_forward(const ffpa_device_limits *lim, int64_t dv, ffpa_matrix_tiles *out)
+{
+    ffpa_matrix_tiles t;
+    memset(&t, 0, sizeof t);
+    t.wn = dv <= 256 ? 1 : dv <= 512 ? 2 : 4;
+    t.wm = t.wn == 4 ? 2 : 4;
+    t.br = 16 * t.wm;
+    t.bc = 64;
+    t.dc = 64;
+    t.vc = t.wn == 4 ? 32 : 64; /* a ring slot holds every warp's V chunk */
+    const int64_t per_warp = (dv + t.wn - 1) / t.wn;
+    t.oc = (int)((per_warp + t.vc - 1) / t.vc * t.vc);
+    t.dvb = t.oc * t.wn;
+    const size_t qk = (size_t)(t.br + t.bc) * t.dc, v = (size_t)t.bc * t.vc * t.wn;
+    t.slot_bytes = 2 * (qk > v ? qk : v);
+    t.p_bytes = t.wn > 1 ? 2 * (size_t)t.br * t.bc : 0;
+    /* two slots, P, one float per (row, warp column) for the row max and sum */
+    t.local_bytes = 2 * t.slot_bytes + t.p_bytes + sizeof(float) * (size_t)t.br * t.wn;
+    *out = t;
+    return (size_t)(32 * t.wm * t.wn) > (size_t)lim->max_threads_per_block || t.local_bytes > lim->smem_per_block
+               ? FFPA_ERR_UNSUPPORTED
+               : FFPA_OK;
+}
+
 int ffpa_limits_as_arch(ffpa_device_limits *lim, int arch)
 {
     static const struct {

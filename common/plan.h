@@ -201,6 +201,26 @@ ffpa_status ffpa_plan_portable(const ffpa_device_limits *lim, ffpa_portable_tile
  * memory or work-group does not fit the device (*out filled either way). */
 ffpa_status ffpa_plan_portable_tiled(const ffpa_device_limits *lim, int64_t dv, ffpa_portable_tiles *out);
 
+/* The matrix-instruction forward's geometry (the OpenCL backend's
+ * kernels/fwd_mma.cl: NVIDIA mma.sync m16n8k16 through inline PTX). A
+ * work-group is wm x wn warps of 32 and owns br = 16 wm query rows; key
+ * tiles of bc = 64 and 64-column Q/K chunks, 16-bit, through a ring of two
+ * local-memory slots. Warp (i, j) computes S for its 16 rows and keys
+ * [j bc / wn, (j + 1) bc / wn) over all of Dqk (no partial S to add up), and
+ * O for its 16 rows and columns [j oc, (j + 1) oc) in vc-column V chunks;
+ * with wn > 1 P goes through local memory (p_bytes). O's fp32 registers,
+ * oc / 2 per work-item, stay at 128 or fewer: wn = 1 up to Dv = 256, 2 up
+ * to 512, 4 (br = 32) above. dvb = wn oc >= Dv. */
+typedef struct ffpa_matrix_tiles {
+    int wm, wn, br, bc, dc, vc, oc, dvb;
+    size_t slot_bytes, p_bytes, local_bytes;
+} ffpa_matrix_tiles;
+
+/* The geometry for Dv (1..FFPA_MAX_HEAD_DIM); FFPA_ERR_UNSUPPORTED where its
+ * local memory or work-group does not fit the device (*out filled either
+ * way, for the message). */
+ffpa_status ffpa_plan_matrix_forward(const ffpa_device_limits *lim, int64_t dv, ffpa_matrix_tiles *out);
+
 /* Query block that work item w of a causal-aware schedule runs: with
  * FFPA_ORDER_LONGEST_FIRST, item 0 is the last (longest) query block. */
 static inline int64_t ffpa_plan_q_block(const ffpa_plan *plan, int64_t w)

@@ -7,11 +7,12 @@
 set -u
 run=$1
 fails=0
+dtype=bf16
 expect() { # expect NEEDLE ENV... : ffpa-run --backend opencl exits 2 with NEEDLE on stderr
   local needle=$1
   shift
   local err rc
-  err=$(env "$@" "$run" --backend opencl --nq 8 -d 16 --no-backward 2>&1 >/dev/null)
+  err=$(env "$@" "$run" --backend opencl --nq 8 -d 16 --dtype "$dtype" --no-backward 2>&1 >/dev/null)
   rc=$?
   if [ "$rc" != 2 ] || [[ "$err" != *"$needle"* ]]; then
     echo "not ok: $* -> status $rc (want 2), stderr: ${err:0:300} (want '$needle')"
@@ -30,7 +31,11 @@ expect "FFPA_OPENCL_DEVICE=no-such-accelerator: no such device" FFPA_OPENCL_DEVI
 expect "offers 500 bytes of local memory" FFPA_OPENCL_LOCAL_MEM=500
 expect "the smallest tiles need 960 bytes and 32" FFPA_OPENCL_LOCAL_MEM=959
 # The forward kernel's override: a value it does not know; the tiled kernel where it does not fit.
-expect "FFPA_OPENCL_FORWARD=bogus: expected tiled or portable" FFPA_OPENCL_FORWARD=bogus
+expect "FFPA_OPENCL_FORWARD=bogus: expected mma, tiled or portable" FFPA_OPENCL_FORWARD=bogus
 expect "FFPA_OPENCL_FORWARD=tiled: the tiled forward needs 38912 bytes" FFPA_OPENCL_FORWARD=tiled FFPA_OPENCL_LOCAL_MEM=20000
+# The matrix forward where it cannot run: pocl's CPU device has no mma.sync; an NVIDIA device refuses
+# f32 (16-bit inputs only).
+dtype=f32
+expect "FFPA_OPENCL_FORWARD=mma: the matrix forward cannot run this call on" FFPA_OPENCL_FORWARD=mma
 echo "$fails failure(s)"
 [ "$fails" -eq 0 ]

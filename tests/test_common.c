@@ -257,6 +257,37 @@ static void test_plan_portable_tiled(void **state)
     assert_int_equal(t.wg, 128);
 }
 
+/* The matrix forward's geometry: one warp column up to Dv = 256, two up to
+ * 512, four (32 rows) above, so O stays at 128 fp32 registers or fewer a
+ * work-item; local memory within NVIDIA's 48 KiB; refused where it does not
+ * fit, with its needs filled in. */
+static void test_plan_matrix_forward(void **state)
+{
+    (void)state;
+    ffpa_device_limits lim = gpu_limits();
+    ffpa_matrix_tiles t;
+    const int64_t dvs[] = {8, 64, 128, 200, 256, 264, 512, 520, 576, 600, 768, 1024};
+    for (size_t i = 0; i < sizeof dvs / sizeof dvs[0]; ++i) {
+        assert_int_equal(ffpa_plan_matrix_forward(&lim, dvs[i], &t), FFPA_OK);
+        assert_true(t.dvb >= dvs[i] && t.dvb - dvs[i] < (int64_t)t.vc * t.wn);
+        assert_int_equal(t.oc % t.vc, 0);
+        assert_true(t.oc / 2 <= 128); /* O's registers per work-item */
+        assert_int_equal(t.br, 16 * t.wm);
+        assert_int_equal(t.bc % t.wn, 0);
+        assert_true((t.bc / t.wn) % 16 == 0); /* whole n16 pairs of S per warp */
+        assert_true(t.local_bytes <= 48 * 1024);
+        assert_int_equal(t.wn, dvs[i] <= 256 ? 1 : dvs[i] <= 512 ? 2 : 4);
+    }
+    assert_int_equal(ffpa_plan_matrix_forward(&lim, 512, &t), FFPA_OK);
+    assert_int_equal(t.local_bytes, 2 * 16384 + 8192 + 4 * 64 * 2); /* two slots, P, the row exchange */
+    lim.smem_per_block = t.local_bytes - 1;
+    assert_int_equal(ffpa_plan_matrix_forward(&lim, 512, &t), FFPA_ERR_UNSUPPORTED);
+    lim.smem_per_block = 1 << 20;
+    lim.max_threads_per_block = 128;
+    assert_int_equal(ffpa_plan_matrix_forward(&lim, 128, &t), FFPA_OK); /* four warps */
+    assert_int_equal(ffpa_plan_matrix_forward(&lim, 512, &t), FFPA_ERR_UNSUPPORTED);
+}
+
 /* The portable (OpenCL) kernels' tiles: the default where it fits, smaller
  * sets as local memory or the work-group shrink, each set within the
  * device's limits and keeping the kernels' divisibility rules; none below
@@ -778,6 +809,7 @@ int main(void)
         cmocka_unit_test(test_plan_rejects_bad_input),
         cmocka_unit_test(test_plan_portable_tiles),
         cmocka_unit_test(test_plan_portable_tiled),
+        cmocka_unit_test(test_plan_matrix_forward),
         cmocka_unit_test(test_plan_q_block_order),
         cmocka_unit_test(test_kv_schedule),
         cmocka_unit_test(test_f16_decode_and_round_trip),

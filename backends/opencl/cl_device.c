@@ -166,6 +166,25 @@ static int choose(const candidate *c, int n, const char *choice, char *err, size
     return -1;
 }
 
+/* 10 major + minor for an NVIDIA device (cl_nv_device_attribute_query's
+ * CL_DEVICE_COMPUTE_CAPABILITY_MAJOR_NV / MINOR_NV, named by value: not
+ * every header set has cl_ext.h's NVIDIA names); 0 for any other. */
+static int nvidia_compute_capability(cl_device_id d)
+{
+    size_t len = 0;
+    if (clGetDeviceInfo(d, CL_DEVICE_EXTENSIONS, 0, NULL, &len) != CL_SUCCESS || len == 0)
+        return 0;
+    char *ext = malloc(len + 1);
+    int has = ext && clGetDeviceInfo(d, CL_DEVICE_EXTENSIONS, len, ext, NULL) == CL_SUCCESS &&
+              (ext[len] = '\0', strstr(ext, "cl_nv_device_attribute_query") != NULL);
+    free(ext);
+    cl_uint major = 0, minor = 0;
+    if (!has || clGetDeviceInfo(d, 0x4000, sizeof major, &major, NULL) != CL_SUCCESS ||
+        clGetDeviceInfo(d, 0x4001, sizeof minor, &minor, NULL) != CL_SUCCESS)
+        return 0;
+    return (int)(10 * major + minor);
+}
+
 static int open_device(const candidate *c, char *err, size_t err_len)
 {
     cl_int e = CL_SUCCESS;
@@ -190,6 +209,7 @@ static int open_device(const candidate *c, char *err, size_t err_len)
     platform_string(c->platform, CL_PLATFORM_NAME, pname, sizeof pname);
     platform_string(c->platform, CL_PLATFORM_VERSION, pver, sizeof pver);
     dev.is_gpu = (c->type & (CL_DEVICE_TYPE_GPU | CL_DEVICE_TYPE_ACCELERATOR)) != 0;
+    dev.nv_cc = nvidia_compute_capability(c->device);
     snprintf(dev.name, sizeof dev.name, "%.80s (%.40s, %s)", dname, pname,
              dev.is_gpu ? "GPU" : (c->type & CL_DEVICE_TYPE_CPU) ? "CPU" : "other");
     snprintf(dev.cache_key, sizeof dev.cache_key, "%s|%s|%s|%s|%s", dname, dver, drv, pname, pver);

@@ -20,6 +20,7 @@ typedef struct ffpa_cl_device {
     char name[160];           /* "<device> (<platform>, <type>)" */
     char cache_key[512];      /* device, platform and driver versions: part of the program cache's key */
     int is_gpu;               /* GPU or accelerator (not a CPU device) */
+    int nv_cc;                /* NVIDIA's compute capability, 10 major + minor (cl_nv_device_attribute_query); 0 elsewhere */
 } ffpa_cl_device;
 
 /* The process's device, chosen and opened on first use; NULL with

@@ -23,6 +23,8 @@ int ffpa_cl_resolve_arg(const void *p, size_t elem, cl_mem *mem, int64_t *off);
  * offsets' buffer, set by ffpa_cl_upload_offsets). */
 typedef struct ffpa_cl_inputs_t {
     ffpa_portable_tiles tiles; /* the kernels' tiles for this device (common/plan.h) */
+    int matrix;                /* the forward runs kernels/fwd_mma.cl, in geometry mt */
+    ffpa_matrix_tiles mt;
     ffpa_cl_fwd_params p;
     cl_mem q, k, v, o, lse, bias, alibi, cu;
 } ffpa_cl_inputs_t;
@@ -67,18 +69,23 @@ void ffpa_cl_release_retired(void);
 ffpa_status ffpa_cl_forward_begin(const ffpa_gpu_state *st, const ffpa_problem *pb, const ffpa_cl_device **dev,
                                   cl_command_queue *queue, ffpa_cl_inputs_t *in, char *err, size_t err_len);
 
-/* Picks the forward kernel: the register-tiled one (kernels/fwd_tiled.cl)
- * on GPUs where its tiles fit, kernels/fwd.cl otherwise; FFPA_OPENCL_FORWARD
- * = tiled | portable forces one (tiled where it does not fit: an error).
- * Sets in->tiles and the query blocks of in->p. */
+/* Picks the forward kernel: on GPUs the matrix one (kernels/fwd_mma.cl)
+ * where the device and the tensors' layout allow it, else the
+ * register-tiled one (kernels/fwd_tiled.cl) where its tiles fit; else
+ * kernels/fwd.cl. FFPA_OPENCL_FORWARD = mma | tiled | portable forces one
+ * (one that cannot run the call: FFPA_ERR_UNSUPPORTED saying why). Sets
+ * in->matrix, in->mt, in->tiles and the query blocks of in->p. */
 ffpa_status ffpa_cl_forward_kernel(const ffpa_gpu_state *st, const ffpa_cl_device *dev, const ffpa_problem *pb,
                                    ffpa_cl_inputs_t *in, char *err, size_t err_len);
 
-/* The forward kernel (kernels/fwd.cl or fwd_tiled.cl, by in->tiles.tr): its program for pb, and one launch
- * over in's buffers; kv->paged: a KV-cache call, key rows through the pages
- * (block_table NULL: page b is sequence b; seqlens NULL: kv->uniform_len). */
-ffpa_status ffpa_cl_forward_program(const ffpa_cl_device *dev, const ffpa_problem *pb, const ffpa_portable_tiles *t,
+/* The forward kernel chosen in in (kernels/fwd_mma.cl, fwd_tiled.cl or
+ * fwd.cl): its program for pb, and one launch over in's buffers; kv->paged:
+ * a KV-cache call, key rows through the pages (block_table NULL: page b is
+ * sequence b; seqlens NULL: kv->uniform_len). */
+ffpa_status ffpa_cl_forward_program(const ffpa_cl_device *dev, const ffpa_problem *pb, const ffpa_cl_inputs_t *in,
                                     cl_program *program, char *err, size_t err_len);
+/* Its name for ffpa_last_kernel. */
+const char *ffpa_cl_forward_name(const ffpa_cl_inputs_t *in, int paged);
 ffpa_status ffpa_cl_forward_launch(cl_command_queue queue, cl_program program, const ffpa_problem *pb,
                                    const ffpa_cl_inputs_t *in, const ffpa_cl_kv_params *kv, cl_mem block_table,
                                    cl_mem seqlens, char *err, size_t err_len);

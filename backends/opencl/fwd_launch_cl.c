@@ -15,6 +15,7 @@
 
 extern const char ffpa_cl_fwd_source[];
 extern const char ffpa_cl_fwd_tiled_source[];
+extern const char ffpa_cl_fwd_mma_source[];
 
 
 size_t ffpa_cl_forward_workspace(const ffpa_gpu_state *state, const ffpa_problem *pb)
@@ -26,11 +27,18 @@ size_t ffpa_cl_forward_workspace(const ffpa_gpu_state *state, const ffpa_problem
 /* The forward program for pb's dtype and Dv: GPUs get O's registers sized to
  * Dv and the Dv loop unrolled; CPUs one program per dtype (kernels/fwd.cl
  * says why; the tiled kernel's O holds 512 or 1024 columns there). */
-ffpa_status ffpa_cl_forward_program(const ffpa_cl_device *dev, const ffpa_problem *pb, const ffpa_portable_tiles *t,
+ffpa_status ffpa_cl_forward_program(const ffpa_cl_device *dev, const ffpa_problem *pb, const ffpa_cl_inputs_t *in,
                                     cl_program *program, char *err, size_t err_len)
 {
     char tiles[64], options[160];
     const char *unroll = dev->is_gpu ? " -DFFPA_CL_UNROLL" : "";
+    const ffpa_portable_tiles *t = &in->tiles;
+    if (in->matrix) {
+        const ffpa_matrix_tiles *m = &in->mt;
+        snprintf(options, sizeof options, "-DDT=%d -DWM=%d -DWN=%d -DVC=%d -DOC=%d%s", (int)pb->dtype, m->wm, m->wn,
+                 m->vc, m->oc, unroll);
+        return ffpa_cl_program(dev, ffpa_cl_fwd_mma_source, options, program, err, err_len);
+    }
     if (t->tr) {
         const int dvb = dev->is_gpu ? (int)((pb->dv + 63) / 64 * 64) : pb->dv <= 512 ? 512 : FFPA_MAX_HEAD_DIM;
         snprintf(options, sizeof options, "-DTR=%d -DDT=%d -DDVB=%d%s", t->tr, (int)pb->dtype, dvb, unroll);
@@ -42,6 +50,15 @@ ffpa_status ffpa_cl_forward_program(const ffpa_cl_device *dev, const ffpa_proble
     return ffpa_cl_program(dev, ffpa_cl_fwd_source, options, program, err, err_len);
 }
 
+const char *ffpa_cl_forward_name(const ffpa_cl_inputs_t *in, int paged)
+{
+    if (in->matrix)
+        return paged ? "opencl mma.sync (paged KV cache)" : "opencl mma.sync";
+    if (in->tiles.tr)
+        return paged ? "opencl tiled (paged KV cache)" : "opencl tiled";
+    return paged ? "opencl portable (paged KV cache)" : "opencl portable";
+}
+
 ffpa_status ffpa_cl_forward_launch(cl_command_queue queue, cl_program program, const ffpa_problem *pb,
                                    const ffpa_cl_inputs_t *in, const ffpa_cl_kv_params *kv, cl_mem block_table,
                                    cl_mem seqlens, char *err, size_t err_len)
@@ -51,22 +68,60 @@ ffpa_status ffpa_cl_forward_launch(cl_command_queue queue, cl_program program, c
                                 {sizeof(cl_mem), &in->bias},  {sizeof(cl_mem), &in->alibi}, {sizeof(cl_mem), &in->cu},
                                 {sizeof *kv, kv},             {sizeof(cl_mem), &block_table},
                                 {sizeof(cl_mem), &seqlens}};
-    const size_t wg = (size_t)in->tiles.wg;
+    const size_t wg = in->matrix ? (size_t)(32 * in->mt.wm * in->mt.wn) : (size_t)in->tiles.wg;
     const size_t global = (size_t)in->p.q_blocks * (size_t)pb->hq * (size_t)pb->batch * wg;
-    return ffpa_cl_launch(queue, program, in->tiles.tr ? "ffpa_fwd_tiled" : "ffpa_fwd", args, 12, global, wg, err,
-                          err_len);
+    const char *name = in->matrix ? "ffpa_fwd_mma" : in->tiles.tr ? "ffpa_fwd_tiled" : "ffpa_fwd";
+    return ffpa_cl_launch(queue, program, name, args, 12, global, wg, err, err_len);
+}
+
+/* Why the matrix forward (kernels/fwd_mma.cl) cannot run pb on dev, or
+ * NULL: its copies move 16-byte pieces of 16-bit rows (cp.async), so every
+ * Q, K and V row starts on a 16-byte boundary and Dqk, Dv come in whole
+ * pieces. */
+static const char *matrix_refusal(const ffpa_cl_device *dev, const ffpa_problem *pb, const ffpa_cl_fwd_params *p)
+{
+    if (dev->nv_cc < 80)
+        return "it needs an NVIDIA device of compute capability 8.0 or later (mma.sync through inline PTX)";
+    if (pb->dtype != FFPA_F16 && pb->dtype != FFPA_BF16)
+        return "it takes f16 or bf16 inputs";
+    if (pb->dqk % 8 || pb->dv % 8)
+        return "it needs Dqk and Dv multiples of 8";
+    if (p->q_sd != 1 || p->k_sd != 1 || p->v_sd != 1)
+        return "it needs unit head-dim strides on q, k and v";
+    const int64_t at[] = {p->q_off, p->q_sb, p->q_sh, p->q_sn, p->k_off, p->k_sb,
+                          p->k_sh,  p->k_sn, p->v_off, p->v_sb, p->v_sh, p->v_sn};
+    for (size_t i = 0; i < sizeof at / sizeof at[0]; ++i)
+        if (at[i] % 8)
+            return "it needs q, k and v offsets and strides in multiples of 8 elements (16-byte rows)";
+    return NULL;
 }
 
 ffpa_status ffpa_cl_forward_kernel(const ffpa_gpu_state *st, const ffpa_cl_device *dev, const ffpa_problem *pb,
                                    ffpa_cl_inputs_t *in, char *err, size_t err_len)
 {
     const char *want = ffpa_env_string("FFPA_OPENCL_FORWARD");
-    if (want && strcmp(want, "tiled") != 0 && strcmp(want, "portable") != 0) {
-        snprintf(err, err_len, "FFPA_OPENCL_FORWARD=%s: expected tiled or portable", want);
+    if (want && strcmp(want, "mma") != 0 && strcmp(want, "tiled") != 0 && strcmp(want, "portable") != 0) {
+        snprintf(err, err_len, "FFPA_OPENCL_FORWARD=%s: expected mma, tiled or portable", want);
         return FFPA_ERR_INVALID_ARGUMENT;
     }
+    in->matrix = 0;
     if (want ? strcmp(want, "portable") == 0 : !dev->is_gpu)
         return FFPA_OK;
+    if (!want || strcmp(want, "mma") == 0) {
+        const char *why = matrix_refusal(dev, pb, &in->p);
+        if (!why && ffpa_plan_matrix_forward(&st->caps.limits, pb->dv, &in->mt) != FFPA_OK)
+            why = "its local memory or work-group does not fit the device";
+        if (!why) {
+            in->matrix = 1;
+            in->p.q_blocks = (int)((pb->nq + in->mt.br - 1) / in->mt.br);
+            return FFPA_OK;
+        }
+        if (want) {
+            snprintf(err, err_len, "FFPA_OPENCL_FORWARD=mma: the matrix forward cannot run this call on %s: %s",
+                     dev->name, why);
+            return FFPA_ERR_UNSUPPORTED;
+        }
+    }
     ffpa_portable_tiles tiled;
     if (ffpa_plan_portable_tiled(&st->caps.limits, pb->dv, &tiled) != FFPA_OK) {
         if (!want)
@@ -85,6 +140,7 @@ ffpa_status ffpa_cl_forward_kernel(const ffpa_gpu_state *st, const ffpa_cl_devic
 ffpa_status ffpa_cl_forward_begin(const ffpa_gpu_state *st, const ffpa_problem *pb, const ffpa_cl_device **dev,
                                   cl_command_queue *queue, ffpa_cl_inputs_t *in, char *err, size_t err_len)
 {
+    memset(in, 0, sizeof *in);
     if (!(*dev = ffpa_cl_device_get(err, err_len)))
         return FFPA_ERR_DEVICE;
     *queue = ffpa_cl_queue(st->stream);
@@ -114,12 +170,12 @@ ffpa_status ffpa_cl_forward(ffpa_gpu_state *st, const ffpa_problem *pb, void *ws
         s = ffpa_cl_forward_kernel(st, dev, pb, &in, err, err_len);
     cl_program program;
     if (s == FFPA_OK)
-        s = ffpa_cl_forward_program(dev, pb, &in.tiles, &program, err, err_len);
+        s = ffpa_cl_forward_program(dev, pb, &in, &program, err, err_len);
     ffpa_cl_kv_params no_cache;
     memset(&no_cache, 0, sizeof no_cache);
     if (s == FFPA_OK)
         s = ffpa_cl_forward_launch(queue, program, pb, &in, &no_cache, NULL, NULL, err, err_len);
     if (s == FFPA_OK)
-        st->last_kernel = in.tiles.tr ? "opencl tiled" : "opencl portable";
+        st->last_kernel = ffpa_cl_forward_name(&in, 0);
     return s;
 }

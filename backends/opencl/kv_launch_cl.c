@@ -69,7 +69,7 @@ ffpa_status ffpa_cl_forward_kvcache(ffpa_gpu_state *st, const ffpa_problem *pb, 
 
     cl_program program;
     if ((s = ffpa_cl_forward_kernel(st, dev, pb, &in, err, err_len)) != FFPA_OK ||
-        (s = ffpa_cl_forward_program(dev, pb, &in.tiles, &program, err, err_len)) != FFPA_OK)
+        (s = ffpa_cl_forward_program(dev, pb, &in, &program, err, err_len)) != FFPA_OK)
         return s;
     if (kvp->append && pb->batch > 0 && pb->hkv > 0 && pb->nq > 0) {
         s = append(queue, program, pb, kv, &kvp->k_new, &pb->k, pb->dqk, btm, lensm, err, err_len);
@@ -83,6 +83,6 @@ ffpa_status ffpa_cl_forward_kvcache(ffpa_gpu_state *st, const ffpa_problem *pb, 
         return FFPA_OK;
     s = ffpa_cl_forward_launch(queue, program, pb, &in, &kv, btm, lensm, err, err_len);
     if (s == FFPA_OK)
-        st->last_kernel = in.tiles.tr ? "opencl tiled (paged KV cache)" : "opencl portable (paged KV cache)";
+        st->last_kernel = ffpa_cl_forward_name(&in, 1);
     return s;
 }

@@ -1,0 +1,301 @@
+/*
+ * Forward of the OpenCL backend on matrix instructions (the matrix layer:
+ * cl_mma_nv.h, NVIDIA mma.sync m16n8k16 through inline PTX; 16-bit inputs).
+ * The algorithm and the epilogue are fwd_tiled.cl's: Split-D over Dqk in
+ * 64-column chunks, online softmax in base 2, every option through
+ * cl_score.h's score() (masks, softcap, bias, ALiBi) and common/philox.h
+ * (dropout after the row sums), the paged KV cache as in fwd.cl.
+ *
+ * Geometry (common/plan.c, ffpa_plan_matrix_forward; build options WM, WN,
+ * VC, OC): a work-group is WM x WN warps and owns BR = 16 WM query rows.
+ * Warp (i, j):
+ *   S = Q K^T   its 16 rows x keys [j KW, (j + 1) KW) of each 64-key tile,
+ *               over all of Dqk: Q and K chunks (64 columns) staged in local
+ *               memory, fragments by ldmatrix;
+ *   softmax     each row's max over the WN warps of its rows through local
+ *               memory (red), the sum kept per warp and added up at the end;
+ *   O += P V    its 16 rows x columns [j OC, (j + 1) OC) in VC-column V
+ *               chunks (ldmatrix.trans), P from registers (WN = 1) or, for
+ *               the whole key tile, from local memory (WN > 1).
+ * Data moves by cp.async through two ring slots: the copy of step n + 1
+ * (a Q/K chunk or the V chunks) runs under the MMAs of step n, one barrier
+ * a step. Slabs are 16-bit, 64 or 32 columns wide, their 16-byte pieces
+ * XOR-swizzled by row (slab_at) so that ldmatrix's eight rows hit eight
+ * bank groups.
+ *
+ * The host (fwd_launch_cl.c) sends here only what the copies allow: unit
+ * column strides, row strides and offsets in multiples of 8 elements, Dqk
+ * and Dv multiples of 8.
+ */
+#include "cl_kv.h"
+#include "cl_mma_nv.h"
+#include "cl_score.h"
+#include "philox.h"
+
+#define WG (32 * WM * WN)
+#define BR (16 * WM)
+#define BC 64
+#define DC 64
+#define KW (BC / WN)   /* keys of a tile per warp in S */
+#define KNT (KW / 8)   /* S n8 tiles per warp */
+#define ONT (VC / 8)   /* O n8 tiles per warp and V chunk */
+#define OCH (OC / VC)  /* V chunks per warp */
+#define QK_HALFS ((BR + BC) * DC)
+#define V_HALFS (BC * VC * WN)
+#define SLOT (QK_HALFS > V_HALFS ? QK_HALFS : V_HALFS)
+
+/* Element (r, c) of a 16-bit slab of `cols` (64 or 32) columns. */
+static int slab_at(int r, int c, int cols)
+{
+    const int pieces = cols >> 3, shift = cols == 64 ? 0 : 1;
+    return r * cols + ((((c >> 3) ^ (r >> shift)) & (pieces - 1)) << 3) + (c & 7);
+}
+
+/* rows x cols of a 16-bit tensor into a slab by cp.async, 16 bytes a copy:
+ * row r0 + rr from dense_base + (r0 + rr) sn, or (paged) through the pages
+ * of the pool (off, sp, sh, sn) of head h; zeros past `valid` rows, past
+ * column `dim` or for a page outside the pool. */
+static void stage16(__local ushort *slab, int rows, int cols, __global const uchar *src, int paged,
+                    const ffpa_cl_kv_params kv, __global const int *btb, long dense_base, long off, long sp, long sh,
+                    long sn, int b, int h, int r0, int valid, int d0, int dim, int tid)
+{
+    const int pieces = cols >> 3;
+    for (int e = tid; e < rows * pieces; e += WG) {
+        const int rr = e / pieces, col = d0 + (e % pieces) * 8;
+        long row = -1;
+        if (r0 + rr < valid && col < dim)
+            row = paged ? kv_row(kv, btb, off, sp, sh, sn, b, h, r0 + rr) : dense_base + (long)(r0 + rr) * sn;
+        copy16_async(lds_addr(slab + slab_at(rr, col - d0, cols)), src + (row >= 0 ? (row + col) * 2 : 0),
+                     row >= 0 ? 16u : 0u);
+    }
+}
+
+/* Step c of key tile `tile` into a ring slot: Q and K chunk c (c < nqk), or
+ * every warp's V chunk c - nqk. */
+static void issue_step(__local ushort *slot, int tile, int c, int nqk, const ffpa_cl_fwd_params p,
+                       const ffpa_cl_kv_params kv, __global const int *btb, const fwd_group w,
+                       __global const uchar *qb, __global const uchar *kb, __global const uchar *vb, int tid)
+{
+    const int kv0 = tile * BC;
+    if (c < nqk) {
+        stage16(slot, BR, DC, qb, 0, kv, btb, w.q_base, 0, 0, 0, p.q_sn, w.b, w.h, w.q0, w.sg.seqlen_q, c * DC,
+                p.dqk, tid);
+        stage16(slot + BR * DC, BC, DC, kb, kv.paged, kv, btb, w.k_base, p.k_off, p.k_sb, p.k_sh, p.k_sn, w.b, w.kvh,
+                kv0, w.sg.seqlen_k, c * DC, p.dqk, tid);
+        return;
+    }
+    const int v = c - nqk;
+    for (int j = 0; j < WN; ++j)
+        stage16(slot + j * BC * VC, BC, VC, vb, kv.paged, kv, btb, w.v_base, p.v_off, p.v_sb, p.v_sh, p.v_sn, w.b,
+                w.kvh, kv0, w.sg.seqlen_k, j * OC + v * VC, p.dv, tid);
+}
+
+__kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
+ffpa_fwd_mma(const ffpa_cl_fwd_params p, __global const uchar *qb, __global const uchar *kb, __global const uchar *vb,
+             __global uchar *ob, __global float *lseb, __global const uchar *biasb, __global const float *alibib,
+             __global const int *cub, const ffpa_cl_kv_params kv, __global const int *btb,
+             __global const int *lensb)
+{
+    __local ushort ring[2 * SLOT] __attribute__((aligned(128)));
+#if WN > 1
+    __local ushort pbuf[BR * BC] __attribute__((aligned(128))); /* P of the tile, a 64-column slab */
+#endif
+    __local float red[BR * WN]; /* per (row, warp column): the row's max over the warp's keys, at the end its sum */
+
+    const int tid = (int)get_local_id(0), lane = tid & 31, warp = tid >> 5;
+    const int wm = warp / WN, wn = warp % WN, g = lane >> 2, t4 = lane & 3;
+    const int row0 = 16 * wm + g; /* this lane's rows in the block: row0 and row0 + 8 */
+    const fwd_group w = fwd_group_of(p, kv, cub, lensb, alibib, BR);
+    if (w.rows <= 0)
+        return; /* the whole work-group */
+
+    int tile_begin;
+    const int tile_end = key_tiles(p, w.q0, w.q0 + w.rows - 1, w.diag, w.sg.seqlen_k, BC, &tile_begin);
+    const int nqk = (p.dqk + DC - 1) / DC;
+    const int i0 = w.q0 + row0, i1 = i0 + 8;
+
+    float4 o[OCH][ONT];
+#pragma unroll
+    for (int v = 0; v < OCH; ++v)
+#pragma unroll
+        for (int n = 0; n < ONT; ++n)
+            o[v][n] = (float4)(0.0f);
+    float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f; /* running max (log2 units), lane's partial sums */
+
+    if (tile_begin < tile_end)
+        issue_step(ring, tile_begin, 0, nqk, p, kv, btb, w, qb, kb, vb, tid);
+    copy_async_commit();
+    int slot = 0;
+    for (int tile = tile_begin; tile < tile_end; ++tile) {
+        const int kv0 = tile * BC;
+        float4 s[KNT];
+#pragma unroll
+        for (int n = 0; n < KNT; ++n)
+            s[n] = (float4)(0.0f);
+
+        for (int c = 0; c < nqk; ++c) {
+            copy_async_wait_all();
+            barrier(CLK_LOCAL_MEM_FENCE); /* step c landed; every warp is done with the other slot */
+            issue_step(ring + (slot ^ 1) * SLOT, tile, c + 1, nqk, p, kv, btb, w, qb, kb, vb, tid);
+            copy_async_commit();
+            __local ushort *qs = ring + slot * SLOT, *ks = qs + BR * DC;
+#pragma unroll
+            for (int kk = 0; kk < DC / 16; ++kk) {
+                const uint4 a = ldsm_x4(lds_addr(qs + slab_at(16 * wm + (lane & 15), 16 * kk + (lane >> 4) * 8, DC)));
+#pragma unroll
+                for (int np = 0; np < KNT / 2; ++np) {
+                    const uint4 bk = ldsm_x4(lds_addr(ks + slab_at(wn * KW + np * 16 + (lane & 7) + ((lane >> 4) << 3),
+                                                                   16 * kk + ((lane >> 3) & 1) * 8, DC)));
+                    s[2 * np] = mma_16816(s[2 * np], a, bk.x, bk.y);
+                    s[2 * np + 1] = mma_16816(s[2 * np + 1], a, bk.z, bk.w);
+                }
+            }
+            slot ^= 1;
+        }
+
+        /* Scores (log2 units) and this warp's share of each row's max. */
+        float mx0 = -INFINITY, mx1 = -INFINITY;
+#pragma unroll
+        for (int n = 0; n < KNT; ++n) {
+            const int j = kv0 + wn * KW + n * 8 + 2 * t4;
+            s[n].x = score(p, s[n].x, w.b, w.h, i0, j, w.sg, biasb, w.slope, 0) * M_LOG2E_F;
+            s[n].y = score(p, s[n].y, w.b, w.h, i0, j + 1, w.sg, biasb, w.slope, 0) * M_LOG2E_F;
+            s[n].z = score(p, s[n].z, w.b, w.h, i1, j, w.sg, biasb, w.slope, 0) * M_LOG2E_F;
+            s[n].w = score(p, s[n].w, w.b, w.h, i1, j + 1, w.sg, biasb, w.slope, 0) * M_LOG2E_F;
+            mx0 = fmax(mx0, fmax(s[n].x, s[n].y));
+            mx1 = fmax(mx1, fmax(s[n].z, s[n].w));
+        }
+        mx0 = fmax(mx0, shfl_xor(mx0, 1));
+        mx0 = fmax(mx0, shfl_xor(mx0, 2));
+        mx1 = fmax(mx1, shfl_xor(mx1, 1));
+        mx1 = fmax(mx1, shfl_xor(mx1, 2));
+#if WN > 1
+        if (t4 == 0) {
+            red[row0 * WN + wn] = mx0;
+            red[(row0 + 8) * WN + wn] = mx1;
+        }
+#endif
+        uint4 pa[BC / 16]; /* P as A fragments, one per 16 keys */
+
+#pragma unroll
+        for (int v = 0; v < OCH; ++v) {
+            copy_async_wait_all();
+            barrier(CLK_LOCAL_MEM_FENCE); /* V chunk v landed (and, at v = 0, every warp's row maxima) */
+            {
+                const int c = nqk + v + 1, more = v + 1 < OCH;
+                if (more || tile + 1 < tile_end)
+                    issue_step(ring + (slot ^ 1) * SLOT, more ? tile : tile + 1, more ? c : 0, nqk, p, kv, btb, w,
+                               qb, kb, vb, tid);
+                copy_async_commit();
+            }
+            if (v == 0) {
+#if WN > 1
+                for (int x = 0; x < WN; ++x) {
+                    mx0 = fmax(mx0, red[row0 * WN + x]);
+                    mx1 = fmax(mx1, red[(row0 + 8) * WN + x]);
+                }
+#endif
+                const float new0 = fmax(m0, mx0), new1 = fmax(m1, mx1);
+                const float ref0 = new0 == -INFINITY ? 0.0f : new0, ref1 = new1 == -INFINITY ? 0.0f : new1;
+                const float alpha0 = exp2(m0 - ref0), alpha1 = exp2(m1 - ref1);
+                m0 = new0;
+                m1 = new1;
+                float sum0 = 0.0f, sum1 = 0.0f;
+#pragma unroll
+                for (int n = 0; n < KNT; ++n) {
+                    s[n].x = exp2(s[n].x - ref0);
+                    s[n].y = exp2(s[n].y - ref0);
+                    s[n].z = exp2(s[n].z - ref1);
+                    s[n].w = exp2(s[n].w - ref1);
+                    sum0 += s[n].x + s[n].y; /* before dropout: the LSE is that of the scores */
+                    sum1 += s[n].z + s[n].w;
+                    if (p.has_dropout) {
+                        const int j = kv0 + wn * KW + n * 8 + 2 * t4;
+#define FFPA_KEEP(i, jj) ffpa_dropout_keep(p.dropout_seed, p.dropout_offset, p.dropout_threshold, p.hq, w.b, w.h, i, jj)
+                        s[n].x = FFPA_KEEP(i0, j) ? s[n].x * p.dropout_scale : 0.0f;
+                        s[n].y = FFPA_KEEP(i0, j + 1) ? s[n].y * p.dropout_scale : 0.0f;
+                        s[n].z = FFPA_KEEP(i1, j) ? s[n].z * p.dropout_scale : 0.0f;
+                        s[n].w = FFPA_KEEP(i1, j + 1) ? s[n].w * p.dropout_scale : 0.0f;
+#undef FFPA_KEEP
+                    }
+                }
+                l0 = l0 * alpha0 + sum0;
+                l1 = l1 * alpha1 + sum1;
+#pragma unroll
+                for (int vv = 0; vv < OCH; ++vv)
+#pragma unroll
+                    for (int n = 0; n < ONT; ++n)
+                        o[vv][n] *= (float4)(alpha0, alpha0, alpha1, alpha1);
+#if WN == 1
+#pragma unroll
+                for (int kk = 0; kk < BC / 16; ++kk)
+                    pa[kk] = (uint4)(pack_pair(s[2 * kk].x, s[2 * kk].y), pack_pair(s[2 * kk].z, s[2 * kk].w),
+                                     pack_pair(s[2 * kk + 1].x, s[2 * kk + 1].y),
+                                     pack_pair(s[2 * kk + 1].z, s[2 * kk + 1].w));
+#else
+#pragma unroll
+                for (int n = 0; n < KNT; ++n) {
+                    const int col = wn * KW + n * 8 + 2 * t4;
+                    *(__local uint *)(pbuf + slab_at(row0, col, BC)) = pack_pair(s[n].x, s[n].y);
+                    *(__local uint *)(pbuf + slab_at(row0 + 8, col, BC)) = pack_pair(s[n].z, s[n].w);
+                }
+                barrier(CLK_LOCAL_MEM_FENCE); /* the whole tile's P */
+#pragma unroll
+                for (int kk = 0; kk < BC / 16; ++kk)
+                    pa[kk] = ldsm_x4(lds_addr(pbuf + slab_at(16 * wm + (lane & 15), 16 * kk + (lane >> 4) * 8, BC)));
+#endif
+            }
+            __local ushort *vs = ring + slot * SLOT + wn * BC * VC;
+#pragma unroll
+            for (int kk = 0; kk < BC / 16; ++kk)
+#pragma unroll
+                for (int np = 0; np < ONT / 2; ++np) {
+                    const uint4 bv = ldsm_x4_trans(lds_addr(
+                        vs + slab_at(16 * kk + (lane & 7) + ((lane >> 3) & 1) * 8, np * 16 + (lane >> 4) * 8, VC)));
+                    o[v][2 * np] = mma_16816(o[v][2 * np], pa[kk], bv.x, bv.y);
+                    o[v][2 * np + 1] = mma_16816(o[v][2 * np + 1], pa[kk], bv.z, bv.w);
+                }
+            slot ^= 1;
+        }
+    }
+
+    /* Each row's sum over its four lanes and WN warps; O / l and the LSE.
+     * Rows that saw no key give O = 0 and LSE = -inf. */
+    l0 += shfl_xor(l0, 1);
+    l0 += shfl_xor(l0, 2);
+    l1 += shfl_xor(l1, 1);
+    l1 += shfl_xor(l1, 2);
+#if WN > 1
+    barrier(CLK_LOCAL_MEM_FENCE); /* every warp has read the last tile's maxima */
+    if (t4 == 0) {
+        red[row0 * WN + wn] = l0;
+        red[(row0 + 8) * WN + wn] = l1;
+    }
+    barrier(CLK_LOCAL_MEM_FENCE);
+    l0 = l1 = 0.0f;
+    for (int x = 0; x < WN; ++x) {
+        l0 += red[row0 * WN + x];
+        l1 += red[(row0 + 8) * WN + x];
+    }
+#endif
+    for (int upper = 0; upper < 2; ++upper) {
+        const int i = upper ? i1 : i0;
+        const float total = upper ? l1 : l0, inv = total > 0.0f ? 1.0f / total : 0.0f;
+        if (row0 + 8 * upper >= w.rows)
+            break;
+        const long o_row = fwd_o_row(p, w, i);
+#pragma unroll
+        for (int v = 0; v < OCH; ++v)
+#pragma unroll
+            for (int n = 0; n < ONT; ++n) {
+                const int col = wn * OC + v * VC + n * 8 + 2 * t4;
+                const float a = upper ? o[v][n].z : o[v][n].x, b = upper ? o[v][n].w : o[v][n].y;
+                if (col < p.dv)
+                    store_elem(ob, o_row + (long)col * p.o_sd, a * inv, DT);
+                if (col + 1 < p.dv)
+                    store_elem(ob, o_row + (long)(col + 1) * p.o_sd, b * inv, DT);
+            }
+        if (p.has_lse && wn == 0 && t4 == 0)
+            lseb[fwd_lse_at(p, w, i)] = total > 0.0f ? (upper ? m1 : m0) * M_LN2_F + log(total) : -INFINITY;
+    }
+}
