@@ -922,6 +922,37 @@ static void test_apply_backward(void **state)
     ffpa_tuning_free(t);
 }
 
+/* Each dK/dV kernel name a table may give ("kv64", "kv32", "small" and the
+ * streaming one, "stream") reaches the plan as its FFPA_BWD_DKDV_ value. */
+static void test_apply_backward_dkdv_names(void **state)
+{
+    (void)state;
+    ffpa_device_limits lim = h100_limits();
+    static const struct {
+        const char *name;
+        int value;
+    } names[] = {{"kv64", FFPA_BWD_DKDV_KV64},
+                 {"kv32", FFPA_BWD_DKDV_KV32},
+                 {"small", FFPA_BWD_DKDV_SMALL},
+                 {"stream", FFPA_BWD_DKDV_STREAM}};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; ++i) {
+        char cfg[64];
+        snprintf(cfg, sizeof cfg, "\"dkdv\": \"%s\"", names[i].name);
+        char entry[512];
+        snprintf(entry, sizeof entry,
+                 "{\"pass\": \"bwd\", \"dtype\": \"bf16\", \"path\": \"split-d\", \"causal\": false, "
+                 "\"gqa\": false, \"d\": 512, \"nq\": 4096, \"nkv\": 4096, \"config\": {%s}}",
+                 cfg);
+        ffpa_tuning_table *t = table_v2_of(entry);
+        ffpa_plan_input in = fwd_input(512, 4096, 4096, 0);
+        in.backward = 1;
+        in.tuning = t;
+        ffpa_plan p = plan_of(&in, &lim);
+        assert_int_equal(p.bwd_dkdv, names[i].value);
+        ffpa_tuning_free(t);
+    }
+}
+
 /* The Hopper backward's family and width (boxes x cluster): only on sm_90,
  * only a width that is instantiated and covers D, never beside "generic". */
 static void test_apply_backward_hopper(void **state)
@@ -1387,6 +1418,7 @@ int main(void)
         cmocka_unit_test(test_fwd_tile_per_part),
         cmocka_unit_test(test_apply_family_cluster),
         cmocka_unit_test(test_apply_backward),
+        cmocka_unit_test(test_apply_backward_dkdv_names),
         cmocka_unit_test(test_apply_backward_hopper),
         cmocka_unit_test(test_v2_plans_keep_invariants),
         cmocka_unit_test(test_shipped_tables),
