@@ -32,8 +32,9 @@
 #   opencl       the OpenCL backend on this GPU through NVIDIA's OpenCL driver (registered with the ICD
 #                loader here): its test suites (OCL_TESTS: meson test arguments, default --suite opencl),
 #                --check of the forward/backward shapes against the cpu backend, and the forward (the
-#                OCL_KERNELS kernels, default mma tiled portable) beside the cuda backend's generic and
-#                default kernels and the fp32 SGEMM ceiling (OCL_PERF shapes)
+#                OCL_KERNELS kernels, default mma tiled portable; OCL_DIAG: the matrix kernel's diagnostic
+#                builds, e.g. "1 2 3") beside the cuda backend's generic and default kernels and the fp32
+#                SGEMM ceiling (OCL_PERF shapes); OCL_PERF_ONLY=1 skips the suites and checks
 #   hipnv        the HIP backend's sources on this GPU (__HIP_PLATFORM_NVIDIA__, backends/hip/nvidia-check.sh)
 #   ab           same-run A/B: this tree against a fresh build of it with AB_BASE's files laid over
 #                (AB_SHAPES, default the backward rows; AB_FLAGS, default --backward; AB_ROUNDS) in OUT/ab.txt
@@ -436,15 +437,17 @@ if want opencl; then
     export OCL_ICD_VENDORS="$icd" FFPA_OPENCL_CACHE="$PWD/$B/opencl-cache-nvidia"
     FFPA_BACKEND=opencl "$B/tools/ffpa-run" --list >"$OUT/opencl-list.log" 2>&1
     note "opencl device: $(grep -i opencl "$OUT/opencl-list.log" | head -1)"
-    timeout -s KILL 420 meson test -C "$B" --num-processes 4 --no-rebuild ${OCL_TESTS:---suite opencl} \
-      >"$OUT/opencl-tests.log" 2>&1
-    note "opencl test suites: rc=$? $(grep -E '^(Ok|Fail|Timeout):' "$OUT/opencl-tests.log" | tr -s ' \n' ' ')"
-    cp "$B/meson-logs/testlog.txt" "$OUT/opencl-testlog.txt" 2>/dev/null
-    timeout 300 "$BENCH" --backend opencl --check --reps 1 "${FWD_CHECK[@]}" >"$OUT/check-fwd-opencl.log" 2>&1
-    note "check forward (opencl) vs cpu: rc=$? $(fails "$OUT/check-fwd-opencl.log" ${#FWD_CHECK[@]})"
-    timeout 400 "$BENCH" --backend opencl --backward --check --reps 1 "${BWD_CHECK[@]}" \
-      >"$OUT/check-bwd-opencl.log" 2>&1
-    note "check backward (opencl) vs cpu: rc=$? $(fails "$OUT/check-bwd-opencl.log" ${#BWD_CHECK[@]})"
+    if [ -z "${OCL_PERF_ONLY:-}" ]; then
+      timeout -s KILL 420 meson test -C "$B" --num-processes 4 --no-rebuild ${OCL_TESTS:---suite opencl} \
+        >"$OUT/opencl-tests.log" 2>&1
+      note "opencl test suites: rc=$? $(grep -E '^(Ok|Fail|Timeout):' "$OUT/opencl-tests.log" | tr -s ' \n' ' ')"
+      cp "$B/meson-logs/testlog.txt" "$OUT/opencl-testlog.txt" 2>/dev/null
+      timeout 300 "$BENCH" --backend opencl --check --reps 1 "${FWD_CHECK[@]}" >"$OUT/check-fwd-opencl.log" 2>&1
+      note "check forward (opencl) vs cpu: rc=$? $(fails "$OUT/check-fwd-opencl.log" ${#FWD_CHECK[@]})"
+      timeout 400 "$BENCH" --backend opencl --backward --check --reps 1 "${BWD_CHECK[@]}" \
+        >"$OUT/check-bwd-opencl.log" 2>&1
+      note "check backward (opencl) vs cpu: rc=$? $(fails "$OUT/check-bwd-opencl.log" ${#BWD_CHECK[@]})"
+    fi
     OCL_PERF=(${OCL_PERF:-1,32,32,8192,8192,512,512 1,32,32,8192,8192,128,128 1,32,32,8192,8192,256,256
       1,32,32,8192,8192,1024,1024 1,32,32,8192,8192,512,512,c})
     for k in ${OCL_KERNELS:-mma tiled portable}; do
@@ -452,6 +455,14 @@ if want opencl; then
         "${OCL_PERF[@]}" >"$OUT/bench-fwd-opencl-$k.log" 2>&1
       note "bench forward opencl $k: rc=$?"
       grep -v "^#" "$OUT/bench-fwd-opencl-$k.log"
+    done
+    # The matrix kernel's diagnostic builds (kernels/fwd_mma.cl FFPA_CL_DIAG: 1 no copies, 2 no MMAs,
+    # 3 no per-element score; wrong results, timing only).
+    for d in ${OCL_DIAG:-}; do
+      FFPA_OPENCL_FORWARD=mma FFPA_OPENCL_BUILD_OPTIONS="-DFFPA_CL_DIAG=$d" timeout 300 "$BENCH" --backend opencl \
+        --reps 3 "${OCL_PERF[@]}" >"$OUT/bench-fwd-opencl-diag$d.log" 2>&1
+      note "bench forward opencl mma, FFPA_CL_DIAG=$d (timing only): rc=$?"
+      grep -v "^#" "$OUT/bench-fwd-opencl-diag$d.log"
     done
     for k in generic auto; do
       FFPA_CUDA_KERNEL=$k timeout 200 "$BENCH" --backend cuda --reps 5 "${OCL_PERF[@]}" >"$OUT/bench-fwd-cuda-$k.log" 2>&1

@@ -41,6 +41,25 @@
 #define ONT (VC / 8)   /* O n8 tiles per warp and V chunk */
 #define OCH (OC / VC)  /* V chunks per warp */
 #define QK_HALFS ((BR + BC) * DC)
+
+/* Diagnostic builds only (FFPA_OPENCL_BUILD_OPTIONS=-DFFPA_CL_DIAG=N; wrong
+ * results, timing only, docs/notes/opencl.md): 1 no copies, 2 no MMAs,
+ * 3 no per-element score() (the raw scaled dot products). What each removes
+ * from the time says what bounds the kernel, which no profiler shows for
+ * OpenCL kernels. */
+#ifndef FFPA_CL_DIAG
+#define FFPA_CL_DIAG 0
+#endif
+#if FFPA_CL_DIAG == 2
+#define MMA(c, a, b0, b1) ((c) + (float4)(as_float((b0) ^ (a).x) * 0.0f))
+#else
+#define MMA(c, a, b0, b1) mma_16816(c, a, b0, b1)
+#endif
+#if FFPA_CL_DIAG == 3
+#define SCORE(x, i, j) ((x) * p.scale)
+#else
+#define SCORE(x, i, j) score(p, x, w.b, w.h, i, j, w.sg, biasb, w.slope, 0)
+#endif
 #define V_HALFS (BC * VC * WN)
 #define SLOT (QK_HALFS > V_HALFS ? QK_HALFS : V_HALFS)
 
@@ -77,6 +96,8 @@ static void issue_step(__local ushort *slot, int tile, int c, int nqk, const ffp
                        __global const uchar *qb, __global const uchar *kb, __global const uchar *vb, int tid)
 {
     const int kv0 = tile * BC;
+    if (FFPA_CL_DIAG == 1)
+        return;
     if (c < nqk) {
         stage16(slot, BR, DC, qb, 0, kv, btb, w.q_base, 0, 0, 0, p.q_sn, w.b, w.h, w.q0, w.sg.seqlen_q, c * DC,
                 p.dqk, tid);
@@ -146,8 +167,8 @@ ffpa_fwd_mma(const ffpa_cl_fwd_params p, __global const uchar *qb, __global cons
                 for (int np = 0; np < KNT / 2; ++np) {
                     const uint4 bk = ldsm_x4(lds_addr(ks + slab_at(wn * KW + np * 16 + (lane & 7) + ((lane >> 4) << 3),
                                                                    16 * kk + ((lane >> 3) & 1) * 8, DC)));
-                    s[2 * np] = mma_16816(s[2 * np], a, bk.x, bk.y);
-                    s[2 * np + 1] = mma_16816(s[2 * np + 1], a, bk.z, bk.w);
+                    s[2 * np] = MMA(s[2 * np], a, bk.x, bk.y);
+                    s[2 * np + 1] = MMA(s[2 * np + 1], a, bk.z, bk.w);
                 }
             }
             slot ^= 1;
@@ -158,10 +179,10 @@ ffpa_fwd_mma(const ffpa_cl_fwd_params p, __global const uchar *qb, __global cons
 #pragma unroll
         for (int n = 0; n < KNT; ++n) {
             const int j = kv0 + wn * KW + n * 8 + 2 * t4;
-            s[n].x = score(p, s[n].x, w.b, w.h, i0, j, w.sg, biasb, w.slope, 0) * M_LOG2E_F;
-            s[n].y = score(p, s[n].y, w.b, w.h, i0, j + 1, w.sg, biasb, w.slope, 0) * M_LOG2E_F;
-            s[n].z = score(p, s[n].z, w.b, w.h, i1, j, w.sg, biasb, w.slope, 0) * M_LOG2E_F;
-            s[n].w = score(p, s[n].w, w.b, w.h, i1, j + 1, w.sg, biasb, w.slope, 0) * M_LOG2E_F;
+            s[n].x = SCORE(s[n].x, i0, j) * M_LOG2E_F;
+            s[n].y = SCORE(s[n].y, i0, j + 1) * M_LOG2E_F;
+            s[n].z = SCORE(s[n].z, i1, j) * M_LOG2E_F;
+            s[n].w = SCORE(s[n].w, i1, j + 1) * M_LOG2E_F;
             mx0 = fmax(mx0, fmax(s[n].x, s[n].y));
             mx1 = fmax(mx1, fmax(s[n].z, s[n].w));
         }
@@ -252,8 +273,8 @@ ffpa_fwd_mma(const ffpa_cl_fwd_params p, __global const uchar *qb, __global cons
                 for (int np = 0; np < ONT / 2; ++np) {
                     const uint4 bv = ldsm_x4_trans(lds_addr(
                         vs + slab_at(16 * kk + (lane & 7) + ((lane >> 3) & 1) * 8, np * 16 + (lane >> 4) * 8, VC)));
-                    o[v][2 * np] = mma_16816(o[v][2 * np], pa[kk], bv.x, bv.y);
-                    o[v][2 * np + 1] = mma_16816(o[v][2 * np + 1], pa[kk], bv.z, bv.w);
+                    o[v][2 * np] = MMA(o[v][2 * np], pa[kk], bv.x, bv.y);
+                    o[v][2 * np + 1] = MMA(o[v][2 * np + 1], pa[kk], bv.z, bv.w);
                 }
             slot ^= 1;
         }
