@@ -922,35 +922,31 @@ static void test_apply_backward(void **state)
     ffpa_tuning_free(t);
 }
 
+/* The dK/dV choice a one-entry table (split-d, D = 512, N = 4096) gives the
+ * backward's plan. */
+static int tuned_dkdv(const char *entry)
+{
+    ffpa_device_limits lim = h100_limits();
+    ffpa_tuning_table *t = table_v2_of(entry);
+    ffpa_plan_input in = fwd_input(512, 4096, 4096, 0);
+    in.backward = 1;
+    in.tuning = t;
+    ffpa_plan p = plan_of(&in, &lim);
+    ffpa_tuning_free(t);
+    return p.bwd_dkdv;
+}
+
 /* Each dK/dV kernel name a table may give ("kv64", "kv32", "small" and the
  * streaming one, "stream") reaches the plan as its FFPA_BWD_DKDV_ value. */
 static void test_apply_backward_dkdv_names(void **state)
 {
     (void)state;
-    ffpa_device_limits lim = h100_limits();
-    static const struct {
-        const char *name;
-        int value;
-    } names[] = {{"kv64", FFPA_BWD_DKDV_KV64},
-                 {"kv32", FFPA_BWD_DKDV_KV32},
-                 {"small", FFPA_BWD_DKDV_SMALL},
-                 {"stream", FFPA_BWD_DKDV_STREAM}};
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; ++i) {
-        char cfg[64];
-        snprintf(cfg, sizeof cfg, "\"dkdv\": \"%s\"", names[i].name);
-        char entry[512];
-        snprintf(entry, sizeof entry,
-                 "{\"pass\": \"bwd\", \"dtype\": \"bf16\", \"path\": \"split-d\", \"causal\": false, "
-                 "\"gqa\": false, \"d\": 512, \"nq\": 4096, \"nkv\": 4096, \"config\": {%s}}",
-                 cfg);
-        ffpa_tuning_table *t = table_v2_of(entry);
-        ffpa_plan_input in = fwd_input(512, 4096, 4096, 0);
-        in.backward = 1;
-        in.tuning = t;
-        ffpa_plan p = plan_of(&in, &lim);
-        assert_int_equal(p.bwd_dkdv, names[i].value);
-        ffpa_tuning_free(t);
-    }
+    assert_int_equal(tuned_dkdv(BWD_ENTRY("split-d", "false", 512, 4096, "\"dkdv\": \"kv64\"")), FFPA_BWD_DKDV_KV64);
+    assert_int_equal(tuned_dkdv(BWD_ENTRY("split-d", "false", 512, 4096, "\"dkdv\": \"kv32\"")), FFPA_BWD_DKDV_KV32);
+    assert_int_equal(tuned_dkdv(BWD_ENTRY("split-d", "false", 512, 4096, "\"dkdv\": \"small\"")),
+                     FFPA_BWD_DKDV_SMALL);
+    assert_int_equal(tuned_dkdv(BWD_ENTRY("split-d", "false", 512, 4096, "\"dkdv\": \"stream\"")),
+                     FFPA_BWD_DKDV_STREAM);
 }
 
 /* The Hopper backward's family and width (boxes x cluster): only on sm_90,
