@@ -95,9 +95,4 @@ static float shfl_xor(float v, int mask)
     return r;
 }
 
-static int lane_id(void)
-{
-    return (int)get_local_id(0) & 31;
-}
-
 #endif
