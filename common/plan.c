@@ -395,16 +395,23 @@ ffpa_status ffpa_plan_portable_tiled(const ffpa_device_limits *lim, int64_t dv, 
                : FFPA_OK;
 }
 
-ffpa_status ffpa_plan_matrix_forward(const ffpa_device_limits *lim, int64_t dv, ffpa_matrix_tiles *out)
+ffpa_status ffpa_plan_matrix_forward(const ffpa_device_limits *lim, int64_t dv, int wm, int wn,
+                                     ffpa_matrix_tiles *out)
 {
     ffpa_matrix_tiles t;
     memset(&t, 0, sizeof t);
-    t.wn = dv <= 256 ? 1 : dv <= 512 ? 2 : 4;
-    t.wm = t.wn == 4 ? 2 : 4;
+    if ((wm || wn) && ((wm != 1 && wm != 2 && wm != 4 && wm != 8) || (wn != 1 && wn != 2 && wn != 4))) {
+        *out = t;
+        return FFPA_ERR_INVALID_ARGUMENT;
+    }
+    t.wn = wn ? wn : dv <= 256 ? 1 : dv <= 512 ? 2 : 4;
+    t.wm = wm ? wm : t.wn == 4 ? 2 : 4;
     t.br = 16 * t.wm;
     t.bc = 64;
-    t.dc = 64;
-    t.vc = t.wn == 4 ? 32 : 64; /* a ring slot holds every warp's V chunk */
+    /* A ring slot holds a Q and a K chunk, or every warp column's V chunk:
+     * 32 columns where 64 would not leave two slots and P in 48 KiB. */
+    t.dc = t.wm == 8 ? 32 : 64;
+    t.vc = t.wn == 4 || t.wm == 8 ? 32 : 64;
     const int64_t per_warp = (dv + t.wn - 1) / t.wn;
     t.oc = (int)((per_warp + t.vc - 1) / t.vc * t.vc);
     t.dvb = t.oc * t.wn;

@@ -204,8 +204,8 @@ ffpa_status ffpa_plan_portable_tiled(const ffpa_device_limits *lim, int64_t dv, 
 /* The matrix-instruction forward's geometry (the OpenCL backend's
  * kernels/fwd_mma.cl: NVIDIA mma.sync m16n8k16 through inline PTX). A
  * work-group is wm x wn warps of 32 and owns br = 16 wm query rows; key
- * tiles of bc = 64 and 64-column Q/K chunks, 16-bit, through a ring of two
- * local-memory slots. Warp (i, j) computes S for its 16 rows and keys
+ * tiles of bc = 64 and dc-column Q/K chunks (64, 32 at wm = 8), 16-bit,
+ * through a ring of two local-memory slots. Warp (i, j) computes S for its 16 rows and keys
  * [j bc / wn, (j + 1) bc / wn) over all of Dqk (no partial S to add up), and
  * O for its 16 rows and columns [j oc, (j + 1) oc) in vc-column V chunks;
  * with wn > 1 P goes through local memory (p_bytes). O's fp32 registers,
@@ -216,10 +216,13 @@ typedef struct ffpa_matrix_tiles {
     size_t slot_bytes, p_bytes, local_bytes;
 } ffpa_matrix_tiles;
 
-/* The geometry for Dv (1..FFPA_MAX_HEAD_DIM); FFPA_ERR_UNSUPPORTED where its
- * local memory or work-group does not fit the device (*out filled either
- * way, for the message). */
-ffpa_status ffpa_plan_matrix_forward(const ffpa_device_limits *lim, int64_t dv, ffpa_matrix_tiles *out);
+/* The geometry for Dv (1..FFPA_MAX_HEAD_DIM): the rule above where wm and wn
+ * are 0, else that many warps (a tuning knob; wm 1, 2, 4 or 8, wn 1, 2 or
+ * 4, else FFPA_ERR_INVALID_ARGUMENT). FFPA_ERR_UNSUPPORTED where its local
+ * memory or work-group does not fit the device (*out filled either way, for
+ * the message). */
+ffpa_status ffpa_plan_matrix_forward(const ffpa_device_limits *lim, int64_t dv, int wm, int wn,
+                                     ffpa_matrix_tiles *out);
 
 /* Query block that work item w of a causal-aware schedule runs: with
  * FFPA_ORDER_LONGEST_FIRST, item 0 is the last (longest) query block. */

@@ -2,7 +2,7 @@
 # The opencl backend's process-wide choices fail clearly (one process each,
 # as the device is chosen once per process): no OpenCL platform, a device
 # index or name that does not exist, too little local memory for any tiles,
-# a forward kernel override that is unknown or does not fit.
+# a forward kernel override that is unknown or does not fit, a matrix-forward geometry it does not have.
 # Usage: opencl_errors.sh FFPA_RUN
 set -u
 run=$1
@@ -37,5 +37,9 @@ expect "FFPA_OPENCL_FORWARD=tiled: the tiled forward needs 38912 bytes" FFPA_OPE
 # f32 (16-bit inputs only).
 dtype=f32
 expect "FFPA_OPENCL_FORWARD=mma: the matrix forward cannot run this call on" FFPA_OPENCL_FORWARD=mma
+# Its warp-count knob, refused before anything runs when it is not a geometry the kernel has.
+for tiles in 3x2 4x8 4 4x2x1 0x0; do
+  expect "FFPA_OPENCL_MMA_TILES=$tiles: expected WMxWN warps" FFPA_OPENCL_FORWARD=mma FFPA_OPENCL_MMA_TILES=$tiles
+done
 echo "$fails failure(s)"
 [ "$fails" -eq 0 ]

@@ -268,7 +268,7 @@ static void test_plan_matrix_forward(void **state)
     ffpa_matrix_tiles t;
     const int64_t dvs[] = {8, 64, 128, 200, 256, 264, 512, 520, 576, 600, 768, 1024};
     for (size_t i = 0; i < sizeof dvs / sizeof dvs[0]; ++i) {
-        assert_int_equal(ffpa_plan_matrix_forward(&lim, dvs[i], &t), FFPA_OK);
+        assert_int_equal(ffpa_plan_matrix_forward(&lim, dvs[i], 0, 0, &t), FFPA_OK);
         assert_true(t.dvb >= dvs[i] && t.dvb - dvs[i] < (int64_t)t.vc * t.wn);
         assert_int_equal(t.oc % t.vc, 0);
         assert_true(t.oc / 2 <= 128); /* O's registers per work-item */
@@ -278,14 +278,30 @@ static void test_plan_matrix_forward(void **state)
         assert_true(t.local_bytes <= 48 * 1024);
         assert_int_equal(t.wn, dvs[i] <= 256 ? 1 : dvs[i] <= 512 ? 2 : 4);
     }
-    assert_int_equal(ffpa_plan_matrix_forward(&lim, 512, &t), FFPA_OK);
+    assert_int_equal(ffpa_plan_matrix_forward(&lim, 512, 0, 0, &t), FFPA_OK);
     assert_int_equal(t.local_bytes, 2 * 16384 + 8192 + 4 * 64 * 2); /* two slots, P, the row exchange */
-    lim.smem_per_block = t.local_bytes - 1;
-    assert_int_equal(ffpa_plan_matrix_forward(&lim, 512, &t), FFPA_ERR_UNSUPPORTED);
+    /* The tuning knob's geometries: all but 8 x 4 (two 16 KiB slots and 16
+     * KiB of P) fit NVIDIA's 48 KiB and 1024 work-items (wm = 8 takes
+     * 32-column chunks); other counts are refused as invalid. */
+    const int wms[] = {1, 2, 4, 8}, wns[] = {1, 2, 4};
+    for (size_t i = 0; i < 4; ++i)
+        for (size_t j = 0; j < 3; ++j) {
+            const int fits = !(wms[i] == 8 && wns[j] == 4);
+            assert_int_equal(ffpa_plan_matrix_forward(&lim, 512, wms[i], wns[j], &t),
+                             fits ? FFPA_OK : FFPA_ERR_UNSUPPORTED);
+            assert_true(t.wm == wms[i] && t.wn == wns[j] && (t.local_bytes <= 48 * 1024) == fits);
+            assert_int_equal(t.dc, wms[i] == 8 ? 32 : 64);
+            assert_true(t.dvb >= 512 && t.oc % t.vc == 0);
+        }
+    assert_int_equal(ffpa_plan_matrix_forward(&lim, 512, 3, 2, &t), FFPA_ERR_INVALID_ARGUMENT);
+    assert_int_equal(ffpa_plan_matrix_forward(&lim, 512, 4, 8, &t), FFPA_ERR_INVALID_ARGUMENT);
+    assert_int_equal(ffpa_plan_matrix_forward(&lim, 512, 4, 0, &t), FFPA_ERR_INVALID_ARGUMENT);
+    lim.smem_per_block = 2 * 16384 + 8192 + 4 * 64 * 2 - 1;
+    assert_int_equal(ffpa_plan_matrix_forward(&lim, 512, 0, 0, &t), FFPA_ERR_UNSUPPORTED);
     lim.smem_per_block = 1 << 20;
     lim.max_threads_per_block = 128;
-    assert_int_equal(ffpa_plan_matrix_forward(&lim, 128, &t), FFPA_OK); /* four warps */
-    assert_int_equal(ffpa_plan_matrix_forward(&lim, 512, &t), FFPA_ERR_UNSUPPORTED);
+    assert_int_equal(ffpa_plan_matrix_forward(&lim, 128, 0, 0, &t), FFPA_OK); /* four warps */
+    assert_int_equal(ffpa_plan_matrix_forward(&lim, 512, 0, 0, &t), FFPA_ERR_UNSUPPORTED);
 }
 
 /* The portable (OpenCL) kernels' tiles: the default where it fits, smaller

@@ -35,8 +35,8 @@ ffpa_status ffpa_cl_forward_program(const ffpa_cl_device *dev, const ffpa_proble
     const ffpa_portable_tiles *t = &in->tiles;
     if (in->matrix) {
         const ffpa_matrix_tiles *m = &in->mt;
-        snprintf(options, sizeof options, "-DDT=%d -DWM=%d -DWN=%d -DVC=%d -DOC=%d%s", (int)pb->dtype, m->wm, m->wn,
-                 m->vc, m->oc, unroll);
+        snprintf(options, sizeof options, "-DDT=%d -DWM=%d -DWN=%d -DDC=%d -DVC=%d -DOC=%d%s", (int)pb->dtype, m->wm,
+                 m->wn, m->dc, m->vc, m->oc, unroll);
         return ffpa_cl_program(dev, ffpa_cl_fwd_mma_source, options, program, err, err_len);
     }
     if (t->tr) {
@@ -96,6 +96,27 @@ static const char *matrix_refusal(const ffpa_cl_device *dev, const ffpa_problem 
     return NULL;
 }
 
+/* Tuning knob (not API): FFPA_OPENCL_MMA_TILES=WMxWN sets the matrix
+ * forward's warps (rows x columns of the work-group) instead of the plan's
+ * rule, for A/B runs in one build (docs/notes/opencl.md). */
+static ffpa_status matrix_warps(int *wm, int *wn, char *err, size_t err_len)
+{
+    const char *knob = ffpa_env_string("FFPA_OPENCL_MMA_TILES");
+    if (!knob)
+        return FFPA_OK;
+    char tail;
+    if (sscanf(knob, "%dx%d%c", wm, wn, &tail) == 2 && *wm > 0 && *wn > 0) {
+        ffpa_matrix_tiles probe;
+        ffpa_device_limits any = {0};
+        any.max_threads_per_block = 1024;
+        any.smem_per_block = (size_t)1 << 20;
+        if (ffpa_plan_matrix_forward(&any, 64, *wm, *wn, &probe) != FFPA_ERR_INVALID_ARGUMENT)
+            return FFPA_OK;
+    }
+    snprintf(err, err_len, "FFPA_OPENCL_MMA_TILES=%s: expected WMxWN warps, WM 1, 2, 4 or 8 and WN 1, 2 or 4", knob);
+    return FFPA_ERR_INVALID_ARGUMENT;
+}
+
 ffpa_status ffpa_cl_forward_kernel(const ffpa_gpu_state *st, const ffpa_cl_device *dev, const ffpa_problem *pb,
                                    ffpa_cl_inputs_t *in, char *err, size_t err_len)
 {
@@ -108,8 +129,12 @@ ffpa_status ffpa_cl_forward_kernel(const ffpa_gpu_state *st, const ffpa_cl_devic
     if (want ? strcmp(want, "portable") == 0 : !dev->is_gpu)
         return FFPA_OK;
     if (!want || strcmp(want, "mma") == 0) {
+        int wm = 0, wn = 0;
+        ffpa_status s = matrix_warps(&wm, &wn, err, err_len);
+        if (s != FFPA_OK)
+            return s;
         const char *why = matrix_refusal(dev, pb, &in->p);
-        if (!why && ffpa_plan_matrix_forward(&st->caps.limits, pb->dv, &in->mt) != FFPA_OK)
+        if (!why && ffpa_plan_matrix_forward(&st->caps.limits, pb->dv, wm, wn, &in->mt) != FFPA_OK)
             why = "its local memory or work-group does not fit the device";
         if (!why) {
             in->matrix = 1;

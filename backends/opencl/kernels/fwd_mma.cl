@@ -7,7 +7,7 @@
  * (dropout after the row sums), the paged KV cache as in fwd.cl.
  *
  * Geometry (common/plan.c, ffpa_plan_matrix_forward; build options WM, WN,
- * VC, OC): a work-group is WM x WN warps and owns BR = 16 WM query rows.
+ * DC, VC, OC): a work-group is WM x WN warps and owns BR = 16 WM query rows.
  * Warp (i, j):
  *   S = Q K^T   its 16 rows x keys [j KW, (j + 1) KW) of each 64-key tile,
  *               over all of Dqk: Q and K chunks (64 columns) staged in local
@@ -35,7 +35,6 @@
 #define WG (32 * WM * WN)
 #define BR (16 * WM)
 #define BC 64
-#define DC 64
 #define KW (BC / WN)   /* keys of a tile per warp in S */
 #define KNT (KW / 8)   /* S n8 tiles per warp */
 #define ONT (VC / 8)   /* O n8 tiles per warp and V chunk */
@@ -44,7 +43,8 @@
 
 /* Diagnostic builds only (FFPA_OPENCL_BUILD_OPTIONS=-DFFPA_CL_DIAG=N; wrong
  * results, timing only, docs/notes/opencl.md): 1 no copies, 2 no MMAs,
- * 3 no per-element score() (the raw scaled dot products). What each removes
+ * 3 no per-element score() (the raw scaled dot products), 4 no Q copies
+ * (K and V only: what re-staging Q for every key tile costs). What each removes
  * from the time says what bounds the kernel, which no profiler shows for
  * OpenCL kernels. */
 #ifndef FFPA_CL_DIAG
@@ -59,6 +59,9 @@
 #define SCORE(x, i, j) ((x) * p.scale)
 #else
 #define SCORE(x, i, j) score(p, x, w.b, w.h, i, j, w.sg, biasb, w.slope, 0)
+#endif
+#ifndef FFPA_CL_PLAIN_TILES
+#define FFPA_CL_PLAIN_TILES 1
 #endif
 #define V_HALFS (BC * VC * WN)
 #define SLOT (QK_HALFS > V_HALFS ? QK_HALFS : V_HALFS)
@@ -99,8 +102,9 @@ static void issue_step(__local ushort *slot, int tile, int c, int nqk, const ffp
     if (FFPA_CL_DIAG == 1)
         return;
     if (c < nqk) {
-        stage16(slot, BR, DC, qb, 0, kv, btb, w.q_base, 0, 0, 0, p.q_sn, w.b, w.h, w.q0, w.sg.seqlen_q, c * DC,
-                p.dqk, tid);
+        if (FFPA_CL_DIAG != 4)
+            stage16(slot, BR, DC, qb, 0, kv, btb, w.q_base, 0, 0, 0, p.q_sn, w.b, w.h, w.q0, w.sg.seqlen_q, c * DC,
+                    p.dqk, tid);
         stage16(slot + BR * DC, BC, DC, kb, kv.paged, kv, btb, w.k_base, p.k_off, p.k_sb, p.k_sh, p.k_sn, w.b, w.kvh,
                 kv0, w.sg.seqlen_k, c * DC, p.dqk, tid);
         return;
@@ -134,6 +138,9 @@ ffpa_fwd_mma(const ffpa_cl_fwd_params p, __global const uchar *qb, __global cons
     const int tile_end = key_tiles(p, w.q0, w.q0 + w.rows - 1, w.diag, w.sg.seqlen_k, BC, &tile_begin);
     const int nqk = (p.dqk + DC - 1) / DC;
     const int i0 = w.q0 + row0, i1 = i0 + 8;
+    /* score() is the scale alone (FFPA_CL_PLAIN_TILES=0: score() everywhere, for A/B runs) */
+    const int plain = FFPA_CL_PLAIN_TILES && !p.has_bias && !(p.softcap > 0.0f) && !p.has_alibi;
+    const float scale_log2 = p.scale * M_LOG2E_F;
 
     float4 o[OCH][ONT];
 #pragma unroll
@@ -174,17 +181,31 @@ ffpa_fwd_mma(const ffpa_cl_fwd_params p, __global const uchar *qb, __global cons
             slot ^= 1;
         }
 
-        /* Scores (log2 units) and this warp's share of each row's max. */
+        /* Scores (log2 units) and this warp's share of each row's max. A
+         * tile every row sees whole, in a call without bias, softcap or
+         * ALiBi, needs only the scale (one multiply); the others go through
+         * score() element by element. */
         float mx0 = -INFINITY, mx1 = -INFINITY;
+        const int interior = plain && kv0 + BC <= w.sg.seqlen_k && w.q0 + BR <= w.sg.seqlen_q &&
+                             kv0 >= first_col(p, w.q0 + BR - 1, w.diag) && kv0 + BC - 1 <= last_col(p, w.q0, w.diag);
+        if (interior) {
 #pragma unroll
-        for (int n = 0; n < KNT; ++n) {
-            const int j = kv0 + wn * KW + n * 8 + 2 * t4;
-            s[n].x = SCORE(s[n].x, i0, j) * M_LOG2E_F;
-            s[n].y = SCORE(s[n].y, i0, j + 1) * M_LOG2E_F;
-            s[n].z = SCORE(s[n].z, i1, j) * M_LOG2E_F;
-            s[n].w = SCORE(s[n].w, i1, j + 1) * M_LOG2E_F;
-            mx0 = fmax(mx0, fmax(s[n].x, s[n].y));
-            mx1 = fmax(mx1, fmax(s[n].z, s[n].w));
+            for (int n = 0; n < KNT; ++n) {
+                s[n] *= scale_log2;
+                mx0 = fmax(mx0, fmax(s[n].x, s[n].y));
+                mx1 = fmax(mx1, fmax(s[n].z, s[n].w));
+            }
+        } else {
+#pragma unroll
+            for (int n = 0; n < KNT; ++n) {
+                const int j = kv0 + wn * KW + n * 8 + 2 * t4;
+                s[n].x = SCORE(s[n].x, i0, j) * M_LOG2E_F;
+                s[n].y = SCORE(s[n].y, i0, j + 1) * M_LOG2E_F;
+                s[n].z = SCORE(s[n].z, i1, j) * M_LOG2E_F;
+                s[n].w = SCORE(s[n].w, i1, j + 1) * M_LOG2E_F;
+                mx0 = fmax(mx0, fmax(s[n].x, s[n].y));
+                mx1 = fmax(mx1, fmax(s[n].z, s[n].w));
+            }
         }
         mx0 = fmax(mx0, shfl_xor(mx0, 1));
         mx0 = fmax(mx0, shfl_xor(mx0, 2));
