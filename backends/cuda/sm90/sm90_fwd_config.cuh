@@ -75,7 +75,10 @@ struct FwdConfig {
     static constexpr int kBc = kBc_;               /* keys per tile */
     static constexpr int kThreads = 128 * (1 + kConsumers);
     /* setmaxnreg: the producer warpgroup keeps 24 registers a thread, the
-     * consumers share the rest (128 x 24 + 128 x kConsumers x regs <= 64K). */
+     * consumers share the rest (128 x 24 + 128 x kConsumers x regs <= 64K).
+     * The consumers' increase comes only from what the producer's decrease
+     * returns, not from the register file's unallocated rest: a producer at
+     * 32 left two consumers at 240 waiting forever (static_assert below). */
     static constexpr int kProducerRegs = 24;
     static constexpr int kConsumerRegs = kConsumers == 3 ? 160 : 240;
     static constexpr int kNT = kBc / 8;        /* S n8-blocks per warp */
@@ -134,6 +137,9 @@ struct FwdConfig {
     static_assert(kCluster >= 1 && kCluster <= 4, "cluster of 1 to 4");
     static_assert(kConsumers == 2 || (kConsumers == 3 && kCluster == 1), "three consumers only without the exchange");
     static_assert(128 * kProducerRegs + 128 * kConsumers * kConsumerRegs <= 65536, "the register file");
+    static constexpr int kLaunchRegs = 65536 / kThreads / 8 * 8; /* __launch_bounds__(kThreads, 1) */
+    static_assert(128 * (kLaunchRegs - kProducerRegs) >= 128 * kConsumers * (kConsumerRegs - kLaunchRegs),
+                  "setmaxnreg: the consumers' increase fits what the producer returns");
     static_assert(kCluster == 1 || blocks_of(kCluster - 1) > 0, "every CTA owns a column block");
     static_assert(kBc == 64 || (kCluster == 1 && kBc % 16 == 0 && kBc <= 192),
                   "64-key tiles, or up to 192 in steps of 16 without the exchange");
