@@ -205,12 +205,12 @@ ffpa_status ffpa_plan_portable_tiled(const ffpa_device_limits *lim, int64_t dv, 
  * kernels/fwd_mma.cl: NVIDIA mma.sync m16n8k16 through inline PTX). A
  * work-group is wm x wn warps of 32 and owns br = 16 wm query rows; key
  * tiles of bc = 64 and dc-column Q/K chunks (64, 32 at wm = 8), 16-bit,
- * through a ring of two local-memory slots. Warp (i, j) computes S for its 16 rows and keys
- * [j bc / wn, (j + 1) bc / wn) over all of Dqk (no partial S to add up), and
- * O for its 16 rows and columns [j oc, (j + 1) oc) in vc-column V chunks;
- * with wn > 1 P goes through local memory (p_bytes). O's fp32 registers,
- * oc / 2 per work-item, stay at 128 or fewer: wn = 1 up to Dv = 256, 2 up
- * to 512, 4 (br = 32) above. dvb = wn oc >= Dv. */
+ * through a ring of two local-memory slots. Warp (i, j) computes S for its
+ * 16 rows and keys [j bc / wn, (j + 1) bc / wn) over all of Dqk (no partial
+ * S to add up), and O for its 16 rows and columns [j oc, (j + 1) oc) in
+ * vc-column V chunks; with wn > 1 P goes through local memory (p_bytes).
+ * O's fp32 registers, oc / 2 per work-item, stay at 128 or fewer: wn = 1
+ * up to Dv = 256, 2 up to 512, 4 (br = 32) above. dvb = wn oc >= Dv. */
 typedef struct ffpa_matrix_tiles {
     int wm, wn, br, bc, dc, vc, oc, dvb;
     size_t slot_bytes, p_bytes, local_bytes;

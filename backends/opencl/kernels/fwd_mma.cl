@@ -10,7 +10,7 @@
  * DC, VC, OC): a work-group is WM x WN warps and owns BR = 16 WM query rows.
  * Warp (i, j):
  *   S = Q K^T   its 16 rows x keys [j KW, (j + 1) KW) of each 64-key tile,
- *               over all of Dqk: Q and K chunks (64 columns) staged in local
+ *               over all of Dqk: Q and K chunks (DC columns) staged in local
  *               memory, fragments by ldmatrix;
  *   softmax     each row's max over the WN warps of its rows through local
  *               memory (red), the sum kept per warp and added up at the end;
