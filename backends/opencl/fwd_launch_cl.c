@@ -98,23 +98,15 @@ static const char *matrix_refusal(const ffpa_cl_device *dev, const ffpa_problem 
 
 /* Tuning knob (not API): FFPA_OPENCL_MMA_TILES=WMxWN sets the matrix
  * forward's warps (rows x columns of the work-group) instead of the plan's
- * rule, for A/B runs in one build (docs/notes/opencl.md). */
-static ffpa_status matrix_warps(int *wm, int *wn, char *err, size_t err_len)
+ * rule, for A/B runs in one build (docs/notes/opencl.md); 0, 0 when unset.
+ * 1 for a value that is not two positive counts (the planner judges the
+ * counts themselves). */
+static int matrix_warps(int *wm, int *wn)
 {
     const char *knob = ffpa_env_string("FFPA_OPENCL_MMA_TILES");
-    if (!knob)
-        return FFPA_OK;
     char tail;
-    if (sscanf(knob, "%dx%d%c", wm, wn, &tail) == 2 && *wm > 0 && *wn > 0) {
-        ffpa_matrix_tiles probe;
-        ffpa_device_limits any = {0};
-        any.max_threads_per_block = 1024;
-        any.smem_per_block = (size_t)1 << 20;
-        if (ffpa_plan_matrix_forward(&any, 64, *wm, *wn, &probe) != FFPA_ERR_INVALID_ARGUMENT)
-            return FFPA_OK;
-    }
-    snprintf(err, err_len, "FFPA_OPENCL_MMA_TILES=%s: expected WMxWN warps, WM 1, 2, 4 or 8 and WN 1, 2 or 4", knob);
-    return FFPA_ERR_INVALID_ARGUMENT;
+    *wm = *wn = 0;
+    return knob && !(sscanf(knob, "%dx%d%c", wm, wn, &tail) == 2 && *wm > 0 && *wn > 0);
 }
 
 ffpa_status ffpa_cl_forward_kernel(const ffpa_gpu_state *st, const ffpa_cl_device *dev, const ffpa_problem *pb,
@@ -129,12 +121,16 @@ ffpa_status ffpa_cl_forward_kernel(const ffpa_gpu_state *st, const ffpa_cl_devic
     if (want ? strcmp(want, "portable") == 0 : !dev->is_gpu)
         return FFPA_OK;
     if (!want || strcmp(want, "mma") == 0) {
-        int wm = 0, wn = 0;
-        ffpa_status s = matrix_warps(&wm, &wn, err, err_len);
-        if (s != FFPA_OK)
-            return s;
+        int wm, wn;
+        const int malformed = matrix_warps(&wm, &wn);
+        const ffpa_status planned = ffpa_plan_matrix_forward(&st->caps.limits, pb->dv, wm, wn, &in->mt);
+        if (malformed || planned == FFPA_ERR_INVALID_ARGUMENT) {
+            snprintf(err, err_len, "FFPA_OPENCL_MMA_TILES=%s: expected WMxWN warps, WM 1, 2, 4 or 8 and WN 1, 2 or 4",
+                     ffpa_env_string("FFPA_OPENCL_MMA_TILES"));
+            return FFPA_ERR_INVALID_ARGUMENT;
+        }
         const char *why = matrix_refusal(dev, pb, &in->p);
-        if (!why && ffpa_plan_matrix_forward(&st->caps.limits, pb->dv, wm, wn, &in->mt) != FFPA_OK)
+        if (!why && planned != FFPA_OK)
             why = "its local memory or work-group does not fit the device";
         if (!why) {
             in->matrix = 1;
