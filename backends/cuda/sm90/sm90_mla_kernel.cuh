@@ -56,9 +56,10 @@ struct MlaDiag {
 enum MlaNamedBarrier { kBarQ = 1, kBarPFull = 2, kBarPEmpty = 3, kBarFinal = 4 };
 constexpr int kMlaProducerRegs = 24;
 constexpr int kMlaConsumerRegs = 240; /* 128 x 24 + 256 x 240 <= 64K registers */
-/* setmaxnreg's increase is paid from what the decrease returns (sm90_fwd_config.cuh):
- * 384 threads launch at 168 registers each. */
-static_assert(128 * (168 - kMlaProducerRegs) >= 256 * (kMlaConsumerRegs - 168),
+/* setmaxnreg's increase is paid from what the decrease returns (sm90_fwd_config.cuh);
+ * registers a thread at launch, __launch_bounds__(kThreads, 1) (the same for every T). */
+constexpr int kMlaLaunchRegs = 65536 / MlaConfig<arch::bf16>::kThreads / 8 * 8;
+static_assert(128 * (kMlaLaunchRegs - kMlaProducerRegs) >= 256 * (kMlaConsumerRegs - kMlaLaunchRegs),
               "setmaxnreg: the consumers' increase fits what the producer returns");
 
 /* What a CTA works on: the split's key tiles and its 64 packed rows. */
