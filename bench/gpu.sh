@@ -182,6 +182,17 @@ if want check; then
   FFPA_CUDA_KERNEL=generic timeout 200 "$BENCH" --backend cuda --check --no-time "${small_rows[@]}" \
     >"$OUT/check-fwd-generic.log" 2>&1
   note "check forward small-D (generic) vs cpu: rc=$? $(fails "$OUT/check-fwd-generic.log" ${#small_rows[@]})"
+  # And its Split-D rows (D > 256: auto runs them on sm90), bf16 and f16.
+  split_rows=()
+  for r in "${FWD_CHECK[@]}"; do
+    IFS=, read -r _ _ _ _ _ dqk dv _ <<<"$r"
+    (( dqk > 256 || dv > 256 )) && split_rows+=("$r")
+  done
+  for dt in bf16 f16; do
+    FFPA_CUDA_KERNEL=generic timeout 200 "$BENCH" --backend cuda --dtype $dt --check --no-time "${split_rows[@]}" \
+      >"$OUT/check-fwd-generic-split-$dt.log" 2>&1
+    note "check forward Split-D (generic, $dt) vs cpu: rc=$? $(fails "$OUT/check-fwd-generic-split-$dt.log" ${#split_rows[@]})"
+  done
   timeout 300 "$BENCH" --backend cuda --backward --check --no-time "${BWD_CHECK[@]}" >"$OUT/check-bwd.log" 2>&1
   note "check backward (bf16) vs cpu: rc=$? $(fails "$OUT/check-bwd.log" ${#BWD_CHECK[@]})"
   timeout 120 "$BENCH" --backend cuda --dtype f16 --backward --check --no-time 1,2,2,90,150,320,320,c \

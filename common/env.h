@@ -6,6 +6,7 @@
  *   FFPA_CUDA_AS_ARCH   80 | 86 | 89: plan and tune as on that part (its shared memory, generic kernels)
  *   FFPA_SM90_PLAIN     0: the sm90 forward keeps its table's kernels over the plain ones (A/B knob)
  *   FFPA_GENERIC_PLAIN  0: the generic forward keeps every call on its variant path (A/B knob)
+ *   FFPA_GENERIC_Q_RESIDENT 0: the generic Split-D forward streams Q with every K chunk (A/B knob)
  *   FFPA_BWD_SMEM_LIMIT cap on the backward's shared memory per block (bytes), read by the GPU plugins
  *   FFPA_TUNING         0 disables tuning tables; FFPA_TUNING_FILE names one
  *   FFPA_OPENCL_DEVICE  the OpenCL device (P:D, N or a name substring), read by the OpenCL plugin

@@ -3,6 +3,7 @@
 
 #include <string.h>
 
+#include "env.h"
 #include "problem.h"
 
 static int64_t ceil_div(int64_t a, int64_t b)
@@ -37,12 +38,15 @@ typedef struct gpu_fwd_shape {
 } gpu_fwd_shape;
 
 /* The first covering Dv is the default; a later one of the same Dv (the
- * 16-rows-per-warp tiles at 64 and 128, the 32-key one at 1024) runs where
- * the default does not fit (plan_gpu_forward) or a tuning table names it. */
+ * 16-rows-per-warp tiles at 64 and 128; at 512 and 1024 the narrower
+ * slabs, 256 columns for the 163 KiB of sm_80 and 128 (512) or 32 keys
+ * (1024) for the 99 KiB of sm_86 / sm_89) runs where the ones before it do
+ * not fit (plan_gpu_forward) or a tuning table names it. */
 static const gpu_fwd_shape gpu_fwd_shapes[] = {
     {64, 4, 1, 64, 64, 2, 2},  {64, 4, 1, 64, 64, 2, 1},   {128, 4, 1, 64, 128, 2, 2},
     {128, 8, 1, 64, 128, 2, 1}, {256, 4, 1, 64, 256, 2, 1}, {320, 4, 1, 64, 64, 3, 1},
-    {512, 4, 2, 64, 128, 3, 1}, {1024, 2, 4, 64, 256, 2, 1}, {1024, 2, 4, 32, 256, 2, 1},
+    {512, 4, 2, 64, 512, 2, 1}, {512, 4, 2, 64, 256, 3, 1}, {512, 4, 2, 64, 128, 3, 1},
+    {1024, 2, 4, 64, 512, 2, 1}, {1024, 2, 4, 64, 256, 2, 1}, {1024, 2, 4, 32, 256, 2, 1},
 };
 #define N_GPU_FWD_SHAPES ((int)(sizeof gpu_fwd_shapes / sizeof gpu_fwd_shapes[0]))
 
@@ -177,6 +181,37 @@ static void use_fwd_shape(const ffpa_plan_input *in, const gpu_fwd_shape *s, ffp
     derive_chunks(in, p);
 }
 
+/* Q resident in shared memory, the rule before the Split-D upgrade:
+ * whole-D tiles, and the decode path's tiles at D <= 256. */
+static int fwd_q_resident_base(const ffpa_plan *p)
+{
+    return p->path == FFPA_PATH_SMALL_D ||
+           (p->path == FFPA_PATH_DECODE && p->dqk_padded <= 256 && p->dv_padded <= 256);
+}
+
+/* The Split-D tiles (and the split-KV decode path's) keep Q resident too
+ * where Q, the ring at the plan's depth and the partial S tiles fit the
+ * block: Q is then read from L2 once per block instead of once per key
+ * tile (a third of the block's fill traffic at D = 512). */
+static int fwd_q_resident(const ffpa_plan_input *in, const ffpa_device_limits *lim, const ffpa_plan *p)
+{
+    if (fwd_q_resident_base(p))
+        return 1;
+    if (in->stream_q)
+        return 0;
+    ffpa_plan r = *p;
+    r.q_resident = 1;
+    return plan_smem_forward_gpu(&r, ffpa_dtype_size(in->dtype)) <= lim->smem_per_block;
+}
+
+/* Shared memory of p's tile with Q where the planner will keep it. */
+static size_t fwd_smem(const ffpa_plan_input *in, const ffpa_device_limits *lim, const ffpa_plan *p)
+{
+    ffpa_plan r = *p;
+    r.q_resident = fwd_q_resident(in, lim, p);
+    return ffpa_plan_smem_bytes(&r, in->dtype, 0);
+}
+
 /* Whether p's tile fits the block's shared memory at (at most) 2 stages,
  * the shallowest ring plan_gpu_forward shrinks to. */
 static int fwd_fits_two_stages(const ffpa_plan_input *in, const ffpa_plan *p, const ffpa_device_limits *lim)
@@ -184,7 +219,17 @@ static int fwd_fits_two_stages(const ffpa_plan_input *in, const ffpa_plan *p, co
     ffpa_plan two = *p;
     if (two.stages > 2)
         two.stages = 2;
-    return ffpa_plan_smem_bytes(&two, in->dtype, 0) <= lim->smem_per_block;
+    return fwd_smem(in, lim, &two) <= lim->smem_per_block;
+}
+
+/* Whether Dqk's last chunk would be under a quarter full: MLA's Dqk = 576
+ * on 512-column slabs spends a whole slab's wait and barrier on 64 columns,
+ * all on one warp of the D split (174 TFLOP/s against 193 on 256-column
+ * slabs, H100, docs/notes/forward.md). */
+static int fwd_last_chunk_sparse(const ffpa_plan_input *in, const ffpa_plan *p)
+{
+    int64_t last = in->dqk - (int64_t)(p->n_qk_chunks - 1) * p->dqk_chunk;
+    return p->n_qk_chunks > 1 && 4 * last < p->dqk_chunk;
 }
 
 static void plan_gpu_forward(const ffpa_plan_input *in, const ffpa_device_limits *lim, ffpa_plan *p)
@@ -195,7 +240,8 @@ static void plan_gpu_forward(const ffpa_plan_input *in, const ffpa_device_limits
     const gpu_fwd_shape *s = &gpu_fwd_shapes[i];
     int64_t dmax = in->dqk > in->dv ? in->dqk : in->dv;
     /* D <= 256: coarse FA-2 tiling (Q resident, whole-D slabs);
-     * D > 256: fine-grained Split-D (Q and K/V chunks streamed). */
+     * D > 256: fine-grained Split-D (K/V chunks streamed; Q resident where
+     * it fits, fwd_q_resident, else streamed beside each K chunk). */
     p->path = dmax <= 256 ? FFPA_PATH_SMALL_D : FFPA_PATH_SPLIT_D;
     use_fwd_shape(in, s, p);
     /* Two m-tiles per warp make a block of 4 warps: where two such blocks do
@@ -204,12 +250,14 @@ static void plan_gpu_forward(const ffpa_plan_input *in, const ffpa_device_limits
      * the 16-row tile of the same Dv (8 warps a block) runs instead, as
      * FlashAttention-2 narrows its tiles on those parts. */
     if (s->mt > 1 && i + 1 < N_GPU_FWD_SHAPES && gpu_fwd_shapes[i + 1].dv == s->dv &&
-        2 * ffpa_plan_smem_bytes(p, in->dtype, 0) > lim->smem_per_sm)
+        2 * fwd_smem(in, lim, p) > lim->smem_per_sm)
         use_fwd_shape(in, &gpu_fwd_shapes[++i], p);
-    /* A tile that does not fit the block even at 2 stages gives way to the
-     * next of the same Dv that does (D = 1024 on the 99 KiB parts: 32-key
-     * tiles, 80 KiB against 128). */
-    while (!fwd_fits_two_stages(in, p, lim) && i + 1 < N_GPU_FWD_SHAPES && gpu_fwd_shapes[i + 1].dv == s->dv)
+    /* A tile that does not fit the block even at 2 stages, or leaves Dqk's
+     * last chunk nearly empty, gives way to the next of the same Dv (D = 512
+     * and 1024: 512-column slabs on the H100, 256 on sm_80, then 128
+     * columns or 32 keys on the 99 KiB parts). */
+    while ((!fwd_fits_two_stages(in, p, lim) || fwd_last_chunk_sparse(in, p)) && i + 1 < N_GPU_FWD_SHAPES &&
+           gpu_fwd_shapes[i + 1].dv == s->dv)
         use_fwd_shape(in, &gpu_fwd_shapes[++i], p);
     /* Few query rows cannot fill the machine: split the KV sequence too
      * (flash-decoding), about two blocks per multiprocessor. */
@@ -227,7 +275,7 @@ static void plan_gpu_forward(const ffpa_plan_input *in, const ffpa_device_limits
         }
     }
     /* Shallower ring if the block's shared memory is too small (consumer parts). */
-    while (p->stages > 2 && ffpa_plan_smem_bytes(p, in->dtype, 0) > lim->smem_per_block)
+    while (p->stages > 2 && fwd_smem(in, lim, p) > lim->smem_per_block)
         --p->stages;
 }
 
@@ -242,6 +290,7 @@ static void plan_gpu(const ffpa_plan_input *in, const ffpa_device_limits *lim, f
 void ffpa_plan_derive(const ffpa_plan_input *in, const ffpa_device_limits *lim, ffpa_plan *p)
 {
     derive_chunks(in, p);
+    p->q_resident = lim->is_gpu && !in->backward ? fwd_q_resident(in, lim, p) : 0;
     p->smem_bytes = lim->is_gpu ? ffpa_plan_smem_bytes(p, in->dtype, in->backward) : 0;
     p->q_blocks = ceil_div(in->nq, p->br);
     p->grid[0] = p->q_blocks * p->kv_splits;
@@ -348,6 +397,7 @@ ffpa_plan_input ffpa_plan_input_of(const ffpa_problem *pb, int backward)
     in.has_dropout = pb->dropout_p > 0.0f;
     in.varlen = pb->cu_q != NULL;
     in.backward = backward;
+    in.stream_q = !ffpa_env_bool("FFPA_GENERIC_Q_RESIDENT", 1, NULL);
     in.tuning = pb->tuning;
     return in;
 }

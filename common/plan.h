@@ -44,6 +44,8 @@ typedef struct ffpa_plan_input {
     int causal;
     int has_bias, has_dropout, varlen;
     int backward;
+    int stream_q; /* forward GPU: Split-D streams Q with every K chunk even where it fits
+                   * resident (A/B knob FFPA_GENERIC_Q_RESIDENT=0) */
     const struct ffpa_tuning_table *tuning; /* optional per-device table */
 } ffpa_plan_input;
 
@@ -90,6 +92,7 @@ typedef struct ffpa_plan {
     int stages;              /* shared-memory pipeline depth */
     int warps;               /* warps per block (threads on cpu) */
     int kv_splits;           /* > 1: split-KV (flash-decoding) */
+    int q_resident;          /* forward GPU: Q loaded once, kept in shared memory over the key loop */
     size_t smem_bytes;       /* shared memory per block the kernel needs */
     int64_t q_blocks;        /* ceil(nq / br) */
     int64_t grid[3];         /* x: q blocks (x kv splits), y: hq, z: batch */
@@ -123,12 +126,13 @@ size_t ffpa_plan_smem_bytes(const ffpa_plan *plan, ffpa_dtype dtype, int backwar
 void ffpa_plan_derive(const ffpa_plan_input *in, const ffpa_device_limits *lim, ffpa_plan *plan);
 
 /* Forward GPU kernels: Q stays in shared memory for the whole key loop
- * (loaded once) instead of streaming with every K chunk. The kernels, the
- * launchers and the shared-memory model all decide it here. */
+ * (loaded once) instead of streaming with every K chunk. Decided once by
+ * the planner (ffpa_plan_derive: always below D = 256, on the Split-D path
+ * wherever it fits the block at the plan's ring depth); the kernels, the
+ * launchers and the shared-memory model all read it here. */
 static inline int ffpa_plan_q_resident(const ffpa_plan *plan)
 {
-    return plan->path == FFPA_PATH_SMALL_D ||
-           (plan->path == FFPA_PATH_DECODE && plan->dqk_padded <= 256 && plan->dv_padded <= 256);
+    return plan->q_resident;
 }
 
 /* One instantiation of the generic forward kernels (CUDA and HIP): the

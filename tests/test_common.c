@@ -97,6 +97,16 @@ static void check_plan(const ffpa_plan_input *in, const ffpa_device_limits *lim)
                      lim->smem_per_block, (long long)in->dqk, (long long)in->dv, in->backward,
                      lim->arch);
         assert_int_equal(plan.smem_bytes, ffpa_plan_smem_bytes(&plan, in->dtype, in->backward));
+        /* Q resident: whole-D tiles always; Split-D exactly where it fits. */
+        if (in->backward)
+            assert_false(ffpa_plan_q_resident(&plan));
+        else if (plan.path == FFPA_PATH_SMALL_D)
+            assert_true(ffpa_plan_q_resident(&plan));
+        else if (plan.path == FFPA_PATH_SPLIT_D && !plan.q_resident) {
+            ffpa_plan resident = plan;
+            resident.q_resident = 1;
+            assert_true(ffpa_plan_smem_bytes(&resident, in->dtype, 0) > lim->smem_per_block);
+        }
         /* Tensor-core MMAs consume K in steps of 16 elements. */
         assert_int_equal(plan.dqk_chunk % 16, 0);
         assert_int_equal(plan.dv_chunk % 16, 0);
@@ -192,6 +202,81 @@ static void test_plan_cpu(void **state)
     (void)state;
     ffpa_device_limits lim = cpu_limits();
     sweep_plans(&lim, cpu_dtypes, 3);
+}
+
+/* The Split-D forward keeps Q resident where it fits the block and takes
+ * the widest slabs that fit: D = 512 on the H100 in whole-D slabs (64 KiB
+ * of Q, two 64 KiB slots, the two warps' partial S tiles), on sm_80 in
+ * 256-column ones, on the 99 KiB parts in 128-column ones with Q streamed;
+ * the A/B knob's input flag streams Q; MLA's Dqk = 576 skips the tile that
+ * would leave its last chunk an eighth full. */
+static void test_plan_q_resident(void **state)
+{
+    (void)state;
+    ffpa_plan_input in;
+    memset(&in, 0, sizeof in);
+    in.dtype = FFPA_BF16;
+    in.batch = 1;
+    in.hq = in.hkv = 32;
+    in.nq = in.nkv = 8192;
+    in.dqk = in.dv = 512;
+    ffpa_device_limits h100 = h100_limits(), sm80 = sm80_limits(), sm86 = h100_limits();
+    assert_true(ffpa_limits_as_arch(&sm86, 86));
+    const size_t spart = 2 * 64 * 64 * 4;
+    ffpa_plan p;
+    assert_int_equal(ffpa_plan_make(&in, &h100, &p), FFPA_OK);
+    assert_int_equal(p.path, FFPA_PATH_SPLIT_D);
+    assert_int_equal(p.br, 64);
+    assert_int_equal(p.dqk_chunk, 512);
+    assert_int_equal(p.stages, 2);
+    assert_true(ffpa_plan_q_resident(&p));
+    assert_int_equal(p.smem_bytes, 64 * 512 * 2 + 2 * 64 * 512 * 2 + spart);
+
+    /* Streamed, whole-D slabs do not fit: 256 columns at 3 stages. */
+    in.stream_q = 1;
+    assert_int_equal(ffpa_plan_make(&in, &h100, &p), FFPA_OK);
+    assert_false(ffpa_plan_q_resident(&p));
+    assert_int_equal(p.dqk_chunk, 256);
+    assert_int_equal(p.stages, 3);
+    assert_int_equal(p.smem_bytes, 3 * (64 + 64) * 256 * 2 + spart);
+    in.stream_q = 0;
+
+    assert_int_equal(ffpa_plan_make(&in, &sm80, &p), FFPA_OK);
+    assert_true(ffpa_plan_q_resident(&p));
+    assert_int_equal(p.dqk_chunk, 256);
+    assert_int_equal(p.stages, 2);
+    assert_int_equal(p.smem_bytes, 64 * 512 * 2 + 2 * 64 * 256 * 2 + spart);
+
+    assert_int_equal(ffpa_plan_make(&in, &sm86, &p), FFPA_OK);
+    assert_false(ffpa_plan_q_resident(&p));
+    assert_int_equal(p.dqk_chunk, 128);
+    assert_int_equal(p.stages, 2);
+    assert_int_equal(p.smem_bytes, 2 * (64 + 64) * 128 * 2 + spart);
+
+    /* MLA 576 / 512: three 256-column chunks (the last a quarter full), Q resident. */
+    in.dqk = 576;
+    assert_int_equal(ffpa_plan_make(&in, &h100, &p), FFPA_OK);
+    assert_int_equal(p.dqk_chunk, 256);
+    assert_int_equal(p.n_qk_chunks, 3);
+    assert_int_equal(p.stages, 3);
+    assert_true(ffpa_plan_q_resident(&p));
+    in.dqk = 512;
+
+    /* D = 1024: whole-D halves (512 columns) on the H100, 256 on sm_80. */
+    in.dqk = in.dv = 1024;
+    assert_int_equal(ffpa_plan_make(&in, &h100, &p), FFPA_OK);
+    assert_int_equal(p.dqk_chunk, 512);
+    assert_int_equal(p.br, 32);
+    assert_true(ffpa_plan_q_resident(&p));
+    assert_int_equal(ffpa_plan_make(&in, &sm80, &p), FFPA_OK);
+    assert_int_equal(p.dqk_chunk, 256);
+    assert_int_equal(p.bc, 64);
+    assert_true(ffpa_plan_q_resident(&p));
+
+    /* The backward never reads the flag: it is 0 there. */
+    in.backward = 1;
+    assert_int_equal(ffpa_plan_make(&in, &h100, &p), FFPA_OK);
+    assert_false(ffpa_plan_q_resident(&p));
 }
 
 static void test_plan_mla_and_options(void **state)
@@ -821,6 +906,7 @@ int main(void)
         cmocka_unit_test(test_plan_h100),
         cmocka_unit_test(test_plan_sm80),
         cmocka_unit_test(test_plan_cpu),
+        cmocka_unit_test(test_plan_q_resident),
         cmocka_unit_test(test_plan_mla_and_options),
         cmocka_unit_test(test_plan_rejects_bad_input),
         cmocka_unit_test(test_plan_portable_tiles),

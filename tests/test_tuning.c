@@ -159,10 +159,10 @@ static void assert_same_plan(const ffpa_plan *a, const ffpa_plan *b)
 {
     const int ia[] = {a->path, a->br, a->bc, a->dqk_chunk, a->dv_chunk, a->n_qk_chunks, a->n_v_chunks,
                       a->dqk_padded, a->dv_padded, a->stages, a->warps, a->kv_splits, a->order, a->family,
-                      a->cluster, a->bwd_boxes, a->bwd_dkdv, a->bwd_dq, a->bwd_stages};
+                      a->cluster, a->bwd_boxes, a->bwd_dkdv, a->bwd_dq, a->bwd_stages, a->q_resident};
     const int ib[] = {b->path, b->br, b->bc, b->dqk_chunk, b->dv_chunk, b->n_qk_chunks, b->n_v_chunks,
                       b->dqk_padded, b->dv_padded, b->stages, b->warps, b->kv_splits, b->order, b->family,
-                      b->cluster, b->bwd_boxes, b->bwd_dkdv, b->bwd_dq, b->bwd_stages};
+                      b->cluster, b->bwd_boxes, b->bwd_dkdv, b->bwd_dq, b->bwd_stages, b->q_resident};
     for (size_t i = 0; i < sizeof ia / sizeof ia[0]; ++i)
         if (ia[i] != ib[i])
             fail_msg("plan member %zu: %d against %d", i, ia[i], ib[i]);
@@ -320,9 +320,9 @@ static void test_nearest_shape(void **state)
     ffpa_device_limits lim = h100_limits();
     ffpa_tuning_table *t = table_of(ENTRY("small-d", "false", 128, 1024, "\"stages\": 4") ", "
                                     ENTRY("small-d", "false", 128, 16384, "\"stages\": 3") ", "
-                                    ENTRY("split-d", "false", 512, 8192, "\"stages\": 4") ", "
+                                    ENTRY("split-d", "false", 320, 8192, "\"stages\": 4") ", "
                                     ENTRY("split-d", "false", 1024, 8192, "\"stages\": 2") ", "
-                                    ENTRY("split-d", "true", 512, 8192, "\"stages\": 2"));
+                                    ENTRY("split-d", "true", 320, 8192, "\"stages\": 2"));
     assert_int_equal(ffpa_tuning_entry_count(t), 5);
     struct {
         int64_t d, n;
@@ -330,8 +330,10 @@ static void test_nearest_shape(void **state)
     } cases[] = {
         {128, 1024, 0, 4},  {128, 2048, 0, 4}, {128, 8192, 0, 3}, {128, 32768, 0, 3},
         {64, 512, 0, 4},    /* nearest D on the same path */
-        {512, 8192, 0, 4},  {576, 4096, 0, 4}, {768, 8192, 0, 2}, /* log2 768 is nearer 1024 */
-        {1024, 512, 0, 2},  {512, 8192, 1, 2}, {320, 2048, 1, 2},
+        /* D = 320's tile fits 2 to 4 stages (the 512-column ones of D = 512
+         * and 1024 only 2 on the H100). */
+        {320, 8192, 0, 4},  {304, 4096, 0, 4}, {768, 8192, 0, 2}, /* log2 768 is nearer 1024 */
+        {1024, 512, 0, 2},  {320, 8192, 1, 2}, {288, 2048, 1, 2},
         {128, 8192, 1, 0}, /* no causal small-d entry */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
@@ -719,14 +721,14 @@ static void test_fwd_tiles(void **state)
     static const struct {
         int64_t dv;
         int n;
-    } cases[] = {{64, 8}, {128, 7}, {200, 5}, {256, 5}, {320, 4}, {384, 3}, {512, 3}, {640, 2}, {1024, 2}};
+    } cases[] = {{64, 11}, {128, 10}, {200, 8}, {256, 8}, {320, 7}, {384, 6}, {512, 6}, {640, 3}, {1024, 3}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; ++c) {
-        ffpa_fwd_tile tiles[8];
-        int n = ffpa_plan_fwd_tiles(cases[c].dv, tiles, 8);
+        ffpa_fwd_tile tiles[12];
+        int n = ffpa_plan_fwd_tiles(cases[c].dv, tiles, 12);
         if (n != cases[c].n)
             fail_msg("dv %lld: %d tiles; expected %d", (long long)cases[c].dv, n, cases[c].n);
         assert_int_equal(ffpa_plan_fwd_tiles(cases[c].dv, tiles, 1), n); /* counts past max */
-        n = ffpa_plan_fwd_tiles(cases[c].dv, tiles, 8);
+        n = ffpa_plan_fwd_tiles(cases[c].dv, tiles, 12);
         ffpa_plan_input in = fwd_input(cases[c].dv, 8192, 8192, 0);
         ffpa_plan heur = plan_of(&in, &lim);
         /* The heuristics take the smallest covering instantiation: the first. */
@@ -736,12 +738,15 @@ static void test_fwd_tiles(void **state)
         for (int i = 0; i < n; ++i) {
             assert_true(tiles[i].dv >= cases[c].dv);
             /* Increasing Dv; at 64 and 128 two tiles (32 and 16 rows per warp)
-             * share one, at 1024 two (64 and 32 keys). */
+             * share one, at 512 three (512-, 256- and 128-column slabs), at
+             * 1024 three (512- and 256-column slabs, then 32 keys). */
             assert_true(i == 0 || tiles[i].dv > tiles[i - 1].dv ||
                         (tiles[i].dv == tiles[i - 1].dv && tiles[i].br / tiles[i].warps == 16 &&
                          tiles[i - 1].br / tiles[i - 1].warps == 32) ||
                         (tiles[i].dv == tiles[i - 1].dv && tiles[i].br == tiles[i - 1].br &&
-                         2 * tiles[i].bc == tiles[i - 1].bc));
+                         2 * tiles[i].bc == tiles[i - 1].bc) ||
+                        (tiles[i].dv == tiles[i - 1].dv && tiles[i].br == tiles[i - 1].br &&
+                         tiles[i].bc == tiles[i - 1].bc && 2 * tiles[i].chunk == tiles[i - 1].chunk));
             char entry[512];
             snprintf(entry, sizeof entry,
                      "{\"pass\": \"fwd\", \"dtype\": \"bf16\", \"path\": \"%s\", \"causal\": false, \"gqa\": false, "
@@ -878,7 +883,7 @@ static void test_apply_backward(void **state)
         table_v2_of(BWD_ENTRY("split-d", "false", 512, 4096, "\"dkdv\": \"kv32\", \"dq\": \"small\", \"stages\": 2")
                     ", " BWD_ENTRY("small-d", "false", 128, 4096, "\"dkdv\": \"auto\", \"dq\": \"auto\"")
                     ", " BWD_ENTRY("small-d", "true", 128, 4096, "\"stages\": 4, \"dq\": \"big\"")
-                    ", " ENTRY("split-d", "false", 512, 4096, "\"kernel\": \"generic\", \"stages\": 4"));
+                    ", " ENTRY("split-d", "false", 512, 4096, "\"kernel\": \"generic\", \"stages\": 2"));
     ffpa_plan_input in = fwd_input(512, 4096, 4096, 0);
     in.backward = 1;
     ffpa_plan heur = plan_of(&in, &lim);
@@ -915,7 +920,7 @@ static void test_apply_backward(void **state)
     in.tuning = t;
     p = plan_of(&in, &lim);
     assert_int_equal(p.family, FFPA_FAMILY_GENERIC);
-    assert_int_equal(p.stages, 4);
+    assert_int_equal(p.stages, 2); /* the 512-column slabs fit 2 */
     assert_int_equal(p.bwd_dkdv, 0);
     assert_int_equal(p.bwd_dq, 0);
     assert_int_equal(p.bwd_stages, 0);
@@ -1043,8 +1048,8 @@ static void check_v2_plan(const ffpa_plan_input *in, const ffpa_device_limits *l
     assert_int_equal(p->bwd_dq, 0);
     assert_int_equal(p->bwd_stages, 0);
     assert_true(p->stages >= 2 && p->stages <= 4);
-    ffpa_fwd_tile legal[8];
-    int n = ffpa_plan_fwd_tiles(in->dv, legal, 8), found = 0;
+    ffpa_fwd_tile legal[12];
+    int n = ffpa_plan_fwd_tiles(in->dv, legal, 12), found = 0;
     for (int i = 0; i < n; ++i)
         found |= legal[i].br == p->br && legal[i].bc == p->bc && legal[i].chunk == p->dqk_chunk &&
                  legal[i].warps == p->warps;

@@ -3,8 +3,14 @@
 
 namespace ffpa {
 namespace cuda {
-const FwdKernelDesc fwd_bf16_large[kFwdLargeKernels] = {fwd_desc<Fwd320<arch::bf16>>(), fwd_desc<Fwd512<arch::bf16>>(),
-                                          fwd_desc<Fwd1024<arch::bf16>>(),
-                                          fwd_desc<Fwd1024k32<arch::bf16>>()};
+const FwdKernelDesc fwd_bf16_large[kFwdLargeKernels] = {
+    fwd_desc<Fwd320<arch::bf16>>(),
+    fwd_desc<Fwd512c512<arch::bf16>>(),
+    fwd_desc<Fwd512c256<arch::bf16>>(),
+    fwd_desc<Fwd512<arch::bf16>>(),
+    fwd_desc<Fwd1024c512<arch::bf16>>(),
+    fwd_desc<Fwd1024<arch::bf16>>(),
+    fwd_desc<Fwd1024k32<arch::bf16>>(),
+};
 }
 }

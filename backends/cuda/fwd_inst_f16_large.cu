@@ -3,8 +3,14 @@
 
 namespace ffpa {
 namespace cuda {
-const FwdKernelDesc fwd_f16_large[kFwdLargeKernels] = {fwd_desc<Fwd320<arch::f16>>(), fwd_desc<Fwd512<arch::f16>>(),
-                                          fwd_desc<Fwd1024<arch::f16>>(),
-                                          fwd_desc<Fwd1024k32<arch::f16>>()};
+const FwdKernelDesc fwd_f16_large[kFwdLargeKernels] = {
+    fwd_desc<Fwd320<arch::f16>>(),
+    fwd_desc<Fwd512c512<arch::f16>>(),
+    fwd_desc<Fwd512c256<arch::f16>>(),
+    fwd_desc<Fwd512<arch::f16>>(),
+    fwd_desc<Fwd1024c512<arch::f16>>(),
+    fwd_desc<Fwd1024<arch::f16>>(),
+    fwd_desc<Fwd1024k32<arch::f16>>(),
+};
 }
 }

@@ -25,9 +25,16 @@ template <typename T> using Fwd128x2 = FwdConfig<T, 128, 4, 1, 64, 128, 2, 2>;
 template <typename T> using Fwd128 = FwdConfig<T, 128, 8, 1, 64, 128, 1>;
 template <typename T> using Fwd256 = FwdConfig<T, 256, 4, 1, 64, 256, 2>;
 template <typename T> using Fwd320 = FwdConfig<T, 320, 4, 1, 64, 64, 2>;
+/* Dv 512 and 1024 in three widths of slab each: whole-D (512-column) slabs
+ * take one ring wait and barrier per operand and key tile (227 KiB parts);
+ * 256 columns fit sm_80's 163 KiB; 128 columns (512) and 32 keys (1024)
+ * the 99 KiB of sm_86 / sm_89. */
+template <typename T> using Fwd512c512 = FwdConfig<T, 512, 4, 2, 64, 512, 1>;
+template <typename T> using Fwd512c256 = FwdConfig<T, 512, 4, 2, 64, 256, 1>;
 template <typename T> using Fwd512 = FwdConfig<T, 512, 4, 2, 64, 128, 1>;
+template <typename T> using Fwd1024c512 = FwdConfig<T, 1024, 2, 4, 64, 512, 1>;
 template <typename T> using Fwd1024 = FwdConfig<T, 1024, 2, 4, 64, 256, 1>;
-/* 32-key tiles: 80 KiB of shared memory against Fwd1024's 128, so the
+/* 32-key tiles: 80 KiB of shared memory against Fwd1024's 160, so the
  * 99 KiB parts (sm_86 / sm_89) run D in (512, 1024]. */
 template <typename T> using Fwd1024k32 = FwdConfig<T, 1024, 2, 4, 32, 256, 1>;
 

@@ -27,7 +27,7 @@ namespace host = ffpa::fwd::host;
  * head is read once, and the split-KV schedule balances the batch. Fills
  * *kvp and *out (pb with kvp attached). FFPA_CUDA_KERNEL=sm90 keeps the
  * prefill kernels (A/B runs). */
-bool decode_as_kv_cache(const ffpa_problem *pb, ffpa_kv_problem *kvp, ffpa_problem *out)
+bool decode_as_kv_cache(const ffpa_gpu_state *gpu, const ffpa_problem *pb, ffpa_kv_problem *kvp, ffpa_problem *out)
 {
     const char *choice = ffpa_env_string("FFPA_CUDA_KERNEL");
     if (choice && strcmp(choice, "generic") != 0 && strcmp(choice, "auto") != 0)
@@ -44,7 +44,9 @@ bool decode_as_kv_cache(const ffpa_problem *pb, ffpa_kv_problem *kvp, ffpa_probl
     kvp->uniform_len = pb->nkv;
     *out = *pb;
     out->kv = kvp;
-    return true;
+    /* Head dims no KV-cache tile fits (D > 512 on the 99 KiB parts) stay
+     * on the Split-D forward, whose split-KV path runs them. */
+    return ffpa_cuda_kv_runs(gpu, out) != 0;
 }
 
 } /* namespace */
@@ -55,7 +57,7 @@ extern "C" size_t ffpa_cuda_forward_workspace(const ffpa_gpu_state *gpu, const f
     char err[256];
     ffpa_kv_problem kvp;
     ffpa_problem as_kv;
-    if (decode_as_kv_cache(pb, &kvp, &as_kv))
+    if (decode_as_kv_cache(gpu, pb, &kvp, &as_kv))
         return ffpa_cuda_kv_workspace(gpu, &as_kv);
     if (host::make_plan(gpu->caps.limits, pb, &plan, err, sizeof err) != FFPA_OK)
         return 0;
@@ -73,7 +75,7 @@ extern "C" ffpa_status ffpa_cuda_forward(ffpa_gpu_state *gpu, const ffpa_problem
         return FFPA_OK;
     ffpa_kv_problem kvp;
     ffpa_problem as_kv;
-    if (decode_as_kv_cache(pb, &kvp, &as_kv))
+    if (decode_as_kv_cache(gpu, pb, &kvp, &as_kv))
         return ffpa_cuda_forward_kvcache(gpu, &as_kv, ws, ws_bytes, err, err_len);
 
     ffpa_plan plan;

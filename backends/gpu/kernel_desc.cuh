@@ -45,7 +45,7 @@ template <class Cfg, void (*Entry)(ffpa_gpu_fwd_params)> constexpr FwdKernelDesc
 
 /* Instantiations per table (the launchers' fwd_<dtype>_small / _large):
  * Dv <= 256 (64 and 128 in two tiles each, 256), and Dv > 256. */
-constexpr int kFwdSmallKernels = 5, kFwdLargeKernels = 4;
+constexpr int kFwdSmallKernels = 5, kFwdLargeKernels = 7;
 
 /* One instantiation of the KV-cache attention (Q resident). */
 using KvDesc = kv::KvKernel<gpuStream_t, gpuError_t>;

@@ -25,7 +25,10 @@ template <typename T> using Fwd128x2 = FwdConfig<T, 128, 4, 1, 64, 128, 1, 2>;
 template <typename T> using Fwd128 = FwdConfig<T, 128, 8, 1, 64, 128, 1>;
 template <typename T> using Fwd256 = FwdConfig<T, 256, 4, 1, 64, 256, 1>;
 template <typename T> using Fwd320 = FwdConfig<T, 320, 4, 1, 64, 64, 1>;
+template <typename T> using Fwd512c512 = FwdConfig<T, 512, 4, 2, 64, 512, 1>;
+template <typename T> using Fwd512c256 = FwdConfig<T, 512, 4, 2, 64, 256, 1>;
 template <typename T> using Fwd512 = FwdConfig<T, 512, 4, 2, 64, 128, 1>;
+template <typename T> using Fwd1024c512 = FwdConfig<T, 1024, 2, 4, 64, 512, 1>;
 template <typename T> using Fwd1024 = FwdConfig<T, 1024, 2, 4, 64, 256, 1>;
 template <typename T> using Fwd1024k32 = FwdConfig<T, 1024, 2, 4, 32, 256, 1>; /* 80 KiB: NVIDIA's 99 KiB parts */
 

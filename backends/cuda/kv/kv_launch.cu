@@ -21,6 +21,11 @@ extern "C" size_t ffpa_cuda_kv_workspace(const ffpa_gpu_state *gpu, const ffpa_p
     return ffpa::kv::workspace(pb, table_of(pb->dtype), ffpa::cuda::kKvKernels, gpu->caps.limits);
 }
 
+extern "C" int ffpa_cuda_kv_runs(const ffpa_gpu_state *gpu, const ffpa_problem *pb)
+{
+    return ffpa::kv::runs(pb, table_of(pb->dtype), ffpa::cuda::kKvKernels, gpu->caps.limits);
+}
+
 extern "C" ffpa_status ffpa_cuda_forward_kvcache(ffpa_gpu_state *gpu, const ffpa_problem *pb, void *ws,
                                                  size_t ws_bytes, char *err, size_t err_len)
 {

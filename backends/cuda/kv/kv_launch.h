@@ -15,6 +15,8 @@ extern "C" {
 #endif
 
 size_t ffpa_cuda_kv_workspace(const ffpa_gpu_state *gpu, const ffpa_problem *pb);
+/* 1 when a KV-cache instantiation runs pb on this device. */
+int ffpa_cuda_kv_runs(const ffpa_gpu_state *gpu, const ffpa_problem *pb);
 ffpa_status ffpa_cuda_forward_kvcache(ffpa_gpu_state *gpu, const ffpa_problem *pb, void *ws,
                                       size_t ws_bytes, char *err, size_t err_len);
 ffpa_status ffpa_cuda_kv_schedule(const ffpa_gpu_state *gpu, const ffpa_problem *pb,

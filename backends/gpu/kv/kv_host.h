@@ -215,6 +215,14 @@ template <class K> ffpa_gpu_kv_params params(const ffpa_problem *pb, const Choic
     return p;
 }
 
+/* Whether an instantiation of the table runs pb on this device (the
+ * dense-decode routing asks before it commits to the KV-cache kernels). */
+template <class K> bool runs(const ffpa_problem *pb, const K *table, int n, const ffpa_device_limits &lim)
+{
+    Choice<K> c;
+    return choose(pb, table, n, lim, c);
+}
+
 inline ffpa_status no_config(const ffpa_problem *pb, const ffpa_device_limits &lim, char *err, size_t err_len)
 {
     snprintf(err, err_len,
