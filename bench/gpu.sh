@@ -193,6 +193,10 @@ if want check; then
       >"$OUT/check-fwd-generic-split-$dt.log" 2>&1
     note "check forward Split-D (generic, $dt) vs cpu: rc=$? $(fails "$OUT/check-fwd-generic-split-$dt.log" ${#split_rows[@]})"
   done
+  # As on a 99 KiB part: 128-column slabs, Q streamed; dense decode above D = 512 leaves the KV-cache kernels.
+  FFPA_CUDA_AS_ARCH=86 timeout 200 "$BENCH" --backend cuda --check --no-time "${split_rows[@]}" \
+    >"$OUT/check-fwd-split-sm86.log" 2>&1
+  note "check forward Split-D as sm_86 vs cpu: rc=$? $(fails "$OUT/check-fwd-split-sm86.log" ${#split_rows[@]})"
   timeout 300 "$BENCH" --backend cuda --backward --check --no-time "${BWD_CHECK[@]}" >"$OUT/check-bwd.log" 2>&1
   note "check backward (bf16) vs cpu: rc=$? $(fails "$OUT/check-bwd.log" ${#BWD_CHECK[@]})"
   timeout 120 "$BENCH" --backend cuda --dtype f16 --backward --check --no-time 1,2,2,90,150,320,320,c \
