@@ -199,9 +199,17 @@ static int fwd_q_resident(const ffpa_plan_input *in, const ffpa_device_limits *l
         return 1;
     if (in->stream_q)
         return 0;
+    const size_t elt = ffpa_dtype_size(in->dtype);
     ffpa_plan r = *p;
     r.q_resident = 1;
-    return plan_smem_forward_gpu(&r, ffpa_dtype_size(in->dtype)) <= lim->smem_per_block;
+    const size_t resident = plan_smem_forward_gpu(&r, elt);
+    if (resident > lim->smem_per_block)
+        return 0;
+    /* Blocks of 4 warps run two to a multiprocessor: streamed where only
+     * that keeps two (D = 320 on the 99 KiB parts: 48 KiB streamed against
+     * 64 resident, 191 against 119 TFLOP/s planned as sm_86 on the H100). */
+    r.q_resident = 0;
+    return !(p->warps == 4 && 2 * resident > lim->smem_per_sm && 2 * plan_smem_forward_gpu(&r, elt) <= lim->smem_per_sm);
 }
 
 /* Shared memory of p's tile with Q where the planner will keep it. */
@@ -210,6 +218,15 @@ static size_t fwd_smem(const ffpa_plan_input *in, const ffpa_device_limits *lim,
     ffpa_plan r = *p;
     r.q_resident = fwd_q_resident(in, lim, p);
     return ffpa_plan_smem_bytes(&r, in->dtype, 0);
+}
+
+/* Whether two blocks of p's tile fit a multiprocessor at (at most) 2 stages. */
+static int fwd_two_blocks_fit(const ffpa_plan_input *in, const ffpa_plan *p, const ffpa_device_limits *lim)
+{
+    ffpa_plan two = *p;
+    if (two.stages > 2)
+        two.stages = 2;
+    return 2 * fwd_smem(in, lim, &two) <= lim->smem_per_sm;
 }
 
 /* Whether p's tile fits the block's shared memory at (at most) 2 stages,
@@ -244,13 +261,13 @@ static void plan_gpu_forward(const ffpa_plan_input *in, const ffpa_device_limits
      * it fits, fwd_q_resident, else streamed beside each K chunk). */
     p->path = dmax <= 256 ? FFPA_PATH_SMALL_D : FFPA_PATH_SPLIT_D;
     use_fwd_shape(in, s, p);
-    /* Two m-tiles per warp make a block of 4 warps: where two such blocks do
-     * not fit a multiprocessor's shared memory (D = 128 on the 100 KiB
-     * parts: sm_86 / sm_89, AMD's 64 KiB LDS) the SM would run 4 warps, so
-     * the 16-row tile of the same Dv (8 warps a block) runs instead, as
-     * FlashAttention-2 narrows its tiles on those parts. */
-    if (s->mt > 1 && i + 1 < N_GPU_FWD_SHAPES && gpu_fwd_shapes[i + 1].dv == s->dv &&
-        2 * fwd_smem(in, lim, p) > lim->smem_per_sm)
+    /* Blocks of 4 warps are built to run two to a multiprocessor: where two
+     * do not fit (two m-tiles per warp at D = 128 on the 100 KiB parts,
+     * sm_86 / sm_89, and AMD's 64 KiB LDS) the SM would run 4 warps, so the
+     * next tile of the same Dv runs instead (16 rows a warp in 8-warp
+     * blocks), as FlashAttention-2 narrows its tiles on those parts. */
+    while (p->warps == 4 && !fwd_two_blocks_fit(in, p, lim) && i + 1 < N_GPU_FWD_SHAPES &&
+           gpu_fwd_shapes[i + 1].dv == s->dv)
         use_fwd_shape(in, &gpu_fwd_shapes[++i], p);
     /* A tile that does not fit the block even at 2 stages, or leaves Dqk's
      * last chunk nearly empty, gives way to the next of the same Dv (D = 512
@@ -277,6 +294,12 @@ static void plan_gpu_forward(const ffpa_plan_input *in, const ffpa_device_limits
     /* Shallower ring if the block's shared memory is too small (consumer parts). */
     while (p->stages > 2 && fwd_smem(in, lim, p) > lim->smem_per_block)
         --p->stages;
+    /* Blocks of 4 warps are built to run two to a multiprocessor (their
+     * launch bounds): where two fit at some depth, a deeper ring that
+     * leaves room for one would halve the SM's warps. */
+    if (p->warps == 4 && fwd_two_blocks_fit(in, p, lim))
+        while (p->stages > 2 && 2 * fwd_smem(in, lim, p) > lim->smem_per_sm)
+            --p->stages;
 }
 
 static void plan_gpu(const ffpa_plan_input *in, const ffpa_device_limits *lim, ffpa_plan *p)

@@ -273,6 +273,21 @@ static void test_plan_q_resident(void **state)
     assert_int_equal(p.bc, 64);
     assert_true(ffpa_plan_q_resident(&p));
 
+    /* D = 320: 64-column slabs in 4-warp blocks, two to a multiprocessor:
+     * Q resident on the H100 (64 KiB); on the 99 KiB parts streamed (48 KiB)
+     * because the resident block would leave room for one. */
+    in.dqk = in.dv = 320;
+    assert_int_equal(ffpa_plan_make(&in, &h100, &p), FFPA_OK);
+    assert_int_equal(p.dqk_chunk, 64);
+    assert_int_equal(p.stages, 3);
+    assert_true(ffpa_plan_q_resident(&p));
+    assert_int_equal(p.smem_bytes, 64 * 320 * 2 + 3 * 64 * 64 * 2);
+    assert_int_equal(ffpa_plan_make(&in, &sm86, &p), FFPA_OK);
+    assert_false(ffpa_plan_q_resident(&p));
+    assert_int_equal(p.stages, 3);
+    assert_int_equal(p.smem_bytes, 3 * (64 + 64) * 64 * 2);
+    assert_true(2 * p.smem_bytes <= sm86.smem_per_sm);
+
     /* The backward never reads the flag: it is 0 there. */
     in.backward = 1;
     assert_int_equal(ffpa_plan_make(&in, &h100, &p), FFPA_OK);
