@@ -38,12 +38,27 @@ template <typename T> using Fwd1024 = FwdConfig<T, 1024, 2, 4, 64, 256, 1>;
  * 99 KiB parts (sm_86 / sm_89) run D in (512, 1024]. */
 template <typename T> using Fwd1024k32 = FwdConfig<T, 1024, 2, 4, 32, 256, 1>;
 
+/* The most shared memory a block gets on any device that runs the SASS of
+ * `arch` (sm_80 and sm_86 code also runs on sm_87's 163 KiB; sm_89, sm_120
+ * and sm_121 give 99 KiB; the rest 227). */
+constexpr size_t arch_smem_per_block(int arch)
+{
+    return arch == 800 || arch == 860 || arch == 870 ? 166912
+           : arch == 890 || arch == 1200 || arch == 1210 ? 101376
+                                                          : 232448;
+}
+
 template <class Cfg>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     ffpa_fwd_kernel(const ffpa_gpu_fwd_params p)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    fwd_body<Cfg>(p);
+    /* Tiles this architecture cannot hold are never planned on it: no body
+     * (build time), and a trap should one be launched all the same. */
+    if constexpr (fwd_min_smem<Cfg>() <= arch_smem_per_block(__CUDA_ARCH__))
+        fwd_body<Cfg>(p);
+    else
+        __trap();
 #endif
 }
 

@@ -65,10 +65,11 @@ struct FwdSmem {
     size_t q_region, slot, ring, spart, epilogue, total;
 };
 
-template <class Cfg> __host__ __device__ inline FwdSmem fwd_smem_layout(int q_resident, int qk_chunks, int stages)
+template <class Cfg>
+constexpr __host__ __device__ inline FwdSmem fwd_smem_layout(int q_resident, int qk_chunks, int stages)
 {
     const size_t elt = sizeof(typename Cfg::T);
-    FwdSmem s;
+    FwdSmem s{};
     s.q_region = q_resident ? (size_t)Cfg::kBr * Cfg::kCols * qk_chunks * elt : 0;
     s.slot = ((size_t)Cfg::kBc + (q_resident ? 0 : Cfg::kBr)) * Cfg::kCols * elt;
     s.ring = (size_t)stages * s.slot;
@@ -77,6 +78,14 @@ template <class Cfg> __host__ __device__ inline FwdSmem fwd_smem_layout(int q_re
     size_t main = s.q_region + s.ring;
     s.total = (main > s.epilogue ? main : s.epilogue) + s.spart;
     return s;
+}
+
+/* The least shared memory a tile runs in (Q resident in one chunk, 2
+ * stages). An architecture whose blocks get less never runs the tile (the
+ * planner's fit), so the entry points compile no body for it there. */
+template <class Cfg> constexpr size_t fwd_min_smem()
+{
+    return fwd_smem_layout<Cfg>(1, 1, 2).total;
 }
 
 /*
