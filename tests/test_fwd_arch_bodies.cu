@@ -1,0 +1,163 @@
+/*
+ * The generic forward's entry points compile no body for a tile whose
+ * least shared memory (fwd_min_smem) is more than the architecture's blocks
+ * get (backends/cuda/fwd_kernels.cuh, arch_smem_per_block); such a kernel
+ * traps. This holds only while the planner never picks such a tile on such
+ * a part: every plan over a sweep of head dims, sequence lengths, causal
+ * and MLA-shaped calls, on the limits of each architecture built, must land
+ * on an instantiation that has its body there. Host code only (nvcc, for
+ * the instantiation table's types): no GPU needed.
+ */
+extern "C" {
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <cmocka.h>
+}
+#include <string.h>
+
+#include "fwd_kernels.cuh"
+#include "plan.h"
+
+namespace {
+
+using namespace ffpa;
+using T = arch::bf16;
+
+struct Inst {
+    int dv, br, bc, chunk, warps;
+    size_t min_smem;
+};
+
+template <class Cfg> constexpr Inst inst()
+{
+    return Inst{Cfg::kDv, Cfg::kBr, Cfg::kBc, Cfg::kCols, Cfg::kWM * Cfg::kWN, fwd_min_smem<Cfg>()};
+}
+
+/* The instantiations of fwd_inst_<dtype>_<small|large>.cu, in their order. */
+const Inst kInsts[] = {
+    inst<cuda::Fwd64x2<T>>(),     inst<cuda::Fwd64<T>>(),        inst<cuda::Fwd128x2<T>>(),
+    inst<cuda::Fwd128<T>>(),      inst<cuda::Fwd256<T>>(),       inst<cuda::Fwd320<T>>(),
+    inst<cuda::Fwd512c512<T>>(),  inst<cuda::Fwd512c256<T>>(),   inst<cuda::Fwd512<T>>(),
+    inst<cuda::Fwd1024c512<T>>(), inst<cuda::Fwd1024<T>>(),      inst<cuda::Fwd1024k32<T>>(),
+};
+
+/* The launchers' rule (fwd_host.h pick_kernel): the smallest covering Dv with the plan's tile. */
+const Inst *inst_of(const ffpa_plan &p, int64_t dv)
+{
+    const Inst *best = NULL;
+    for (const Inst &k : kInsts)
+        if (dv <= k.dv && p.br == k.br && p.bc == k.bc && p.dqk_chunk == k.chunk && p.warps == k.warps &&
+            (!best || k.dv < best->dv))
+            best = &k;
+    return best;
+}
+
+struct Arch {
+    int arch; /* __CUDA_ARCH__ */
+    size_t per_block, per_sm;
+};
+
+void sweep(const Arch &a)
+{
+    ffpa_device_limits lim;
+    memset(&lim, 0, sizeof lim);
+    lim.is_gpu = 1;
+    lim.arch = a.arch / 10;
+    lim.sm_count = 132;
+    lim.warp_size = 32;
+    lim.smem_per_block = a.per_block;
+    lim.smem_per_sm = a.per_sm;
+    lim.regs_per_sm = 65536;
+    lim.max_threads_per_block = 1024;
+    const size_t body_limit = cuda::arch_smem_per_block(a.arch);
+    assert_true(a.per_block <= body_limit);
+    const int64_t seqs[][2] = {{1, 4096}, {77, 77}, {4096, 4096}};
+    int planned = 0;
+    for (int64_t d = 8; d <= 1024; d += 8)
+        for (int mla = 0; mla < 2; ++mla)
+            for (int s = 0; s < 3; ++s)
+                for (int causal = 0; causal < 2; ++causal) {
+                    ffpa_plan_input in;
+                    memset(&in, 0, sizeof in);
+                    in.dtype = FFPA_BF16;
+                    in.batch = 1;
+                    in.hq = 16;
+                    in.hkv = 4;
+                    in.nq = seqs[s][0];
+                    in.nkv = seqs[s][1];
+                    in.dv = d;
+                    in.dqk = mla && d + 64 <= 1024 ? d + 64 : d;
+                    in.causal = causal;
+                    for (int stream_q = 0; stream_q < 2; ++stream_q) {
+                        in.stream_q = stream_q;
+                        ffpa_plan p;
+                        if (ffpa_plan_make(&in, &lim, &p) != FFPA_OK)
+                            continue; /* refused with a status: nothing launches */
+                        const Inst *k = inst_of(p, in.dv);
+                        if (!k)
+                            fail_msg("sm_%d dqk %lld dv %lld: no instantiation has the tile br %d bc %d chunk %d warps %d",
+                                     a.arch / 10, (long long)in.dqk, (long long)in.dv, p.br, p.bc, p.dqk_chunk, p.warps);
+                        if (k->min_smem > body_limit)
+                            fail_msg("sm_%d dqk %lld dv %lld: planned on the Dv %d tile (chunk %d), compiled without a "
+                                     "body there (needs %zu bytes, the architecture's blocks get %zu)",
+                                     a.arch / 10, (long long)in.dqk, (long long)in.dv, k->dv, k->chunk, k->min_smem,
+                                     body_limit);
+                        ++planned;
+                    }
+                }
+    assert_true(planned > 0);
+}
+
+void test_h100(void **)
+{
+    sweep({900, 232448, 233472});
+}
+void test_b200(void **)
+{
+    sweep({1000, 232448, 233472});
+}
+void test_a100(void **)
+{
+    sweep({800, 166912, 167936});
+}
+void test_sm86(void **)
+{
+    sweep({860, 101376, 102400});
+}
+void test_sm89(void **)
+{
+    sweep({890, 101376, 102400});
+}
+void test_sm120(void **)
+{
+    sweep({1200, 101376, 102400});
+}
+
+/* The tiles the gate drops on the small parts are the ones meant to drop:
+ * the 512-column slabs below 227 KiB, the 256-column ones below 163. */
+void test_dropped_tiles(void **)
+{
+    assert_true(fwd_min_smem<cuda::Fwd512c512<T>>() > cuda::arch_smem_per_block(800));
+    assert_true(fwd_min_smem<cuda::Fwd1024c512<T>>() > cuda::arch_smem_per_block(800));
+    assert_true(fwd_min_smem<cuda::Fwd512c256<T>>() <= cuda::arch_smem_per_block(800));
+    assert_true(fwd_min_smem<cuda::Fwd512c256<T>>() > cuda::arch_smem_per_block(890));
+    assert_true(fwd_min_smem<cuda::Fwd512<T>>() <= cuda::arch_smem_per_block(890));
+    assert_true(fwd_min_smem<cuda::Fwd1024k32<T>>() <= cuda::arch_smem_per_block(1200));
+    for (const Inst &k : kInsts)
+        assert_true(k.min_smem <= cuda::arch_smem_per_block(900));
+}
+
+} /* namespace */
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_h100),  cmocka_unit_test(test_b200), cmocka_unit_test(test_a100),
+        cmocka_unit_test(test_sm86),  cmocka_unit_test(test_sm89), cmocka_unit_test(test_sm120),
+        cmocka_unit_test(test_dropped_tiles),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
