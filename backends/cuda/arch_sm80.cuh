@@ -39,6 +39,9 @@ namespace arch {
 using f16 = __half;
 using bf16 = __nv_bfloat16;
 
+/* Stops the kernel with an error the launch reports (code that must not run). */
+FFPA_DEV void trap() { __trap(); }
+
 /* ------------------------------------------------------------- addresses */
 
 /* 32-bit shared-memory address for ldmatrix / cp.async operands. */

@@ -53,12 +53,7 @@ __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     ffpa_fwd_kernel(const ffpa_gpu_fwd_params p)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    /* Tiles this architecture cannot hold are never planned on it: no body
-     * (build time), and a trap should one be launched all the same. */
-    if constexpr (fwd_min_smem<Cfg>() <= arch_smem_per_block(__CUDA_ARCH__))
-        fwd_body<Cfg>(p);
-    else
-        __trap();
+    fwd_entry<Cfg, arch_smem_per_block(__CUDA_ARCH__)>(p);
 #endif
 }
 

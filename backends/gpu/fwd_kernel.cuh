@@ -535,6 +535,18 @@ template <class Cfg> __device__ __forceinline__ void fwd_body(const ffpa_gpu_fwd
     copy_o_tile<Cfg, T>(stile, [&](int r) { return og + (int64_t)r * p.o_sn; }, rows_valid, p.dv, tid);
 }
 
+/* An entry point's body on an architecture whose blocks get at most
+ * kBlockSmem bytes of shared memory: the tile, or, for a tile that needs
+ * more (never planned there), no body (build time) and a trap should it be
+ * launched all the same. */
+template <class Cfg, size_t kBlockSmem> __device__ __forceinline__ void fwd_entry(const ffpa_gpu_fwd_params &p)
+{
+    if constexpr (fwd_min_smem<Cfg>() <= kBlockSmem)
+        fwd_body<Cfg>(p);
+    else
+        arch::trap();
+}
+
 /*
  * Split-KV merge (flash-decoding): O = sum_s exp(LSE_s - LSE) O_s with
  * LSE = log sum_s exp(LSE_s). One block per (row, head, batch).

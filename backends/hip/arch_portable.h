@@ -43,6 +43,16 @@ FFPA_DEV int lane32() { return (int)(threadIdx.x & 31u); }
 
 FFPA_DEV uint32_t shfl32(uint32_t v, int src) { return (uint32_t)__shfl((int)v, src, 32); }
 
+/* Stops the kernel with an error the launch reports (code that must not run). */
+FFPA_DEV void trap()
+{
+#if defined(__HIP_PLATFORM_NVIDIA__)
+    __trap();
+#else
+    __builtin_trap();
+#endif
+}
+
 /* ------------------------------------------------------------ conversions */
 
 FFPA_DEV float f16_bits_to_f32(uint16_t b)

@@ -34,8 +34,8 @@ template <typename T> using Fwd1024k32 = FwdConfig<T, 1024, 2, 4, 32, 256, 1>; /
 
 /* LDS per block on the AMD targets (64 KiB; gfx950 160). The tiles that
  * need more are never planned there (the 512- and 1024-column tiles exist
- * for NVIDIA parts, where this layer's sources are checked): no body for
- * them on AMD (build time), a trap should one be launched all the same. */
+ * for NVIDIA parts, where this layer's sources are checked): fwd_entry
+ * compiles no body for them on AMD. */
 #if defined(__HIP_DEVICE_COMPILE__) && !defined(__HIP_PLATFORM_NVIDIA__)
 #if defined(__gfx950__)
 constexpr size_t kLdsPerBlock = 163840;
@@ -48,10 +48,7 @@ constexpr size_t kLdsPerBlock = ~(size_t)0;
 
 template <class Cfg> __global__ void __launch_bounds__(Cfg::kThreads) ffpa_hip_fwd_kernel(const ffpa_gpu_fwd_params p)
 {
-    if constexpr (fwd_min_smem<Cfg>() <= kLdsPerBlock)
-        fwd_body<Cfg>(p);
-    else
-        __builtin_trap();
+    fwd_entry<Cfg, kLdsPerBlock>(p);
 }
 
 template <class Cfg> constexpr FwdKernelDesc fwd_desc()
