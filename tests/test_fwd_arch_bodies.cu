@@ -111,29 +111,19 @@ void sweep(const Arch &a)
     assert_true(planned > 0);
 }
 
-void test_h100(void **)
+/* One architecture's limits per test (cmocka prestate). */
+const Arch kArchs[] = {
+    {900, 232448, 233472},  /* H100 */
+    {1000, 232448, 233472}, /* B200 */
+    {800, 166912, 167936},  /* A100 */
+    {860, 101376, 102400},  /* sm_86 */
+    {890, 101376, 102400},  /* sm_89 */
+    {1200, 101376, 102400}, /* sm_120 */
+};
+
+void test_arch(void **state)
 {
-    sweep({900, 232448, 233472});
-}
-void test_b200(void **)
-{
-    sweep({1000, 232448, 233472});
-}
-void test_a100(void **)
-{
-    sweep({800, 166912, 167936});
-}
-void test_sm86(void **)
-{
-    sweep({860, 101376, 102400});
-}
-void test_sm89(void **)
-{
-    sweep({890, 101376, 102400});
-}
-void test_sm120(void **)
-{
-    sweep({1200, 101376, 102400});
+    sweep(*static_cast<const Arch *>(*state));
 }
 
 /* The tiles the gate drops on the small parts are the ones meant to drop:
@@ -155,8 +145,12 @@ void test_dropped_tiles(void **)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_h100),  cmocka_unit_test(test_b200), cmocka_unit_test(test_a100),
-        cmocka_unit_test(test_sm86),  cmocka_unit_test(test_sm89), cmocka_unit_test(test_sm120),
+        cmocka_unit_test_prestate(test_arch, (void *)&kArchs[0]),
+        cmocka_unit_test_prestate(test_arch, (void *)&kArchs[1]),
+        cmocka_unit_test_prestate(test_arch, (void *)&kArchs[2]),
+        cmocka_unit_test_prestate(test_arch, (void *)&kArchs[3]),
+        cmocka_unit_test_prestate(test_arch, (void *)&kArchs[4]),
+        cmocka_unit_test_prestate(test_arch, (void *)&kArchs[5]),
         cmocka_unit_test(test_dropped_tiles),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
