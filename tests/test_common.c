@@ -19,6 +19,7 @@
 #include "kv_sched.h"
 #include "philox.h"
 #include "plan.h"
+#include "problem.h"
 
 /* ------------------------------------------------------------ planner */
 
@@ -287,6 +288,22 @@ static void test_plan_q_resident(void **state)
     assert_int_equal(p.stages, 3);
     assert_int_equal(p.smem_bytes, 3 * (64 + 64) * 64 * 2);
     assert_true(2 * p.smem_bytes <= sm86.smem_per_sm);
+
+    /* The knob reaches the planner through ffpa_plan_input_of: 0 streams
+     * Q, 1 or unset keeps the default. */
+    ffpa_problem pb;
+    memset(&pb, 0, sizeof pb);
+    pb.dtype = FFPA_BF16;
+    pb.batch = pb.hq = pb.hkv = 1;
+    pb.nq = pb.nkv = 128;
+    pb.dqk = pb.dv = 512;
+    unsetenv("FFPA_GENERIC_Q_RESIDENT");
+    assert_int_equal(ffpa_plan_input_of(&pb, 0).stream_q, 0);
+    setenv("FFPA_GENERIC_Q_RESIDENT", "0", 1);
+    assert_int_equal(ffpa_plan_input_of(&pb, 0).stream_q, 1);
+    setenv("FFPA_GENERIC_Q_RESIDENT", "1", 1);
+    assert_int_equal(ffpa_plan_input_of(&pb, 0).stream_q, 0);
+    unsetenv("FFPA_GENERIC_Q_RESIDENT");
 
     /* The backward never reads the flag: it is 0 there. */
     in.backward = 1;
