@@ -35,6 +35,7 @@ static void derive_chunks(const ffpa_plan_input *in, ffpa_plan *p)
  */
 typedef struct gpu_fwd_shape {
     int dv, wm, wn, bc, chunk, stages, mt; /* mt: m16 tiles of query rows per warp */
+    int key_split; /* the wn warps of a row group share QK^T by keys and swap P (FwdConfig::kKeySplit) */
 } gpu_fwd_shape;
 
 /* The first covering Dv is the default; a later one of the same Dv (the
@@ -45,8 +46,8 @@ typedef struct gpu_fwd_shape {
 static const gpu_fwd_shape gpu_fwd_shapes[] = {
     {64, 4, 1, 64, 64, 2, 2},  {64, 4, 1, 64, 64, 2, 1},   {128, 4, 1, 64, 128, 2, 2},
     {128, 8, 1, 64, 128, 2, 1}, {256, 4, 1, 64, 256, 2, 1}, {320, 4, 1, 64, 64, 3, 1},
-    {512, 4, 2, 64, 512, 2, 1}, {512, 4, 2, 64, 256, 3, 1}, {512, 4, 2, 64, 128, 3, 1},
-    {1024, 2, 4, 64, 512, 2, 1}, {1024, 2, 4, 64, 256, 2, 1}, {1024, 2, 4, 32, 256, 2, 1},
+    {512, 4, 2, 64, 512, 2, 1, 1}, {512, 4, 2, 64, 256, 3, 1, 1}, {512, 4, 2, 64, 128, 3, 1, 1},
+    {1024, 2, 4, 64, 512, 2, 1, 1}, {1024, 2, 4, 64, 256, 2, 1, 1}, {1024, 2, 4, 32, 256, 2, 1, 0},
 };
 #define N_GPU_FWD_SHAPES ((int)(sizeof gpu_fwd_shapes / sizeof gpu_fwd_shapes[0]))
 
@@ -83,7 +84,12 @@ static size_t plan_smem_forward_gpu(const ffpa_plan *plan, size_t elt)
     size_t slot = (size_t)(plan->bc + (resident ? 0 : plan->br)) * (size_t)plan->dqk_chunk * elt;
     size_t main_loop = q + (size_t)plan->stages * slot;
     size_t epilogue = (size_t)plan->br * (size_t)o_cols * elt;
-    size_t spart = d_warps > 1 ? (size_t)d_warps * plan->br * plan->bc * sizeof(float) : 0;
+    /* Warps that split D add partial S tiles in fp32; under the key split
+     * they swap P (16-bit) and two float2 per lane and row group instead. */
+    size_t spart = d_warps <= 1 ? 0
+                   : shape && shape->key_split
+                       ? (size_t)plan->br * plan->bc * 2 + (size_t)d_warps * plan->br * 32
+                       : (size_t)d_warps * plan->br * plan->bc * sizeof(float);
     return (main_loop > epilogue ? main_loop : epilogue) + spart;
 }
 

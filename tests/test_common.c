@@ -223,7 +223,9 @@ static void test_plan_q_resident(void **state)
     in.dqk = in.dv = 512;
     ffpa_device_limits h100 = h100_limits(), sm80 = sm80_limits(), sm86 = h100_limits();
     assert_true(ffpa_limits_as_arch(&sm86, 86));
-    const size_t spart = 2 * 64 * 64 * 4;
+    /* The key split's swap: P in 16 bits (Br x Bc) and two float2 per lane,
+     * row group and warp of the D split. */
+    const size_t spart = 64 * 64 * 2 + 2 * 64 * 32;
     ffpa_plan p;
     assert_int_equal(ffpa_plan_make(&in, &h100, &p), FFPA_OK);
     assert_int_equal(p.path, FFPA_PATH_SPLIT_D);

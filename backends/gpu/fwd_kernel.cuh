@@ -13,10 +13,11 @@
  *   v_chunks  V slabs,
  * each kCols wide, through a ring of `stages` slots (prefetch stages-1
  * ahead). S = sum over chunks of Q_c K_c^T accumulates in registers; with
- * kWN > 1 each warp sums a disjoint set of D-columns and the partial S tiles
- * are added through shared memory (Split-D across warps). P stays in
- * registers as the A operand of PV; O accumulates in fp32 registers across
- * the whole Dv (each warp its kDv / kWN columns).
+ * kWN > 1 each warp either sums a disjoint set of D-columns and the partial
+ * S tiles are added through shared memory (Split-D across warps), or (key
+ * split) scores its own share of the keys over every column and the warps
+ * swap P. P stays in registers as the A operand of PV; O accumulates in
+ * fp32 registers across the whole Dv (each warp its kDv / kWN columns).
  *
  * Requires the arch layer (ffpa::arch) to be included first.
  */
@@ -33,7 +34,8 @@
 namespace ffpa {
 
 /* Compile-time shape of one forward instantiation. */
-template <typename T_, int kDv_, int kWM_, int kWN_, int kBc_, int kCols_, int kMinBlocks_, int kMT_ = 1>
+template <typename T_, int kDv_, int kWM_, int kWN_, int kBc_, int kCols_, int kMinBlocks_, int kMT_ = 1,
+          bool kKeySplit_ = false>
 struct FwdConfig {
     using T = T_;
     static constexpr int kDv = kDv_;       /* Dv this instantiation covers (padded) */
@@ -50,6 +52,15 @@ struct FwdConfig {
     static constexpr int kVSlabs = kDv / kCols;
     static constexpr int kONT = kWC / 8;   /* O n-tiles per warp and slab */
     static constexpr int kMinBlocks = kMinBlocks_;
+    /* Key split (kWN > 1): the kWN warps of a row group share QK^T by keys,
+     * not by D: warp wn scores keys [wn kKW, (wn + 1) kKW) over every column
+     * of the slab, so no partial S crosses shared memory and each warp runs
+     * the softmax of its own keys; the warps then swap P (fwd_key_tile_ks).
+     * Without it every warp scores all kBc keys over its kWC columns. */
+    static constexpr bool kKeySplit = kKeySplit_;
+    static constexpr int kKW = kKeySplit ? kBc / kWN : kBc; /* keys a warp scores */
+    static constexpr int kSNT = kKW / 8;                    /* its S n-tiles */
+    static_assert(!kKeySplit || (kWN > 1 && kKW % 16 == 0), "key split: whole k16 steps of P per warp");
     static_assert(kDv % kCols == 0, "Dv is a whole number of slabs");
     /* A warp's columns start on a 128-byte boundary: the swizzle of
      * smem_tile.cuh then addresses them like column 0 (qk_slab, pv_slab). */
@@ -73,7 +84,11 @@ constexpr __host__ __device__ inline FwdSmem fwd_smem_layout(int q_resident, int
     s.q_region = q_resident ? (size_t)Cfg::kBr * Cfg::kCols * qk_chunks * elt : 0;
     s.slot = ((size_t)Cfg::kBc + (q_resident ? 0 : Cfg::kBr)) * Cfg::kCols * elt;
     s.ring = (size_t)stages * s.slot;
-    s.spart = Cfg::kWN > 1 ? (size_t)Cfg::kWN * Cfg::kBr * Cfg::kBc * sizeof(float) : 0;
+    /* Split-D partial S in fp32, or the key split's swap (KeySplitSmem:
+     * P in 16 bits, a reference and a row sum per lane and row group). */
+    s.spart = Cfg::kKeySplit ? (size_t)Cfg::kBr * Cfg::kBc * 2 + (size_t)Cfg::kWN * Cfg::kBr * 32
+              : Cfg::kWN > 1 ? (size_t)Cfg::kWN * Cfg::kBr * Cfg::kBc * sizeof(float)
+                             : 0;
     s.epilogue = (size_t)Cfg::kBr * Cfg::kDv * elt;
     size_t main = s.q_region + s.ring;
     s.total = (main > s.epilogue ? main : s.epilogue) + s.spart;
@@ -100,31 +115,34 @@ __device__ __forceinline__ uint32_t piece_off(int x, int pc)
 }
 
 /*
- * S += Q_slab K_slab^T over this warp's kWC columns (those < cols_valid).
+ * S += Q_slab K_slab^T over kQCols columns from col0 (those < cols_valid) of
+ * the kSN x 8 keys from key0: a warp's kWC columns of all kBc keys, or (key
+ * split) every column of its kKW keys.
  * kFull: every column is valid. Callers pick it per slab (warp-uniform) so
  * the common case is one straight-line block: a run-time "skip the zero
  * padding" test between k-steps splits the unrolled loop into basic blocks,
  * and the SASS scheduler then cannot hoist the ldmatrix of step k+1 above
  * the MMAs of step k (measured v2 -> v3 in docs/notes/forward.md).
  */
-template <class Cfg, bool kFull>
-__device__ __forceinline__ void qk_slab(arch::FragC (&s)[Cfg::kMT][Cfg::kNT], const typename Cfg::T *qs,
-                                        const typename Cfg::T *ks, int wm, int wn, int cols_valid,
+template <class Cfg, bool kFull, int kQCols, int kSN>
+__device__ __forceinline__ void qk_slab(arch::FragC (&s)[Cfg::kMT][kSN], const typename Cfg::T *qs,
+                                        const typename Cfg::T *ks, int wm, int col0, int key0, int cols_valid,
                                         int lane)
 {
     using T = typename Cfg::T;
+    static_assert(kSN % 2 == 0, "K fragments load 16 keys at a time");
     constexpr uint32_t row_bytes = Cfg::kCols * sizeof(T);
-    const int col0 = wn * Cfg::kWC;
     const uint32_t col_bytes = (uint32_t)col0 * sizeof(T); /* multiple of 128: swizzle-neutral */
-    /* The warp's m-tiles are 16 rows apart: (row & 7), hence the swizzle, is the same. */
+    /* The warp's m-tiles are 16 rows apart: (row & 7), hence the swizzle, is
+     * the same; key0 is a multiple of 8 for the same reason. */
     const uint32_t q_base =
         arch::smem_u32(qs) + (uint32_t)(wm * Cfg::kMT * 16 + (lane & 15)) * row_bytes + col_bytes;
     const int qx = (lane >> 4) ^ (lane & 7);
-    const uint32_t k_base = arch::smem_u32(ks) + (uint32_t)((lane & 7) + ((lane >> 4) << 3)) * row_bytes +
-                            col_bytes;
+    const uint32_t k_base = arch::smem_u32(ks) +
+                            (uint32_t)(key0 + (lane & 7) + ((lane >> 4) << 3)) * row_bytes + col_bytes;
     const int kx = ((lane >> 3) & 1) ^ (lane & 7);
 #pragma unroll
-    for (int kk = 0; kk < Cfg::kWC / 16; ++kk) {
+    for (int kk = 0; kk < kQCols / 16; ++kk) {
         if (!kFull && col0 + kk * 16 >= cols_valid) /* zero padding of D: skip */
             break;
         arch::FragA a[Cfg::kMT];
@@ -133,7 +151,7 @@ __device__ __forceinline__ void qk_slab(arch::FragC (&s)[Cfg::kMT][Cfg::kNT], co
             arch::ldmatrix_x4(a[mt].r, q_base + (uint32_t)(mt * 16) * row_bytes + piece_off(qx, 2 * kk));
         const uint32_t k_addr = k_base + piece_off(kx, 2 * kk);
 #pragma unroll
-        for (int np = 0; np < Cfg::kNT / 2; ++np) {
+        for (int np = 0; np < kSN / 2; ++np) {
             uint32_t b[4];
             arch::ldmatrix_x4(b, k_addr + (uint32_t)(np * 16) * row_bytes);
             arch::FragB b0 = {{b[0], b[1]}}, b1 = {{b[2], b[3]}};
@@ -143,6 +161,30 @@ __device__ __forceinline__ void qk_slab(arch::FragC (&s)[Cfg::kMT][Cfg::kNT], co
                 arch::mma_m16n8k16<T>(s[mt][2 * np + 1], a[mt], b1);
             }
         }
+    }
+}
+
+/* S = Q K^T of one key tile: zeroed, then every Q/K slab pair of the tile
+ * (next_slab() hands each ready K slab, q_slab(c, k_slab) its Q slab),
+ * over the columns and keys qk_slab takes. */
+template <class Cfg, int kQCols, int kSN, class NextSlab, class QSlab>
+__device__ __forceinline__ void qk_tile(arch::FragC (&s)[Cfg::kMT][kSN], int qk_chunks, int dqk, int wm, int col0,
+                                        int key0, int lane, NextSlab &next_slab, QSlab &q_slab)
+{
+    using T = typename Cfg::T;
+#pragma unroll
+    for (int mt = 0; mt < Cfg::kMT; ++mt)
+#pragma unroll
+        for (int nt = 0; nt < kSN; ++nt)
+            s[mt][nt] = arch::FragC{{0.f, 0.f, 0.f, 0.f}};
+    for (int c = 0; c < qk_chunks; ++c) {
+        const T *ks = next_slab();
+        const T *qs = q_slab(c, ks);
+        const int cols_valid = dqk - c * Cfg::kCols;
+        if (col0 + kQCols <= cols_valid)
+            qk_slab<Cfg, true, kQCols, kSN>(s, qs, ks, wm, col0, key0, cols_valid, lane);
+        else
+            qk_slab<Cfg, false, kQCols, kSN>(s, qs, ks, wm, col0, key0, cols_valid, lane);
     }
 }
 
@@ -265,21 +307,7 @@ __device__ __forceinline__ void fwd_key_tile_mt(OAcc<Cfg> &o, OnlineSoftmax (&sm
 {
     using T = typename Cfg::T;
     arch::FragC s[Cfg::kMT][Cfg::kNT];
-#pragma unroll
-    for (int mt = 0; mt < Cfg::kMT; ++mt)
-#pragma unroll
-        for (int nt = 0; nt < Cfg::kNT; ++nt)
-            s[mt][nt] = arch::FragC{{0.f, 0.f, 0.f, 0.f}};
-
-    for (int c = 0; c < qk_chunks; ++c) {
-        const T *ks = next_slab();
-        const T *qs = q_slab(c, ks);
-        const int cols_valid = dqk - c * Cfg::kCols;
-        if ((wn + 1) * Cfg::kWC <= cols_valid)
-            qk_slab<Cfg, true>(s, qs, ks, wm, wn, cols_valid, lane);
-        else
-            qk_slab<Cfg, false>(s, qs, ks, wm, wn, cols_valid, lane);
-    }
+    qk_tile<Cfg, Cfg::kWC, Cfg::kNT>(s, qk_chunks, dqk, wm, wn * Cfg::kWC, 0, lane, next_slab, q_slab);
     /* Partial S of this warp's D columns, per 16-row group rg; summed after
      * the next barrier. */
     auto spart_at = [&](int n, int rg, int nt) -> float4 & {
@@ -330,6 +358,136 @@ __device__ __forceinline__ void fwd_key_tile_mt(OAcc<Cfg> &o, OnlineSoftmax (&sm
                     pf[mt][kk][1] = arch::pack_f32x2<T>(s[mt][2 * kk].r[2], s[mt][2 * kk].r[3]);
                     pf[mt][kk][2] = arch::pack_f32x2<T>(s[mt][2 * kk + 1].r[0], s[mt][2 * kk + 1].r[1]);
                     pf[mt][kk][3] = arch::pack_f32x2<T>(s[mt][2 * kk + 1].r[2], s[mt][2 * kk + 1].r[3]);
+                }
+            }
+        }
+        const int v_cols_valid = dv - vs * Cfg::kCols;
+        if ((wn + 1) * Cfg::kWC <= v_cols_valid)
+            pv_slab<Cfg, true>(o, vs, pf, vsl, wn, v_cols_valid, lane);
+        else
+            pv_slab<Cfg, false>(o, vs, pf, vsl, wn, v_cols_valid, lane);
+    }
+}
+
+/* Shared memory of the key split's swap, inside the partial-S region:
+ * P parts (uint4 [kWN][kRG][kKK][32], a lane's A fragments of one k16 step),
+ * the references (float2 [kWN][kRG][32]) and, in the epilogue, the row
+ * sums (the same shape; apart from the others, so a warp may write its sum
+ * while a slower one still reads the last tile's P). */
+template <class Cfg> struct KeySplitSmem {
+    static constexpr int kKK = Cfg::kKW / 16; /* P k16 steps a warp owns */
+    static constexpr int kPElems = Cfg::kWN * Cfg::kRG * kKK * 32;
+    static constexpr int kRefElems = Cfg::kWN * Cfg::kRG * 32;
+    static constexpr size_t kBytes = (size_t)kPElems * 16 + 2 * (size_t)kRefElems * 8;
+    static_assert(!Cfg::kKeySplit || kBytes == fwd_smem_layout<Cfg>(1, 1, 2).spart,
+                  "fwd_smem_layout (and plan.c's model) size the swap");
+    static __device__ __forceinline__ uint4 *p(float4 *spart) { return reinterpret_cast<uint4 *>(spart); }
+    static __device__ __forceinline__ float2 *ref(float4 *spart)
+    {
+        return reinterpret_cast<float2 *>(spart + kPElems);
+    }
+    static __device__ __forceinline__ float2 *sum(float4 *spart) { return ref(spart) + kRefElems; }
+    static __device__ __forceinline__ int at(int n, int rg, int lane) { return (n * Cfg::kRG + rg) * 32 + lane; }
+    static __device__ __forceinline__ int p_at(int n, int rg, int kk, int lane)
+    {
+        return ((n * Cfg::kRG + rg) * kKK + kk) * 32 + lane;
+    }
+};
+
+/* Packed P (two T) times f, for a part whose reference was below the row max. */
+template <typename T> __device__ __forceinline__ uint32_t scale_packed(uint32_t w, float f)
+{
+    const float2 v = arch::unpack_f32x2<T>(w);
+    return arch::pack_f32x2<T>(v.x * f, v.y * f);
+}
+
+/*
+ * One key tile with the key split (Cfg::kKeySplit): warp (wm, wn) scores
+ * keys [wn kKW, (wn + 1) kKW) of the tile over every Q/K column (no partial
+ * S to add), masks them, exponentiates them against its own reference
+ * (OnlineSoftmax::own_keys) and leaves P, in T, and the reference in shared
+ * memory. After the first V slab's barrier every warp of the row group reads
+ * all kWN parts in the same order: the row max is the largest reference, a
+ * part whose reference is below it is rescaled by exp2(ref - max) (none once
+ * the row maxima settle: every reference is then the running max), so the
+ * warps hold bit-identical P and row maxima. Each warp keeps the row sum of
+ * its own keys; the shares meet once, in the epilogue.
+ */
+template <class Cfg, class NextSlab, class QSlab, class Mask, class AfterSoftmax>
+__device__ __forceinline__ void fwd_key_tile_ks(OAcc<Cfg> &o, OnlineSoftmax (&sm)[Cfg::kMT], float4 *spart,
+                                                int qk_chunks, int v_chunks, int dqk, int dv, int wm, int wn,
+                                                int lane, NextSlab &next_slab, QSlab &&q_slab, Mask &&mask,
+                                                AfterSoftmax &&after_softmax)
+{
+    using T = typename Cfg::T;
+    using X = KeySplitSmem<Cfg>;
+    constexpr int kKK = X::kKK, kPK = Cfg::kBc / 16;
+    arch::FragC s[Cfg::kMT][Cfg::kSNT];
+    qk_tile<Cfg, Cfg::kCols, Cfg::kSNT>(s, qk_chunks, dqk, wm, 0, wn * Cfg::kKW, lane, next_slab, q_slab);
+
+    float ref[Cfg::kMT][2], sum[Cfg::kMT][2];
+#pragma unroll
+    for (int mt = 0; mt < Cfg::kMT; ++mt) {
+        const int rg = wm * Cfg::kMT + mt;
+        const float fold = mask(s[mt], mt);
+        sm[mt].template own_keys<Cfg::kSNT>(s[mt], ref[mt], sum[mt], fold);
+        after_softmax(s[mt], mt);
+#pragma unroll
+        for (int kk = 0; kk < kKK; ++kk)
+            X::p(spart)[X::p_at(wn, rg, kk, lane)] =
+                make_uint4(arch::pack_f32x2<T>(s[mt][2 * kk].r[0], s[mt][2 * kk].r[1]),
+                           arch::pack_f32x2<T>(s[mt][2 * kk].r[2], s[mt][2 * kk].r[3]),
+                           arch::pack_f32x2<T>(s[mt][2 * kk + 1].r[0], s[mt][2 * kk + 1].r[1]),
+                           arch::pack_f32x2<T>(s[mt][2 * kk + 1].r[2], s[mt][2 * kk + 1].r[3]));
+        X::ref(spart)[X::at(wn, rg, lane)] = make_float2(ref[mt][0], ref[mt][1]);
+    }
+
+    uint32_t pf[Cfg::kMT][kPK][4];
+#pragma unroll
+    for (int vs = 0; vs < Cfg::kVSlabs; ++vs) {
+        if (vs >= v_chunks)
+            break;
+        const T *vsl = next_slab(); /* its barrier publishes every warp's part */
+        if (vs == 0) {
+#pragma unroll
+            for (int mt = 0; mt < Cfg::kMT; ++mt) {
+                const int rg = wm * Cfg::kMT + mt;
+                float rn[Cfg::kWN][2], mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+                for (int n = 0; n < Cfg::kWN; ++n) {
+                    const float2 r = X::ref(spart)[X::at(n, rg, lane)];
+                    rn[n][0] = r.x;
+                    rn[n][1] = r.y;
+                    mx[0] = fmaxf(mx[0], r.x);
+                    mx[1] = fmaxf(mx[1], r.y);
+                }
+                float alpha[2];
+                sm[mt].merge(mx, ref[mt], sum[mt], alpha);
+                OnlineSoftmax::rescale(reinterpret_cast<arch::FragC(&)[Cfg::kVSlabs * Cfg::kONT]>(o[mt]), alpha);
+                float f[Cfg::kWN][2];
+                bool moved = false;
+#pragma unroll
+                for (int n = 0; n < Cfg::kWN; ++n)
+#pragma unroll
+                    for (int half = 0; half < 2; ++half) {
+                        f[n][half] = OnlineSoftmax::part_factor(rn[n][half], mx[half]);
+                        moved |= f[n][half] != 1.0f;
+                    }
+#pragma unroll
+                for (int kk = 0; kk < kPK; ++kk) {
+                    const int n = kk / kKK;
+                    const uint4 w = X::p(spart)[X::p_at(n, rg, kk % kKK, lane)];
+                    pf[mt][kk][0] = w.x;
+                    pf[mt][kk][1] = w.y;
+                    pf[mt][kk][2] = w.z;
+                    pf[mt][kk][3] = w.w;
+                }
+                if (arch::warp_any(moved)) {
+#pragma unroll
+                    for (int kk = 0; kk < kPK; ++kk)
+#pragma unroll
+                        for (int e = 0; e < 4; ++e)
+                            pf[mt][kk][e] = scale_packed<T>(pf[mt][kk][e], f[kk / kKK][e & 1]);
                 }
             }
         }
@@ -463,45 +621,72 @@ template <class Cfg> __device__ __forceinline__ void fwd_body(const ffpa_gpu_fwd
     mc.set_head(p, w.b, w.h);
     bool need_diag[Cfg::kMT];
 
+    /* The keys this warp scores: the tile's, or its share under the key split. */
+    const int key0 = Cfg::kKeySplit ? wn * Cfg::kKW : 0;
     for (int tile = tile_begin; tile < tile_end; ++tile) {
-        mc.col0 = tile * Cfg::kBc;
-        mc.need_bounds = mc.col0 + Cfg::kBc > seqlen_k;
+        mc.col0 = tile * Cfg::kBc + key0;
+        mc.need_bounds = mc.col0 + Cfg::kKW > seqlen_k;
 #pragma unroll
         for (int mt = 0; mt < Cfg::kMT; ++mt)
             need_diag[mt] = crosses_diag(p, row_base + 16 * mt, row_base + 16 * mt + 15, mc.col0,
-                                         mc.col0 + Cfg::kBc - 1, diag);
-        fwd_key_tile_mt<Cfg>(
-            o, sm, sh.spart, p.qk_chunks, p.v_chunks, p.dqk, p.dv, wm, wn, lane, next_slab,
-            [&](int c, const T *ks) {
-                return p.q_resident ? q_region + c * Cfg::kBr * Cfg::kCols : ks + Cfg::kBc * Cfg::kCols;
-            },
-            [&](arch::FragC(&s)[Cfg::kNT], int mt) {
-                mc.row0 = row_base + 16 * mt;
-                mc.need_diag = need_diag[mt];
-                /* Plain calls: the masks alone, on raw scores; the softmax
-                 * folds the scale into its exp2. A branch of its own, so the
-                 * common case runs no softcap, bias or ALiBi code. */
-                if (p.plain) {
-                    mask_scores<Cfg::kNT, false, false>(s, p, mc, lane);
-                    return p.scale_log2;
-                }
-                mask_scores<Cfg::kNT>(s, p, mc, lane);
-                return 1.0f;
-            },
-            [&](arch::FragC(&s)[Cfg::kNT], int mt) {
-                mc.row0 = row_base + 16 * mt;
-                if (p.has_dropout)
-                    apply_dropout<Cfg::kNT>(s, p, mc, lane);
-            });
+                                         mc.col0 + Cfg::kKW - 1, diag);
+        auto q_slab = [&](int c, const T *ks) {
+            return p.q_resident ? q_region + c * Cfg::kBr * Cfg::kCols : ks + Cfg::kBc * Cfg::kCols;
+        };
+        auto mask = [&](arch::FragC(&s)[Cfg::kSNT], int mt) {
+            mc.row0 = row_base + 16 * mt;
+            mc.need_diag = need_diag[mt];
+            /* Plain calls: the masks alone, on raw scores; the softmax
+             * folds the scale into its exp2. A branch of its own, so the
+             * common case runs no softcap, bias or ALiBi code. */
+            if (p.plain) {
+                mask_scores<Cfg::kSNT, false, false>(s, p, mc, lane);
+                return p.scale_log2;
+            }
+            mask_scores<Cfg::kSNT>(s, p, mc, lane);
+            return 1.0f;
+        };
+        auto after_softmax = [&](arch::FragC(&s)[Cfg::kSNT], int mt) {
+            mc.row0 = row_base + 16 * mt;
+            if (p.has_dropout)
+                apply_dropout<Cfg::kSNT>(s, p, mc, lane);
+        };
+        if constexpr (Cfg::kKeySplit)
+            fwd_key_tile_ks<Cfg>(o, sm, sh.spart, p.qk_chunks, p.v_chunks, p.dqk, p.dv, wm, wn, lane, next_slab,
+                                 q_slab, mask, after_softmax);
+        else
+            fwd_key_tile_mt<Cfg>(o, sm, sh.spart, p.qk_chunks, p.v_chunks, p.dqk, p.dv, wm, wn, lane, next_slab,
+                                 q_slab, mask, after_softmax);
     }
 
-    float inv_l[Cfg::kMT][2], lse[Cfg::kMT][2];
+    /* Key split: each warp's share of the row sums, added after the barrier
+     * in the same order in every warp. */
+    if constexpr (Cfg::kKeySplit) {
 #pragma unroll
-    for (int mt = 0; mt < Cfg::kMT; ++mt)
-        sm[mt].finish(inv_l[mt], lse[mt]);
+        for (int mt = 0; mt < Cfg::kMT; ++mt)
+            KeySplitSmem<Cfg>::sum(sh.spart)[KeySplitSmem<Cfg>::at(wn, wm * Cfg::kMT + mt, lane)] =
+                make_float2(arch::quad_sum(sm[mt].l[0]), arch::quad_sum(sm[mt].l[1]));
+    }
 
     arch::cp_async_wait<0>();
     __syncthreads(); /* every warp is done with the ring: reuse it for O */
+
+    float inv_l[Cfg::kMT][2], lse[Cfg::kMT][2];
+#pragma unroll
+    for (int mt = 0; mt < Cfg::kMT; ++mt) {
+        if constexpr (Cfg::kKeySplit) {
+            float total[2] = {0.0f, 0.0f};
+#pragma unroll
+            for (int n = 0; n < Cfg::kWN; ++n) {
+                const float2 part = KeySplitSmem<Cfg>::sum(sh.spart)[KeySplitSmem<Cfg>::at(n, wm * Cfg::kMT + mt, lane)];
+                total[0] += part.x;
+                total[1] += part.y;
+            }
+            sm[mt].finish_sums(total, inv_l[mt], lse[mt]);
+        } else {
+            sm[mt].finish(inv_l[mt], lse[mt]);
+        }
+    }
 
     const int64_t seq_row = q0; /* position of the block's first row in its sequence */
     if (p.kv_splits > 1) {

@@ -21,18 +21,24 @@ struct OnlineSoftmax {
         l[0] = l[1] = 0.0f;
     }
 
+    /* The largest of `from` and the scores of row half `half` in this lane's columns. */
+    template <int kNT>
+    static __device__ __forceinline__ float lane_max(const arch::FragC (&s)[kNT], int half, float from)
+    {
+        float mx = from;
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt)
+            mx = fmaxf(mx, fmaxf(s[nt].r[2 * half], s[nt].r[2 * half + 1]));
+        return mx;
+    }
+
     /* s (masked, scaled scores) -> unnormalised probabilities; returns the
      * factor each row's accumulator must be rescaled by. */
     template <int kNT> __device__ __forceinline__ void update(arch::FragC (&s)[kNT], float (&alpha)[2])
     {
 #pragma unroll
-        for (int half = 0; half < 2; ++half) {
-            float mx = m[half];
-#pragma unroll
-            for (int nt = 0; nt < kNT; ++nt)
-                mx = fmaxf(mx, fmaxf(s[nt].r[2 * half], s[nt].r[2 * half + 1]));
-            advance<kNT>(s, alpha, half, arch::quad_max(mx), 1.0f);
-        }
+        for (int half = 0; half < 2; ++half)
+            advance<kNT>(s, alpha, half, arch::quad_max(lane_max<kNT>(s, half, m[half])), 1.0f);
     }
 
     /* The same on raw scores with the scale (> 0) in the exp2's FFMA,
@@ -41,13 +47,8 @@ struct OnlineSoftmax {
     __device__ __forceinline__ void update_scaled(arch::FragC (&s)[kNT], float (&alpha)[2], float scale)
     {
 #pragma unroll
-        for (int half = 0; half < 2; ++half) {
-            float mx = -INFINITY;
-#pragma unroll
-            for (int nt = 0; nt < kNT; ++nt)
-                mx = fmaxf(mx, fmaxf(s[nt].r[2 * half], s[nt].r[2 * half + 1]));
-            advance<kNT>(s, alpha, half, fmaxf(m[half], arch::quad_max(mx) * scale), scale);
-        }
+        for (int half = 0; half < 2; ++half)
+            advance<kNT>(s, alpha, half, fmaxf(m[half], arch::quad_max(lane_max<kNT>(s, half, -INFINITY)) * scale), scale);
     }
 
     /* Row half `half` with its new max mx: alpha, the probabilities
@@ -73,6 +74,51 @@ struct OnlineSoftmax {
         m[half] = mx;
     }
 
+    /* Key split (fwd_key_tile_ks), before the warps of a row group swap P:
+     * this warp's keys against a reference of its own, ref = max(running
+     * max, their max) (-inf: no visible key yet; scale as in update_scaled,
+     * 1 for scaled scores): s -> exp2(s * scale - ref) and this lane's sum. */
+    template <int kNT>
+    __device__ __forceinline__ void own_keys(arch::FragC (&s)[kNT], float (&ref)[2], float (&sum)[2], float scale)
+    {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            ref[half] = fmaxf(m[half], arch::quad_max(lane_max<kNT>(s, half, -INFINITY)) * scale);
+            const float r = ref[half] == -INFINITY ? 0.0f : ref[half];
+            float acc = 0.0f;
+#pragma unroll
+            for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    float pe = arch::exp2_fast(fmaf(s[nt].r[2 * half + e], scale, -r));
+                    s[nt].r[2 * half + e] = pe;
+                    acc += pe;
+                }
+            sum[half] = acc;
+        }
+    }
+
+    /* The factor that moves probabilities taken against reference ref onto
+     * the row max mx >= ref: 1 when they are equal (the settled rows), 0 for
+     * a part with no visible key (its probabilities are 0 already). */
+    static __device__ __forceinline__ float part_factor(float ref, float mx)
+    {
+        return ref == -INFINITY ? 0.0f : arch::exp2_fast(ref - mx);
+    }
+
+    /* After the swap: the row max mx (the largest reference of the row
+     * group), alpha for O, this warp's share of the sum moved onto it. */
+    __device__ __forceinline__ void merge(const float (&mx)[2], const float (&own_ref)[2], const float (&own_sum)[2],
+                                          float (&alpha)[2])
+    {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            alpha[half] = arch::exp2_fast(m[half] - (mx[half] == -INFINITY ? 0.0f : mx[half]));
+            l[half] = l[half] * alpha[half] + part_factor(own_ref[half], mx[half]) * own_sum[half];
+            m[half] = mx[half];
+        }
+    }
+
     /* o *= alpha per row (the rescale update() asks for), skipped when alpha
      * is 1 in every lane of the warp: once the row maxima settle the
      * multiplies change nothing (x * 1 == x), so the result is the same. */
@@ -93,11 +139,18 @@ struct OnlineSoftmax {
     /* Final row sums (whole row) and the natural-log LSE per row half. */
     __device__ __forceinline__ void finish(float (&inv_l)[2], float (&lse)[2])
     {
+        const float sum[2] = {arch::quad_sum(l[0]), arch::quad_sum(l[1])};
+        finish_sums(sum, inv_l, lse);
+    }
+
+    /* The same from whole-row sums the caller gathered (key split: every
+     * warp's share). */
+    __device__ __forceinline__ void finish_sums(const float (&sum)[2], float (&inv_l)[2], float (&lse)[2])
+    {
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
-            float sum = arch::quad_sum(l[half]);
-            inv_l[half] = sum > 0.0f ? 1.0f / sum : 0.0f;
-            lse[half] = sum > 0.0f ? (m[half] + log2f(sum)) * 0.6931471805599453f : -INFINITY;
+            inv_l[half] = sum[half] > 0.0f ? 1.0f / sum[half] : 0.0f;
+            lse[half] = sum[half] > 0.0f ? (m[half] + log2f(sum[half])) * 0.6931471805599453f : -INFINITY;
         }
     }
 };

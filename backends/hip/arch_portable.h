@@ -110,6 +110,7 @@ template <> FFPA_DEV float lo_f32<f16>(uint32_t w) { return f16_bits_to_f32((uin
 template <> FFPA_DEV float hi_f32<f16>(uint32_t w) { return f16_bits_to_f32((uint16_t)(w >> 16)); }
 template <> FFPA_DEV float lo_f32<bf16>(uint32_t w) { return __uint_as_float(w << 16); }
 template <> FFPA_DEV float hi_f32<bf16>(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
+template <typename T> FFPA_DEV float2 unpack_f32x2(uint32_t w) { return make_float2(lo_f32<T>(w), hi_f32<T>(w)); }
 
 /* ----------------------------------------------------- shared addresses */
 
