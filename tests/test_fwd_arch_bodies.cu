@@ -5,8 +5,10 @@
  * traps. This holds only while the planner never picks such a tile on such
  * a part: every plan over a sweep of head dims, sequence lengths, causal
  * and MLA-shaped calls, on the limits of each architecture built, must land
- * on an instantiation that has its body there. Host code only (nvcc, for
- * the instantiation table's types): no GPU needed.
+ * on an instantiation that has its body there, and the planner's shared
+ * memory must be the instantiation's layout (fwd_smem_layout; the launchers
+ * refuse a call where they disagree). Host code only (nvcc, for the
+ * instantiation table's types): no GPU needed.
  */
 extern "C" {
 #include <setjmp.h>
@@ -29,11 +31,12 @@ using T = arch::bf16;
 struct Inst {
     int dv, br, bc, chunk, warps;
     size_t min_smem;
+    size_t (*smem)(int q_resident, int qk_chunks, int stages);
 };
 
 template <class Cfg> constexpr Inst inst()
 {
-    return Inst{Cfg::kDv, Cfg::kBr, Cfg::kBc, Cfg::kCols, Cfg::kWM * Cfg::kWN, fwd_min_smem<Cfg>()};
+    return Inst{Cfg::kDv, Cfg::kBr, Cfg::kBc, Cfg::kCols, Cfg::kWM * Cfg::kWN, fwd_min_smem<Cfg>(), &fwd_smem_bytes<Cfg>};
 }
 
 /* The instantiations of fwd_inst_<dtype>_<small|large>.cu, in their order. */
@@ -105,6 +108,12 @@ void sweep(const Arch &a)
                                      "body there (needs %zu bytes, the architecture's blocks get %zu)",
                                      a.arch / 10, (long long)in.dqk, (long long)in.dv, k->dv, k->chunk, k->min_smem,
                                      body_limit);
+                        const size_t layout = k->smem(ffpa_plan_q_resident(&p), p.n_qk_chunks, p.stages);
+                        if (layout != p.smem_bytes)
+                            fail_msg("sm_%d dqk %lld dv %lld: the planner's %zu bytes of shared memory, the Dv %d "
+                                     "tile's layout (chunk %d, %d stages) %zu",
+                                     a.arch / 10, (long long)in.dqk, (long long)in.dv, p.smem_bytes, k->dv, k->chunk,
+                                     p.stages, layout);
                         ++planned;
                     }
                 }

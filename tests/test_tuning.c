@@ -709,7 +709,7 @@ static void test_apply_tile(void **state)
     plans_with_entry(big, &in, &h100, &heur, &p);
     assert_int_equal(p.br, 32);
     assert_int_equal(p.stages, 4);
-    assert_int_equal(p.smem_bytes, 32 * 256 * 2 + 4 * 64 * 256 * 2 + 32 * 64 * 2 + 4 * 32 * 32);
+    assert_int_equal(p.smem_bytes, 32 * 256 * 2 + 4 * 64 * 256 * 2 + 4 * 32 * 64 * 4);
     plans_with_entry(big, &in, &sm86, &heur, &p);
     assert_same_plan(&p, &heur);
 }

@@ -19,9 +19,10 @@ namespace cuda {
 /* One per instantiated tile:    T  Dv   WM WN  Bc  chunk minBlocks/SM  m-tiles/warp  key split
  * (plan.c's gpu_fwd_shapes). Two m-tiles per warp (32 rows, as
  * FlashAttention-2 runs D <= 128) load each K and V fragment once for both.
- * Where WN warps split D, they share QK^T by keys and swap P (key split,
- * fwd_key_tile_ks) instead of adding partial S tiles; the 32-key tile's 8
- * keys a warp would not fill a k16 step of P. */
+ * The Dv = 512 tiles' two warps of a row group share QK^T by keys and swap
+ * P (key split, fwd_key_tile_ks) instead of adding partial S tiles; at
+ * Dv = 1024 a warp's share would be 16 keys, two S tiles each chaining 64
+ * dependent MMAs a key tile, measured 1-2% slower (docs/notes/forward.md). */
 template <typename T> using Fwd64x2 = FwdConfig<T, 64, 4, 1, 64, 64, 2, 2>;
 template <typename T> using Fwd64 = FwdConfig<T, 64, 4, 1, 64, 64, 2>;
 template <typename T> using Fwd128x2 = FwdConfig<T, 128, 4, 1, 64, 128, 2, 2>;
@@ -35,8 +36,8 @@ template <typename T> using Fwd320 = FwdConfig<T, 320, 4, 1, 64, 64, 2>;
 template <typename T> using Fwd512c512 = FwdConfig<T, 512, 4, 2, 64, 512, 1, 1, true>;
 template <typename T> using Fwd512c256 = FwdConfig<T, 512, 4, 2, 64, 256, 1, 1, true>;
 template <typename T> using Fwd512 = FwdConfig<T, 512, 4, 2, 64, 128, 1, 1, true>;
-template <typename T> using Fwd1024c512 = FwdConfig<T, 1024, 2, 4, 64, 512, 1, 1, true>;
-template <typename T> using Fwd1024 = FwdConfig<T, 1024, 2, 4, 64, 256, 1, 1, true>;
+template <typename T> using Fwd1024c512 = FwdConfig<T, 1024, 2, 4, 64, 512, 1>;
+template <typename T> using Fwd1024 = FwdConfig<T, 1024, 2, 4, 64, 256, 1>;
 /* 32-key tiles: 80 KiB of shared memory against Fwd1024's 160, so the
  * 99 KiB parts (sm_86 / sm_89) run D in (512, 1024]. */
 template <typename T> using Fwd1024k32 = FwdConfig<T, 1024, 2, 4, 32, 256, 1>;

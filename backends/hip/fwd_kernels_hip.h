@@ -28,8 +28,8 @@ template <typename T> using Fwd320 = FwdConfig<T, 320, 4, 1, 64, 64, 1>;
 template <typename T> using Fwd512c512 = FwdConfig<T, 512, 4, 2, 64, 512, 1, 1, true>;
 template <typename T> using Fwd512c256 = FwdConfig<T, 512, 4, 2, 64, 256, 1, 1, true>;
 template <typename T> using Fwd512 = FwdConfig<T, 512, 4, 2, 64, 128, 1, 1, true>;
-template <typename T> using Fwd1024c512 = FwdConfig<T, 1024, 2, 4, 64, 512, 1, 1, true>;
-template <typename T> using Fwd1024 = FwdConfig<T, 1024, 2, 4, 64, 256, 1, 1, true>;
+template <typename T> using Fwd1024c512 = FwdConfig<T, 1024, 2, 4, 64, 512, 1>;
+template <typename T> using Fwd1024 = FwdConfig<T, 1024, 2, 4, 64, 256, 1>;
 template <typename T> using Fwd1024k32 = FwdConfig<T, 1024, 2, 4, 32, 256, 1>; /* 80 KiB: NVIDIA's 99 KiB parts */
 
 /* LDS per block on the AMD targets (64 KiB; gfx950 160). The tiles that
