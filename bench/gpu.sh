@@ -188,6 +188,9 @@ if want check; then
     IFS=, read -r _ _ _ _ _ dqk dv _ <<<"$r"
     (( dqk > 256 || dv > 256 )) && split_rows+=("$r")
   done
+  # Decode rows the KV-cache kernels do not take (bias, dropout, window): the split-KV path of the
+  # key-split tiles (Dv 512: 512- and 256-column slabs).
+  split_rows+=(1,4,2,2,1500,512,512,bdl 1,4,4,1,700,576,512,w50l)
   for dt in bf16 f16; do
     FFPA_CUDA_KERNEL=generic timeout 200 "$BENCH" --backend cuda --dtype $dt --check --no-time "${split_rows[@]}" \
       >"$OUT/check-fwd-generic-split-$dt.log" 2>&1
