@@ -71,6 +71,31 @@ struct FwdConfig {
 /* A warp's O accumulators: per m-tile, per V slab, per n-tile. */
 template <class Cfg> using OAcc = arch::FragC[Cfg::kMT][Cfg::kVSlabs][Cfg::kONT];
 
+/* Shared memory of the key split's swap, inside the partial-S region:
+ * P parts (uint4 [kWN][kRG][kKK][32], a lane's A fragments of one k16 step),
+ * the references (float2 [kWN][kRG][32]) and, in the epilogue, the row
+ * sums (the same shape; apart from the others, so a warp may write its sum
+ * while a slower one still reads the last tile's P). */
+template <class Cfg> struct KeySplitSmem {
+    static constexpr int kKK = Cfg::kKW / 16; /* P k16 steps a warp owns */
+    static constexpr int kPElems = Cfg::kWN * Cfg::kRG * kKK * 32;
+    static constexpr int kRefElems = Cfg::kWN * Cfg::kRG * 32;
+    /* P in 16 bits (Br x Bc), a reference and a row sum per lane and row
+     * group: plan.c's model writes the same sum (test_fwd_arch_bodies). */
+    static constexpr size_t kBytes = (size_t)kPElems * 16 + 2 * (size_t)kRefElems * 8;
+    static __device__ __forceinline__ uint4 *p(float4 *spart) { return reinterpret_cast<uint4 *>(spart); }
+    static __device__ __forceinline__ float2 *ref(float4 *spart)
+    {
+        return reinterpret_cast<float2 *>(spart + kPElems);
+    }
+    static __device__ __forceinline__ float2 *sum(float4 *spart) { return ref(spart) + kRefElems; }
+    static __device__ __forceinline__ int at(int n, int rg, int lane) { return (n * Cfg::kRG + rg) * 32 + lane; }
+    static __device__ __forceinline__ int p_at(int n, int rg, int kk, int lane)
+    {
+        return ((n * Cfg::kRG + rg) * kKK + kk) * 32 + lane;
+    }
+};
+
 /* Shared-memory layout (bytes), the model plan.c's ffpa_plan_smem_bytes follows. */
 struct FwdSmem {
     size_t q_region, slot, ring, spart, epilogue, total;
@@ -84,9 +109,8 @@ constexpr __host__ __device__ inline FwdSmem fwd_smem_layout(int q_resident, int
     s.q_region = q_resident ? (size_t)Cfg::kBr * Cfg::kCols * qk_chunks * elt : 0;
     s.slot = ((size_t)Cfg::kBc + (q_resident ? 0 : Cfg::kBr)) * Cfg::kCols * elt;
     s.ring = (size_t)stages * s.slot;
-    /* Split-D partial S in fp32, or the key split's swap (KeySplitSmem:
-     * P in 16 bits, a reference and a row sum per lane and row group). */
-    s.spart = Cfg::kKeySplit ? (size_t)Cfg::kBr * Cfg::kBc * 2 + (size_t)Cfg::kWN * Cfg::kBr * 32
+    /* Split-D partial S in fp32, or the key split's swap. */
+    s.spart = Cfg::kKeySplit ? KeySplitSmem<Cfg>::kBytes
               : Cfg::kWN > 1 ? (size_t)Cfg::kWN * Cfg::kBr * Cfg::kBc * sizeof(float)
                              : 0;
     s.epilogue = (size_t)Cfg::kBr * Cfg::kDv * elt;
@@ -221,6 +245,29 @@ __device__ __forceinline__ void pv_slab(OAcc<Cfg> &o, int vi,
     }
 }
 
+/* The same, choosing kFull for V slab vi from dv (warp-uniform). */
+template <class Cfg>
+__device__ __forceinline__ void pv_slab_of(OAcc<Cfg> &o, int vi, const uint32_t (&pf)[Cfg::kMT][Cfg::kBc / 16][4],
+                                           const typename Cfg::T *vs, int wn, int dv, int lane)
+{
+    const int cols_valid = dv - vi * Cfg::kCols;
+    if ((wn + 1) * Cfg::kWC <= cols_valid)
+        pv_slab<Cfg, true>(o, vi, pf, vs, wn, cols_valid, lane);
+    else
+        pv_slab<Cfg, false>(o, vi, pf, vs, wn, cols_valid, lane);
+}
+
+/* One k16 step of P (S n-tiles a and b, probabilities) as the PV MMA's A
+ * fragment: four registers of two T. */
+template <typename T>
+__device__ __forceinline__ void pack_p_step(const arch::FragC &a, const arch::FragC &b, uint32_t (&w)[4])
+{
+    w[0] = arch::pack_f32x2<T>(a.r[0], a.r[1]);
+    w[1] = arch::pack_f32x2<T>(a.r[2], a.r[3]);
+    w[2] = arch::pack_f32x2<T>(b.r[0], b.r[1]);
+    w[3] = arch::pack_f32x2<T>(b.r[2], b.r[3]);
+}
+
 /* The regions of a forward block's shared memory (fwd_smem_layout):
  * [resident Q][ring of slots][partial S]; O reuses the front at the end. */
 template <class Cfg> struct FwdRegions {
@@ -353,46 +400,13 @@ __device__ __forceinline__ void fwd_key_tile_mt(OAcc<Cfg> &o, OnlineSoftmax (&sm
                 OnlineSoftmax::rescale(reinterpret_cast<arch::FragC(&)[Cfg::kVSlabs * Cfg::kONT]>(o[mt]), alpha);
                 after_softmax(s[mt], mt);
 #pragma unroll
-                for (int kk = 0; kk < Cfg::kBc / 16; ++kk) {
-                    pf[mt][kk][0] = arch::pack_f32x2<T>(s[mt][2 * kk].r[0], s[mt][2 * kk].r[1]);
-                    pf[mt][kk][1] = arch::pack_f32x2<T>(s[mt][2 * kk].r[2], s[mt][2 * kk].r[3]);
-                    pf[mt][kk][2] = arch::pack_f32x2<T>(s[mt][2 * kk + 1].r[0], s[mt][2 * kk + 1].r[1]);
-                    pf[mt][kk][3] = arch::pack_f32x2<T>(s[mt][2 * kk + 1].r[2], s[mt][2 * kk + 1].r[3]);
-                }
+                for (int kk = 0; kk < Cfg::kBc / 16; ++kk)
+                    pack_p_step<T>(s[mt][2 * kk], s[mt][2 * kk + 1], pf[mt][kk]);
             }
         }
-        const int v_cols_valid = dv - vs * Cfg::kCols;
-        if ((wn + 1) * Cfg::kWC <= v_cols_valid)
-            pv_slab<Cfg, true>(o, vs, pf, vsl, wn, v_cols_valid, lane);
-        else
-            pv_slab<Cfg, false>(o, vs, pf, vsl, wn, v_cols_valid, lane);
+        pv_slab_of<Cfg>(o, vs, pf, vsl, wn, dv, lane);
     }
 }
-
-/* Shared memory of the key split's swap, inside the partial-S region:
- * P parts (uint4 [kWN][kRG][kKK][32], a lane's A fragments of one k16 step),
- * the references (float2 [kWN][kRG][32]) and, in the epilogue, the row
- * sums (the same shape; apart from the others, so a warp may write its sum
- * while a slower one still reads the last tile's P). */
-template <class Cfg> struct KeySplitSmem {
-    static constexpr int kKK = Cfg::kKW / 16; /* P k16 steps a warp owns */
-    static constexpr int kPElems = Cfg::kWN * Cfg::kRG * kKK * 32;
-    static constexpr int kRefElems = Cfg::kWN * Cfg::kRG * 32;
-    static constexpr size_t kBytes = (size_t)kPElems * 16 + 2 * (size_t)kRefElems * 8;
-    static_assert(!Cfg::kKeySplit || kBytes == fwd_smem_layout<Cfg>(1, 1, 2).spart,
-                  "fwd_smem_layout (and plan.c's model) size the swap");
-    static __device__ __forceinline__ uint4 *p(float4 *spart) { return reinterpret_cast<uint4 *>(spart); }
-    static __device__ __forceinline__ float2 *ref(float4 *spart)
-    {
-        return reinterpret_cast<float2 *>(spart + kPElems);
-    }
-    static __device__ __forceinline__ float2 *sum(float4 *spart) { return ref(spart) + kRefElems; }
-    static __device__ __forceinline__ int at(int n, int rg, int lane) { return (n * Cfg::kRG + rg) * 32 + lane; }
-    static __device__ __forceinline__ int p_at(int n, int rg, int kk, int lane)
-    {
-        return ((n * Cfg::kRG + rg) * kKK + kk) * 32 + lane;
-    }
-};
 
 /* Packed P (two T) times f, for a part whose reference was below the row max. */
 template <typename T> __device__ __forceinline__ uint32_t scale_packed(uint32_t w, float f)
@@ -433,12 +447,11 @@ __device__ __forceinline__ void fwd_key_tile_ks(OAcc<Cfg> &o, OnlineSoftmax (&sm
         sm[mt].template own_keys<Cfg::kSNT>(s[mt], ref[mt], sum[mt], fold);
         after_softmax(s[mt], mt);
 #pragma unroll
-        for (int kk = 0; kk < kKK; ++kk)
-            X::p(spart)[X::p_at(wn, rg, kk, lane)] =
-                make_uint4(arch::pack_f32x2<T>(s[mt][2 * kk].r[0], s[mt][2 * kk].r[1]),
-                           arch::pack_f32x2<T>(s[mt][2 * kk].r[2], s[mt][2 * kk].r[3]),
-                           arch::pack_f32x2<T>(s[mt][2 * kk + 1].r[0], s[mt][2 * kk + 1].r[1]),
-                           arch::pack_f32x2<T>(s[mt][2 * kk + 1].r[2], s[mt][2 * kk + 1].r[3]));
+        for (int kk = 0; kk < kKK; ++kk) {
+            uint32_t w[4];
+            pack_p_step<T>(s[mt][2 * kk], s[mt][2 * kk + 1], w);
+            X::p(spart)[X::p_at(wn, rg, kk, lane)] = make_uint4(w[0], w[1], w[2], w[3]);
+        }
         X::ref(spart)[X::at(wn, rg, lane)] = make_float2(ref[mt][0], ref[mt][1]);
     }
 
@@ -491,11 +504,7 @@ __device__ __forceinline__ void fwd_key_tile_ks(OAcc<Cfg> &o, OnlineSoftmax (&sm
                 }
             }
         }
-        const int v_cols_valid = dv - vs * Cfg::kCols;
-        if ((wn + 1) * Cfg::kWC <= v_cols_valid)
-            pv_slab<Cfg, true>(o, vs, pf, vsl, wn, v_cols_valid, lane);
-        else
-            pv_slab<Cfg, false>(o, vs, pf, vsl, wn, v_cols_valid, lane);
+        pv_slab_of<Cfg>(o, vs, pf, vsl, wn, dv, lane);
     }
 }
 
