@@ -23,7 +23,7 @@ namespace cuda {
  * P (key split, fwd_key_tile_ks) instead of adding partial S tiles; at
  * Dv = 1024 a warp's share would be 16 keys, two S tiles each chaining 64
  * dependent MMAs a key tile, measured 1-2% slower (docs/notes/forward.md). */
-template <typename T> using Fwd64x2 = FwdConfig<T, 64, 4, 1, 64, 64, 2, 2>;
+template <typename T> using Fwd64x2 = FwdConfig<T, 64, 4, 1, 128, 64, 2, 2>;
 template <typename T> using Fwd64 = FwdConfig<T, 64, 4, 1, 64, 64, 2>;
 template <typename T> using Fwd128x2 = FwdConfig<T, 128, 4, 1, 64, 128, 2, 2>;
 template <typename T> using Fwd128 = FwdConfig<T, 128, 8, 1, 64, 128, 1>;

@@ -19,7 +19,7 @@ namespace ffpa {
 namespace hip {
 
 /*                                        T  Dv   WM WN Bc  chunk minBlocks m-tiles key-split (cuda/fwd_kernels.cuh) */
-template <typename T> using Fwd64x2 = FwdConfig<T, 64, 4, 1, 64, 64, 1, 2>; /* 2 m-tiles per warp */
+template <typename T> using Fwd64x2 = FwdConfig<T, 64, 4, 1, 128, 64, 1, 2>; /* 2 m-tiles per warp */
 template <typename T> using Fwd64 = FwdConfig<T, 64, 4, 1, 64, 64, 1>;
 template <typename T> using Fwd128x2 = FwdConfig<T, 128, 4, 1, 64, 128, 1, 2>;
 template <typename T> using Fwd128 = FwdConfig<T, 128, 8, 1, 64, 128, 1>;
