@@ -4,7 +4,7 @@
 namespace ffpa {
 namespace cuda {
 const FwdKernelDesc fwd_bf16_large[kFwdLargeKernels] = {
-    fwd_desc<Fwd320<arch::bf16>>(),
+    fwd_desc_with_plain<Fwd320<arch::bf16>>(),
     fwd_desc<Fwd512c512<arch::bf16>>(),
     fwd_desc<Fwd512c256<arch::bf16>>(),
     fwd_desc<Fwd512<arch::bf16>>(),

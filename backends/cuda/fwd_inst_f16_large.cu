@@ -4,7 +4,7 @@
 namespace ffpa {
 namespace cuda {
 const FwdKernelDesc fwd_f16_large[kFwdLargeKernels] = {
-    fwd_desc<Fwd320<arch::f16>>(),
+    fwd_desc_with_plain<Fwd320<arch::f16>>(),
     fwd_desc<Fwd512c512<arch::f16>>(),
     fwd_desc<Fwd512c256<arch::f16>>(),
     fwd_desc<Fwd512<arch::f16>>(),

@@ -52,18 +52,28 @@ constexpr size_t arch_smem_per_block(int arch)
                                                           : 232448;
 }
 
-template <class Cfg>
+template <class Cfg, bool kPlainOnly = false>
 __global__ void __launch_bounds__(Cfg::kThreads, Cfg::kMinBlocks)
     ffpa_fwd_kernel(const ffpa_gpu_fwd_params p)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
-    fwd_entry<Cfg, arch_smem_per_block(__CUDA_ARCH__)>(p);
+    fwd_entry<Cfg, arch_smem_per_block(__CUDA_ARCH__), kPlainOnly>(p);
 #endif
 }
 
 template <class Cfg> constexpr FwdKernelDesc fwd_desc()
 {
     return fwd_kernel_desc<Cfg, ffpa_fwd_kernel<Cfg>>();
+}
+
+/* With a plain twin: only where it pays (H100, bf16, same-build A/B,
+ * docs/notes/forward.md): Fwd128x2 (D = 128 305 -> 346 TFLOP/s, spill 124
+ * -> 28 bytes) and Fwd320 (199 -> 218). Not: Fwd64x2 (spills more without
+ * the variant code), Fwd256 (0), Fwd512c512 (0 to -2.5%), Fwd1024c512
+ * (+1.5%, not worth its build time). */
+template <class Cfg> constexpr FwdKernelDesc fwd_desc_with_plain()
+{
+    return fwd_kernel_desc_with_plain<Cfg, ffpa_fwd_kernel<Cfg>, ffpa_fwd_kernel<Cfg, true>>();
 }
 
 /* Defined in fwd_inst_<dtype>_<small|large>.cu (split for parallel builds). */

@@ -129,6 +129,6 @@ extern "C" ffpa_status ffpa_cuda_forward(ffpa_gpu_state *gpu, const ffpa_problem
 
     s = host::launch(kd, p, smem, pb, plan, ffpa_cuda_stream(gpu), err, err_len);
     if (s == FFPA_OK)
-        gpu->last_kernel = host::generic_name(plan);
+        gpu->last_kernel = host::generic_name(plan, host::uses_plain_twin(kd, p));
     return s;
 }

@@ -226,13 +226,21 @@ ffpa_status attach_workspace(ffpa_gpu_fwd_params *p, const ffpa_problem *pb, con
     return FFPA_OK;
 }
 
+/* Whether kd's plain twin (no variant code) runs p: a plain call
+ * (ffpa_gpu_fwd_params::plain) without dropout, where the twin is built.
+ * Tuning knob (not API): FFPA_GENERIC_PLAIN_TWIN=0 never (A/B in one build). */
+template <class Desc> bool uses_plain_twin(const Desc *kd, const ffpa_gpu_fwd_params &p)
+{
+    return kd->launch_plain && p.plain && !p.has_dropout && ffpa_env_bool("FFPA_GENERIC_PLAIN_TWIN", 1, NULL);
+}
+
 /* The generic kernel over the plan's grid, then the split-KV combine. */
 template <class Desc, class Rt = FwdRt>
 ffpa_status launch(const Desc *kd, const ffpa_gpu_fwd_params &p, size_t smem, const ffpa_problem *pb,
                    const ffpa_plan &plan, typename Rt::Stream stream, char *err, size_t err_len)
 {
     int64_t blocks = plan.q_blocks * pb->hq * pb->batch * plan.kv_splits;
-    typename Rt::Error e = kd->launch(p, smem, blocks, stream);
+    typename Rt::Error e = (uses_plain_twin(kd, p) ? kd->launch_plain : kd->launch)(p, smem, blocks, stream);
     if (!Rt::ok(e))
         return Rt::error(e, "launching the forward kernel", err, err_len);
     if (plan.kv_splits > 1 && !Rt::ok(e = Rt::combine(pb->dtype, p, stream)))
@@ -240,12 +248,13 @@ ffpa_status launch(const Desc *kd, const ffpa_gpu_fwd_params &p, size_t smem, co
     return FFPA_OK;
 }
 
-/* The kernel name ffpa_last_kernel reports for a generic launch of plan. */
-inline const char *generic_name(const ffpa_plan &plan)
+/* The kernel name ffpa_last_kernel reports for a generic launch of plan
+ * (plain: the plain twin ran). */
+inline const char *generic_name(const ffpa_plan &plan, bool plain = false)
 {
-    return plan.kv_splits > 1                  ? "generic decode (split-KV)"
-           : plan.path == FFPA_PATH_SPLIT_D ? "generic split-d"
-                                               : "generic small-d";
+    return plan.kv_splits > 1                  ? (plain ? "generic decode (split-KV) plain" : "generic decode (split-KV)")
+           : plan.path == FFPA_PATH_SPLIT_D ? (plain ? "generic split-d plain" : "generic split-d")
+                                               : (plain ? "generic small-d plain" : "generic small-d");
 }
 
 } /* namespace host */

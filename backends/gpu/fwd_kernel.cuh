@@ -527,7 +527,11 @@ __device__ __forceinline__ void fwd_key_tile(arch::FragC (&o)[Cfg::kVSlabs][Cfg:
         [&](arch::FragC(&s)[Cfg::kNT], int) { after_softmax(s); });
 }
 
-template <class Cfg> __device__ __forceinline__ void fwd_body(const ffpa_gpu_fwd_params &p)
+/* kPlainOnly: the twin for plain calls without dropout (p.plain and
+ * !p.has_dropout, chosen by the host): the variant code (softcap, bias,
+ * ALiBi, dropout) is not compiled in, so its registers are free for the
+ * tile (Fwd128x2: 124 -> 28 bytes of spill). */
+template <class Cfg, bool kPlainOnly = false> __device__ __forceinline__ void fwd_body(const ffpa_gpu_fwd_params &p)
 {
     using T = typename Cfg::T;
     extern __shared__ __align__(128) unsigned char smem_raw[];
@@ -648,7 +652,7 @@ template <class Cfg> __device__ __forceinline__ void fwd_body(const ffpa_gpu_fwd
             /* Plain calls: the masks alone, on raw scores; the softmax
              * folds the scale into its exp2. A branch of its own, so the
              * common case runs no softcap, bias or ALiBi code. */
-            if (p.plain) {
+            if (kPlainOnly || p.plain) {
                 mask_scores<Cfg::kSNT, false, false>(s, p, mc, lane);
                 return p.scale_log2;
             }
@@ -657,7 +661,7 @@ template <class Cfg> __device__ __forceinline__ void fwd_body(const ffpa_gpu_fwd
         };
         auto after_softmax = [&](arch::FragC(&s)[Cfg::kSNT], int mt) {
             mc.row0 = row_base + 16 * mt;
-            if (p.has_dropout)
+            if (!kPlainOnly && p.has_dropout)
                 apply_dropout<Cfg::kSNT>(s, p, mc, lane);
         };
         if constexpr (Cfg::kKeySplit)
@@ -733,10 +737,11 @@ template <class Cfg> __device__ __forceinline__ void fwd_body(const ffpa_gpu_fwd
  * kBlockSmem bytes of shared memory: the tile, or, for a tile that needs
  * more (never planned there), no body (build time) and a trap should it be
  * launched all the same. */
-template <class Cfg, size_t kBlockSmem> __device__ __forceinline__ void fwd_entry(const ffpa_gpu_fwd_params &p)
+template <class Cfg, size_t kBlockSmem, bool kPlainOnly = false>
+__device__ __forceinline__ void fwd_entry(const ffpa_gpu_fwd_params &p)
 {
     if constexpr (fwd_min_smem<Cfg>() <= kBlockSmem)
-        fwd_body<Cfg>(p);
+        fwd_body<Cfg, kPlainOnly>(p);
     else
         arch::trap();
 }

@@ -23,6 +23,9 @@ struct FwdKernelDesc {
     int dv, br, bc, chunk, warps, threads;
     size_t (*smem_bytes)(int q_resident, int qk_chunks, int stages);
     gpuError_t (*launch)(const ffpa_gpu_fwd_params &p, size_t smem, int64_t blocks, gpuStream_t stream);
+    /* Optional (nullptr where not built): the same tile without the variant
+     * code, for plain calls without dropout (fwd_body's kPlainOnly). */
+    gpuError_t (*launch_plain)(const ffpa_gpu_fwd_params &p, size_t smem, int64_t blocks, gpuStream_t stream);
 };
 
 template <class Cfg> size_t fwd_smem_bytes(int q_resident, int qk_chunks, int stages)
@@ -40,7 +43,16 @@ gpuError_t fwd_launch(const ffpa_gpu_fwd_params &p, size_t smem, int64_t blocks,
 template <class Cfg, void (*Entry)(ffpa_gpu_fwd_params)> constexpr FwdKernelDesc fwd_kernel_desc()
 {
     return FwdKernelDesc{Cfg::kDv,   Cfg::kBr,      Cfg::kBc, Cfg::kCols, Cfg::kWM * Cfg::kWN, Cfg::kThreads,
-                         &fwd_smem_bytes<Cfg>, &fwd_launch<Cfg, Entry>};
+                         &fwd_smem_bytes<Cfg>, &fwd_launch<Cfg, Entry>, nullptr};
+}
+
+/* PlainEntry: the plain twin's entry point (FwdKernelDesc::launch_plain). */
+template <class Cfg, void (*Entry)(ffpa_gpu_fwd_params), void (*PlainEntry)(ffpa_gpu_fwd_params)>
+constexpr FwdKernelDesc fwd_kernel_desc_with_plain()
+{
+    FwdKernelDesc d = fwd_kernel_desc<Cfg, Entry>();
+    d.launch_plain = &fwd_launch<Cfg, PlainEntry>;
+    return d;
 }
 
 /* Instantiations per table (the launchers' fwd_<dtype>_small / _large):
