@@ -75,12 +75,26 @@ ffpa_problem causal(ffpa_problem pb)
 }
 
 /* H100: 64-key kernel; at D <= 128 gradients in registers, Q held (one
- * more slot); dQ from the dK/dV kernel; above 1152 (Dqk + Dv) K/V
- * streamed beside the 128-row tiles, or, causal, 32-key tiles. */
+ * more slot), the plain twin for calls without softcap, bias, ALiBi or
+ * dropout; dQ from the dK/dV kernel; above 1152 (Dqk + Dv) K/V streamed
+ * beside the 128-row tiles, or, causal, 32-key tiles. */
 void test_h100(void **)
 {
-    expect(problem(64), kH100, "bwd dkdv kv64 regs s4 q-held, dq atomic");
-    expect(problem(128), kH100, "bwd dkdv kv64 regs s4 q-held, dq atomic");
+    expect(problem(64), kH100, "bwd dkdv kv64 regs plain s4 q-held, dq atomic");
+    expect(problem(128), kH100, "bwd dkdv kv64 regs plain s4 q-held, dq atomic");
+    ffpa_problem variant = problem(128);
+    variant.softcap = 30.0f;
+    expect(variant, kH100, "bwd dkdv kv64 regs s4 q-held, dq atomic");
+    variant = problem(128);
+    variant.dropout_p = 0.1f;
+    expect(variant, kH100, "bwd dkdv kv64 regs s4 q-held, dq atomic");
+    static const float slopes[8] = {0};
+    variant = problem(64);
+    variant.alibi = slopes;
+    expect(variant, kH100, "bwd dkdv kv64 regs s4 q-held, dq atomic");
+    variant = problem(64);
+    variant.has_bias = 1;
+    expect(variant, kH100, "bwd dkdv kv64 regs s4 q-held, dq atomic");
     expect(problem(256), kH100, "bwd dkdv kv64 s3, dq atomic");
     expect(problem(512), kH100, "bwd dkdv kv64 s2, dq atomic");
     expect(causal(problem(512)), kH100, "bwd dkdv kv64 s2, dq atomic");
@@ -104,7 +118,7 @@ void test_split_launch(void **)
 /* A100: no room for the held slot at D = 128. */
 void test_a100(void **)
 {
-    expect(problem(128), kA100, "bwd dkdv kv64 regs s3, dq atomic");
+    expect(problem(128), kA100, "bwd dkdv kv64 regs plain s3, dq atomic");
     expect(problem(512), kA100, "bwd dkdv stream s2, dq atomic");
     expect(causal(problem(512)), kA100, "bwd dkdv kv32 s2, dq atomic");
     expect(problem(1024), kA100, "bwd dkdv stream s2, dq atomic");
@@ -140,9 +154,10 @@ void test_knobs(void **)
     const struct {
         const char *name, *value, *want;
     } cases[] = {{"FFPA_BWD_DQ_ATOMIC", "0", "bwd dkdv kv64 regs s4 q-held, dq big regs s3"},
-                 {"FFPA_BWD_HOLD_Q", "0", "bwd dkdv kv64 regs s3, dq atomic"},
+                 {"FFPA_BWD_HOLD_Q", "0", "bwd dkdv kv64 regs plain s3, dq atomic"},
                  {"FFPA_BWD_RESIDENT", "0", "bwd dkdv kv64 s3, dq atomic"},
-                 {"FFPA_BWD_DQ_ATOMIC", "banana", "bwd dkdv kv64 regs s4 q-held, dq atomic"}};
+                 {"FFPA_BWD_PLAIN", "0", "bwd dkdv kv64 regs s4 q-held, dq atomic"},
+                 {"FFPA_BWD_DQ_ATOMIC", "banana", "bwd dkdv kv64 regs plain s4 q-held, dq atomic"}};
     for (const auto &c : cases) {
         setenv(c.name, c.value, 1);
         expect(problem(128), kH100, c.want);

@@ -23,10 +23,10 @@ namespace ffpa {
 namespace bwd {
 
 #if FFPA_HIP_BIG_BWD
-template <typename T, int kBc, bool kResident = false, bool kDqAtomic = false>
+template <typename T, int kBc, bool kResident = false, bool kDqAtomic = false, bool kPlain = false>
 __global__ void __launch_bounds__(BigCfg::kThreads) bwd_dkdv_kernel(const ffpa_bwd_params p)
 {
-    bwd::dkdv_body<T, kBc, BigCfg, kResident, kDqAtomic>(p);
+    bwd::dkdv_body<T, kBc, BigCfg, kResident, kDqAtomic, kPlain>(p);
 }
 
 template <typename T, bool kDqAtomic>
@@ -74,6 +74,9 @@ hipError_t FFPA_BWD_LAUNCH_DKDV(int kernel, const ffpa_bwd_params &p, size_t sme
     case bwd::kDkdv64ResidentDqAtomic:
         return launch_with_smem(bwd_dkdv_kernel<FFPA_BWD_T, 64, true, true>, grid, BigCfg::kThreads, smem, stream,
                                 p);
+    case bwd::kDkdv64ResidentDqAtomicPlain:
+        return launch_with_smem(bwd_dkdv_kernel<FFPA_BWD_T, 64, true, true, true>, grid, BigCfg::kThreads, smem,
+                                stream, p);
     case bwd::kDkdv64DqAtomic:
         return launch_with_smem(bwd_dkdv_kernel<FFPA_BWD_T, 64, false, true>, grid, BigCfg::kThreads, smem, stream,
                                 p);

@@ -3,7 +3,7 @@
  * bwd_inst_bf16.cu include this with FFPA_BWD_T set, so the two dtypes
  * compile in parallel. Instantiated per dtype: dK/dV with 64-row key tiles
  * (Dqk + Dv up to 1152 on a 227 KB device; also as the twins that add dQ
- * themselves), with 32-row key tiles (the rest, up to 2 x 1024), and one dQ
+ * themselves, and the resident one's plain twin), with 32-row key tiles (the rest, up to 2 x 1024), and one dQ
  * kernel, all of BigCfg; and the
  * dK/dV of BigCfg's tile with K/V streamed (StreamCfg: D whose 64-key K/V
  * tiles do not fit resident), the
@@ -28,10 +28,10 @@
 namespace ffpa {
 namespace bwd {
 
-template <typename T, int kBc, bool kResident = false, bool kDqAtomic = false>
+template <typename T, int kBc, bool kResident = false, bool kDqAtomic = false, bool kPlain = false>
 __global__ void __launch_bounds__(BigCfg::kThreads, 1) dkdv_kernel(const __grid_constant__ ffpa_bwd_params p)
 {
-    dkdv_body<T, kBc, BigCfg, kResident, kDqAtomic>(p);
+    dkdv_body<T, kBc, BigCfg, kResident, kDqAtomic, kPlain>(p);
 }
 
 template <typename T, bool kDqAtomic>
@@ -80,6 +80,9 @@ cudaError_t FFPA_BWD_LAUNCH_DKDV(int kernel, const ffpa_bwd_params &p, size_t sm
         return launch_with_smem(dkdv_kernel<FFPA_BWD_T, 64, true>, grid, BigCfg::kThreads, smem, stream, p);
     case kDkdv64ResidentDqAtomic:
         return launch_with_smem(dkdv_kernel<FFPA_BWD_T, 64, true, true>, grid, BigCfg::kThreads, smem, stream, p);
+    case kDkdv64ResidentDqAtomicPlain:
+        return launch_with_smem(dkdv_kernel<FFPA_BWD_T, 64, true, true, true>, grid, BigCfg::kThreads, smem, stream,
+                                p);
     case kDkdv64DqAtomic:
         return launch_with_smem(dkdv_kernel<FFPA_BWD_T, 64, false, true>, grid, BigCfg::kThreads, smem, stream, p);
     case kDkdv64:
@@ -128,6 +131,8 @@ cudaError_t FFPA_BWD_ATTR(int which, cudaFuncAttributes *attr)
         return cudaFuncGetAttributes(attr, dkdv_kernel<FFPA_BWD_T, 64, true>);
     case kDkdv64ResidentDqAtomic:
         return cudaFuncGetAttributes(attr, dkdv_kernel<FFPA_BWD_T, 64, true, true>);
+    case kDkdv64ResidentDqAtomicPlain:
+        return cudaFuncGetAttributes(attr, dkdv_kernel<FFPA_BWD_T, 64, true, true, true>);
     case kDkdv64DqAtomic:
         return cudaFuncGetAttributes(attr, dkdv_kernel<FFPA_BWD_T, 64, false, true>);
     case kDkdv32DqAtomic:

@@ -66,7 +66,9 @@ template <class B> inline size_t dkdv_smem_bytes(int bc, int dqk, int dv, int st
     return (resident + 2 * ptile + (size_t)stages * slot) * elt;
 }
 
-template <typename T, int kBc, class B, bool kResident = false, bool kDqAtomic = false>
+/* kPlain: the twin for calls without softcap, bias, ALiBi or dropout
+ * (bwd_host.h choose_tiles): their code is not compiled in. */
+template <typename T, int kBc, class B, bool kResident = false, bool kDqAtomic = false, bool kPlain = false>
 __device__ __forceinline__ void dkdv_body(const ffpa_bwd_params &p)
 {
     using Cfg = DkdvCfg<kBc, B>;
@@ -275,7 +277,7 @@ __device__ __forceinline__ void dkdv_body(const ffpa_bwd_params &p)
         mc.set_head(p.mask, b, h);
         mc.need_bounds = kv0 + kBc > g.seqlen_k;
         mc.need_diag = crosses_diag(p.mask, mc.row0, mc.row0 + 15, kv0, kv0 + kBc - 1, diag);
-        mask_scores<Cfg::kNT>(s, p.mask, mc, lane);
+        mask_scores<Cfg::kNT, !kPlain>(s, p.mask, mc, lane);
         float lse2[2], delta[2];
         row_stats(p, g, b, h, mc.row0, lane, lse2, delta);
         recompute_p<Cfg::kNT>(s, lse2);
@@ -284,7 +286,7 @@ __device__ __forceinline__ void dkdv_body(const ffpa_bwd_params &p)
 #pragma unroll
             for (int nt = 0; nt < Cfg::kNT; ++nt)
                 pd[nt] = s[nt];
-            if (p.has_dropout)
+            if (!kPlain && p.has_dropout)
                 apply_dropout<Cfg::kNT>(pd, p.mask, mc, lane);
             uint32_t pa[kBc / 16][4];
             ds_afrags<T, kBc>(pd, 1.0f, pa);
@@ -324,7 +326,7 @@ __device__ __forceinline__ void dkdv_body(const ffpa_bwd_params &p)
                 const int r = warp * 16 + arch::frag_c_row(lane, 2 * half);
                 const int c = nt * 8 + arch::frag_c_col(lane, 0);
                 float z0 = 1.f, z1 = 1.f;
-                if (p.has_dropout) {
+                if (!kPlain && p.has_dropout) {
                     uint32_t u = *reinterpret_cast<const uint32_t *>(ps + ptile_off<kBc>(r, c));
                     const T *pv = reinterpret_cast<const T *>(&u);
                     z0 = arch::to_f32<T>(pv[0]) != 0.f ? p.mask.dropout_scale : 0.f;
@@ -333,7 +335,7 @@ __device__ __forceinline__ void dkdv_body(const ffpa_bwd_params &p)
                 dp[nt].r[2 * half] = s[nt].r[2 * half] * (dp[nt].r[2 * half] * z0 - delta[half]);
                 dp[nt].r[2 * half + 1] = s[nt].r[2 * half + 1] * (dp[nt].r[2 * half + 1] * z1 - delta[half]);
             }
-        if (p.mask.softcap_out > 0.0f)
+        if (!kPlain && p.mask.softcap_out > 0.0f)
             softcap_grad<Cfg::kNT>(dp, s, lse2, p.mask, mc, lane);
         uint32_t dsa[kBc / 16][4];
         ds_afrags<T, kBc>(dp, p.scale, dsa);

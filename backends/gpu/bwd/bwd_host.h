@@ -363,6 +363,11 @@ inline ffpa_status choose_tiles(const ffpa_problem *pb, size_t smem_limit, size_
     t.dq_atomic = dq_atomic_fits(pb);
     if (t.dq_atomic)
         t.dkdv_launch = with_dq_atomic(t.dkdv_launch);
+    /* Calls without softcap, bias, ALiBi or dropout: the plain twin
+     * (FFPA_BWD_PLAIN=0: never, A/B in one build). */
+    const bool plain = !pb->has_bias && !(pb->dropout_p > 0.0f) && !(pb->softcap > 0.0f) && !pb->alibi;
+    if (t.dkdv_launch == kDkdv64ResidentDqAtomic && plain && ffpa_env_long("FFPA_BWD_PLAIN", 1, 0, 1, nullptr) != 0)
+        t.dkdv_launch = kDkdv64ResidentDqAtomicPlain;
     return FFPA_OK;
 }
 
@@ -394,7 +399,8 @@ inline void tiles_label(const Tiles &t, char *buf, size_t len)
                dq_regs = t.dq_launch != t.dq;
     const char *held = t.dkdv_hold_q ? " q-held" : "";
     if (t.dq_atomic)
-        snprintf(buf, len, "bwd dkdv %s%s s%d%s, dq atomic", kv, regs ? " regs" : "", t.dkdv_stages, held);
+        snprintf(buf, len, "bwd dkdv %s%s%s s%d%s, dq atomic", kv, regs ? " regs" : "",
+                 t.dkdv_launch == kDkdv64ResidentDqAtomicPlain ? " plain" : "", t.dkdv_stages, held);
     else
         snprintf(buf, len, "bwd dkdv %s%s s%d%s, dq %s%s s%d", kv, regs ? " regs" : "", t.dkdv_stages, held,
                  t.dq == kDq ? "big" : "small", dq_regs ? " regs" : "", t.dq_stages);

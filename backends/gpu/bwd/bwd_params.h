@@ -93,7 +93,9 @@ namespace bwd {
  * choose_tiles takes for kDkdv64 / kDkdvSmall / kDq / kDqSmall where one
  * chunk covers D (bwd_dkdv.cuh, bwd_dq.cuh). *DqAtomic: the dK/dV kernels
  * adding dQ into the zeroed fp32 buffer themselves (no dQ kernel;
- * choose_tiles, outside deterministic mode). */
+ * choose_tiles, outside deterministic mode). kDkdv64ResidentDqAtomicPlain:
+ * that kernel without the softcap, bias, ALiBi and dropout code, for calls
+ * that have none (+5% at D <= 128 on the H100, docs/notes/backward.md). */
 enum Kernel {
     kDkdv64 = 0,
     kDkdv32 = 1,
@@ -110,7 +112,8 @@ enum Kernel {
     kDkdvSmallDqAtomic = 12,
     kDkdvSmallResidentDqAtomic = 13,
     kDkdvStream = 14,
-    kDkdvStreamDqAtomic = 15
+    kDkdvStreamDqAtomic = 15,
+    kDkdv64ResidentDqAtomicPlain = 16
 };
 
 /* fp32 gradient buffer [heads][rows_total][dim] -> strided output view.
