@@ -80,7 +80,9 @@ ffpa_problem causal(ffpa_problem pb)
  * beside the 128-row tiles, or, causal, 32-key tiles. */
 void test_h100(void **)
 {
-    expect(problem(64), kH100, "bwd dkdv kv64 regs plain s4 q-held, dq atomic");
+    expect(problem(64), kH100, "bwd dkdv kv128 regs plain s4 q-held, dq atomic");
+    expect(problem(48), kH100, "bwd dkdv kv128 regs plain s4 q-held, dq atomic");
+    expect(problem(72), kH100, "bwd dkdv kv64 regs plain s4 q-held, dq atomic");
     expect(problem(128), kH100, "bwd dkdv kv64 regs plain s4 q-held, dq atomic");
     ffpa_problem variant = problem(128);
     variant.softcap = 30.0f;
@@ -163,6 +165,15 @@ void test_knobs(void **)
         expect(problem(128), kH100, c.want);
         unsetenv(c.name);
     }
+    setenv("FFPA_BWD_KV128", "0", 1);
+    expect(problem(64), kH100, "bwd dkdv kv64 regs plain s4 q-held, dq atomic");
+    unsetenv("FFPA_BWD_KV128");
+    /* 128-key blocks only for the plain dQ-adding kernel. */
+    setenv("FFPA_BWD_PLAIN", "0", 1);
+    expect(problem(64), kH100, "bwd dkdv kv64 regs s4 q-held, dq atomic");
+    unsetenv("FFPA_BWD_PLAIN");
+    expect(problem(64, 1), kH100, "bwd dkdv kv64 regs s4 q-held, dq big regs s3");
+    expect(problem(64), kA100, "bwd dkdv kv128 regs plain s3 q-held, dq atomic");
     setenv("FFPA_BWD_STREAM", "0", 1);
     expect(problem(1024), kH100, "bwd dkdv kv32 s2, dq atomic");
     ffpa_plan plan; /* a tuned choice of StreamCfg still holds */

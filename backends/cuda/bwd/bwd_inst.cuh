@@ -34,6 +34,13 @@ __global__ void __launch_bounds__(BigCfg::kThreads, 1) dkdv_kernel(const __grid_
     dkdv_body<T, kBc, BigCfg, kResident, kDqAtomic, kPlain>(p);
 }
 
+/* D <= 64, plain calls: 128-key blocks (Big64Cfg), dK/dV in registers, dQ added. */
+template <typename T>
+__global__ void __launch_bounds__(Big64Cfg::kThreads, 1) dkdv128_kernel(const __grid_constant__ ffpa_bwd_params p)
+{
+    dkdv_body<T, 128, Big64Cfg, true, true, true>(p);
+}
+
 template <typename T, bool kDqAtomic>
 __global__ void __launch_bounds__(StreamCfg::kThreads, 1) dkdv_stream_kernel(const __grid_constant__ ffpa_bwd_params p)
 {
@@ -83,6 +90,8 @@ cudaError_t FFPA_BWD_LAUNCH_DKDV(int kernel, const ffpa_bwd_params &p, size_t sm
     case kDkdv64ResidentDqAtomicPlain:
         return launch_with_smem(dkdv_kernel<FFPA_BWD_T, 64, true, true, true>, grid, BigCfg::kThreads, smem, stream,
                                 p);
+    case kDkdv128PlainDqAtomic:
+        return launch_with_smem(dkdv128_kernel<FFPA_BWD_T>, grid, Big64Cfg::kThreads, smem, stream, p);
     case kDkdv64DqAtomic:
         return launch_with_smem(dkdv_kernel<FFPA_BWD_T, 64, false, true>, grid, BigCfg::kThreads, smem, stream, p);
     case kDkdv64:
@@ -133,6 +142,8 @@ cudaError_t FFPA_BWD_ATTR(int which, cudaFuncAttributes *attr)
         return cudaFuncGetAttributes(attr, dkdv_kernel<FFPA_BWD_T, 64, true, true>);
     case kDkdv64ResidentDqAtomicPlain:
         return cudaFuncGetAttributes(attr, dkdv_kernel<FFPA_BWD_T, 64, true, true, true>);
+    case kDkdv128PlainDqAtomic:
+        return cudaFuncGetAttributes(attr, dkdv128_kernel<FFPA_BWD_T>);
     case kDkdv64DqAtomic:
         return cudaFuncGetAttributes(attr, dkdv_kernel<FFPA_BWD_T, 64, false, true>);
     case kDkdv32DqAtomic:

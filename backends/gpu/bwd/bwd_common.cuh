@@ -35,6 +35,11 @@ template <int kWarps_, int kChunk_, bool kStreamKV_> struct BwdCfg {
 /* The configuration of devices with ~130 KiB or more per block (H100: 227 KB):
  * 8 warps, 128-row query tiles, 128-column chunks, K/V resident. */
 using BigCfg = BwdCfg<8, 2 * kSlab, false>;
+/* BigCfg's 128-row query tiles at D <= 64 in 64-column chunks, for the
+ * 128-key dK/dV kernel (FlashAttention-2's hdim-64 tile): the ring's slots
+ * hold one slab, and the dV/dK warp grid (4 x 2 warps of 32 keys x 32
+ * columns) covers the 64 columns with every warp. */
+using Big64Cfg = BwdCfg<8, kSlab, false>;
 /* BigCfg's tile with K/V streamed: for D whose 64-key K/V tiles do not fit
  * resident (D = 1024 on the H100; from D ~ 640 on a 163 KiB A100), where the
  * alternative was the 32-key kernel (half the key rows per block, 4-wide

@@ -43,7 +43,7 @@ template <int kBc_, class B> struct DkdvCfg {
     static constexpr int kGNT = kGCols / 8;
     /* Ring slot: [Q or dO chunk: kBr x kChunk][K or V chunk: kBc x kChunk, streamed only]. */
     static constexpr int kSlotElems = (B::kBr + (B::kStreamKV ? kBc : 0)) * B::kChunk;
-    static_assert(kBc == 32 || kBc == 64, "key tile");
+    static_assert(kBc == 32 || kBc == 64 || kBc == 128, "key tile");
     static_assert(kGNT % 2 == 0 && kSlab % kGCols == 0, "a warp's dV/dK columns lie in one slab");
 };
 

@@ -368,6 +368,22 @@ inline ffpa_status choose_tiles(const ffpa_problem *pb, size_t smem_limit, size_
     const bool plain = !pb->has_bias && !(pb->dropout_p > 0.0f) && !(pb->softcap > 0.0f) && !pb->alibi;
     if (t.dkdv_launch == kDkdv64ResidentDqAtomic && plain && ffpa_env_long("FFPA_BWD_PLAIN", 1, 0, 1, nullptr) != 0)
         t.dkdv_launch = kDkdv64ResidentDqAtomicPlain;
+    /* D <= 64: 128-key blocks (half the Q / dO loads and dQ reductions per
+     * key; FFPA_BWD_KV128=0: never), at the deepest ring that fits (Q held
+     * as the 64-key kernel holds it). */
+    if (t.dkdv_launch == kDkdv64ResidentDqAtomicPlain && dqk <= kSlab && dv <= kSlab && !want_dkdv &&
+        ffpa_env_long("FFPA_BWD_KV128", 1, 0, 1, nullptr) != 0)
+        for (int s = t.dkdv_stages; s >= 3; --s) {
+            const size_t bytes = dkdv_smem_bytes<Big64Cfg>(128, dqk, dv, s, elt);
+            if (bytes <= smem_limit) {
+                t.dkdv_launch = kDkdv128PlainDqAtomic;
+                t.bc = 128;
+                t.dkdv_stages = s;
+                t.dkdv_smem = bytes;
+                t.dkdv_hold_q = 1;
+                break;
+            }
+        }
     return FFPA_OK;
 }
 
@@ -390,7 +406,8 @@ inline ffpa_plan tuned_plan(const ffpa_problem *pb, const ffpa_device_limits &li
  * dK/dV kernel added dQ. */
 inline void tiles_label(const Tiles &t, char *buf, size_t len)
 {
-    const char *kv = t.dkdv == kDkdv64       ? "kv64"
+    const char *kv = t.bc == 128             ? "kv128"
+                     : t.dkdv == kDkdv64     ? "kv64"
                      : t.dkdv == kDkdv32     ? "kv32"
                      : t.dkdv == kDkdvStream ? "stream"
                                              : "small";
@@ -400,7 +417,9 @@ inline void tiles_label(const Tiles &t, char *buf, size_t len)
     const char *held = t.dkdv_hold_q ? " q-held" : "";
     if (t.dq_atomic)
         snprintf(buf, len, "bwd dkdv %s%s%s s%d%s, dq atomic", kv, regs ? " regs" : "",
-                 t.dkdv_launch == kDkdv64ResidentDqAtomicPlain ? " plain" : "", t.dkdv_stages, held);
+                 t.dkdv_launch == kDkdv64ResidentDqAtomicPlain || t.dkdv_launch == kDkdv128PlainDqAtomic ? " plain"
+                                                                                                        : "",
+                 t.dkdv_stages, held);
     else
         snprintf(buf, len, "bwd dkdv %s%s s%d%s, dq %s%s s%d", kv, regs ? " regs" : "", t.dkdv_stages, held,
                  t.dq == kDq ? "big" : "small", dq_regs ? " regs" : "", t.dq_stages);

@@ -99,17 +99,15 @@ __device__ __forceinline__ void warp_atb(arch::FragC (&c)[2][kNT], const T *a, i
 {
     static_assert(kNT % 2 == 0 && (kNT & (kNT - 1)) == 0, "n-tiles come in pairs, a power of two");
     static_assert(sizeof(T) == 2, "16-bit tiles");
-    static_assert(kACols == kSlab || kACols % 64 != 0, "A: one swizzled slab or a padded tile");
-    const int q = lane >> 3, rr = lane & 7;
     /* A: rows k (16 per step: a constant offset), columns m0 + 16 mt + ...:
-     * swizzled (kACols = 64) pieces m0 / 8 + 2 mt + (q & 1), mt by XOR. */
+     * swizzled (kACols a multiple of 64: ptile_off's swz) pieces m0 / 8 +
+     * 2 mt + (q & 1), mt by XOR (m0 a multiple of 32 keeps the piece's low
+     * two bits free, so the XOR with the row's swizzle commutes). */
+    constexpr bool kSwizzled = kACols % 64 == 0;
+    const int q = lane >> 3, rr = lane & 7;
     const uint32_t abase = arch::smem_u32(a);
     const int arow = ((q >> 1) << 3) + rr;
-    uint32_t a0;
-    if constexpr (kACols == kSlab)
-        a0 = swz_addr(abase, arow, (m0 >> 3) + (q & 1));
-    else
-        a0 = abase + 2 * (uint32_t)ptile_off<kACols>(arow, m0 + ((q & 1) << 3));
+    const uint32_t a0 = abase + 2 * (uint32_t)ptile_off<kACols>(arow, m0 + ((q & 1) << 3));
     /* B: rows k, pieces n0 / 8 + 2 np + (lane >> 4), np by XOR. */
     const uint32_t b0 = swz_addr(arch::smem_u32(b), rr + ((q & 1) << 3), (n0 >> 3) + (lane >> 4));
     uint32_t bn[kNT / 2];
@@ -122,7 +120,7 @@ __device__ __forceinline__ void warp_atb(arch::FragC (&c)[2][kNT], const T *a, i
         arch::FragA fa[2];
 #pragma unroll
         for (int mt = 0; mt < 2; ++mt) {
-            const uint32_t am = kACols == kSlab ? a0 ^ (mt << 5) : a0 + mt * 32;
+            const uint32_t am = kSwizzled ? a0 ^ (mt << 5) : a0 + mt * 32;
             arch::ldmatrix_x4_trans(fa[mt].r, am + kk * 16 * kARowBytes);
         }
 #pragma unroll

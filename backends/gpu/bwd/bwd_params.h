@@ -95,7 +95,8 @@ namespace bwd {
  * adding dQ into the zeroed fp32 buffer themselves (no dQ kernel;
  * choose_tiles, outside deterministic mode). kDkdv64ResidentDqAtomicPlain:
  * that kernel without the softcap, bias, ALiBi and dropout code, for calls
- * that have none (+5% at D <= 128 on the H100, docs/notes/backward.md). */
+ * that have none (+5% at D <= 128 on the H100, docs/notes/backward.md).
+ * kDkdv128PlainDqAtomic: the same at D <= 64 on 128-key blocks (Big64Cfg). */
 enum Kernel {
     kDkdv64 = 0,
     kDkdv32 = 1,
@@ -113,7 +114,8 @@ enum Kernel {
     kDkdvSmallResidentDqAtomic = 13,
     kDkdvStream = 14,
     kDkdvStreamDqAtomic = 15,
-    kDkdv64ResidentDqAtomicPlain = 16
+    kDkdv64ResidentDqAtomicPlain = 16,
+    kDkdv128PlainDqAtomic = 17
 };
 
 /* fp32 gradient buffer [heads][rows_total][dim] -> strided output view.
