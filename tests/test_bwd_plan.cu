@@ -173,7 +173,10 @@ void test_knobs(void **)
     expect(problem(64), kH100, "bwd dkdv kv64 regs s4 q-held, dq atomic");
     unsetenv("FFPA_BWD_PLAIN");
     expect(problem(64, 1), kH100, "bwd dkdv kv64 regs s4 q-held, dq big regs s3");
-    expect(problem(64), kA100, "bwd dkdv kv128 regs plain s3 q-held, dq atomic");
+    expect(problem(64), kA100, "bwd dkdv kv128 regs plain s4 q-held, dq atomic");
+    setenv("FFPA_BWD_HOLD_Q", "0", 1);
+    expect(problem(64), kH100, "bwd dkdv kv128 regs plain s3, dq atomic");
+    unsetenv("FFPA_BWD_HOLD_Q");
     setenv("FFPA_BWD_STREAM", "0", 1);
     expect(problem(1024), kH100, "bwd dkdv kv32 s2, dq atomic");
     ffpa_plan plan; /* a tuned choice of StreamCfg still holds */

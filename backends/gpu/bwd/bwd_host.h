@@ -369,18 +369,19 @@ inline ffpa_status choose_tiles(const ffpa_problem *pb, size_t smem_limit, size_
     if (t.dkdv_launch == kDkdv64ResidentDqAtomic && plain && ffpa_env_long("FFPA_BWD_PLAIN", 1, 0, 1, nullptr) != 0)
         t.dkdv_launch = kDkdv64ResidentDqAtomicPlain;
     /* D <= 64: 128-key blocks (half the Q / dO loads and dQ reductions per
-     * key; FFPA_BWD_KV128=0: never), at the deepest ring that fits (Q held
-     * as the 64-key kernel holds it). */
+     * key; FFPA_BWD_KV128=0: never) at the 64-key kernel's ring depth, plus
+     * the held Q slot where it fits (FFPA_BWD_HOLD_Q=0: never), else without. */
     if (t.dkdv_launch == kDkdv64ResidentDqAtomicPlain && dqk <= kSlab && dv <= kSlab && !want_dkdv &&
         ffpa_env_long("FFPA_BWD_KV128", 1, 0, 1, nullptr) != 0)
-        for (int s = t.dkdv_stages; s >= 3; --s) {
+        for (int hold = ffpa_env_long("FFPA_BWD_HOLD_Q", 1, 0, 1, nullptr) != 0; hold >= 0; --hold) {
+            const int s = t.dkdv_stages - t.dkdv_hold_q + hold;
             const size_t bytes = dkdv_smem_bytes<Big64Cfg>(128, dqk, dv, s, elt);
             if (bytes <= smem_limit) {
                 t.dkdv_launch = kDkdv128PlainDqAtomic;
                 t.bc = 128;
                 t.dkdv_stages = s;
                 t.dkdv_smem = bytes;
-                t.dkdv_hold_q = 1;
+                t.dkdv_hold_q = hold;
                 break;
             }
         }
