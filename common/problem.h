@@ -146,6 +146,14 @@ static inline void ffpa_softcap_log2(const ffpa_problem *p, float *in, float *ou
     *out = p->softcap > 0.0f ? (float)(log2e * p->softcap) : 0.0f;
 }
 
+/* Whether the scores take a variant beyond the masks: bias, dropout,
+ * softcap or ALiBi (the problem-level form of backends/gpu/fwd_params.h's
+ * ffpa_gpu_fwd_no_variants; the kernels' plain twins run the others). */
+static inline int ffpa_problem_has_variants(const ffpa_problem *p)
+{
+    return p->has_bias || p->dropout_p > 0.0f || p->softcap > 0.0f || p->alibi != NULL;
+}
+
 /* Query / key rows of sequence b (host offsets, or the cpu backend's own memory). */
 static inline int64_t ffpa_seqlen_q(const ffpa_problem *p, int64_t b)
 {

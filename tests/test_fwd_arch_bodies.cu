@@ -7,9 +7,14 @@
  * and MLA-shaped calls, on the limits of each architecture built, must land
  * on an instantiation that has its body there, and the planner's shared
  * memory must be the instantiation's layout (fwd_smem_layout; the launchers
- * refuse a call where they disagree). Host code only (nvcc, for the
- * instantiation table's types): no GPU needed.
+ * refuse a call where they disagree). Also the launchers' choice of a
+ * tile's plain twin. Host code only (nvcc, for the instantiation table's
+ * types): no GPU needed.
  */
+/* Before cmocka.h, whose fail() macro would take fwd_host.h's fail(). */
+#include "fwd_kernels.cuh"
+#include "fwd_host.h"
+
 extern "C" {
 #include <setjmp.h>
 #include <stdarg.h>
@@ -18,9 +23,9 @@ extern "C" {
 
 #include <cmocka.h>
 }
+#include <stdlib.h>
 #include <string.h>
 
-#include "fwd_kernels.cuh"
 #include "plan.h"
 
 namespace {
@@ -149,6 +154,44 @@ void test_dropped_tiles(void **)
         assert_true(k.min_smem <= cuda::arch_smem_per_block(900));
 }
 
+/* The generic forward's plain twin runs a plain call without dropout, where
+ * the tile has one, unless FFPA_GENERIC_PLAIN_TWIN=0; the kernel's name says so. */
+void test_plain_twin_choice(void **)
+{
+    struct Desc {
+        const void *launch_plain;
+    };
+    static const int entry = 0;
+    const Desc with = {&entry}, without = {nullptr};
+    ffpa_gpu_fwd_params p;
+    memset(&p, 0, sizeof p);
+    p.plain = 1;
+    assert_true(fwd::host::uses_plain_twin(&with, p));
+    assert_false(fwd::host::uses_plain_twin(&without, p));
+    p.has_dropout = 1;
+    assert_false(fwd::host::uses_plain_twin(&with, p));
+    p.has_dropout = 0;
+    p.plain = 0;
+    assert_false(fwd::host::uses_plain_twin(&with, p));
+    p.plain = 1;
+    setenv("FFPA_GENERIC_PLAIN_TWIN", "0", 1);
+    assert_false(fwd::host::uses_plain_twin(&with, p));
+    setenv("FFPA_GENERIC_PLAIN_TWIN", "banana", 1); /* malformed: the default */
+    assert_true(fwd::host::uses_plain_twin(&with, p));
+    unsetenv("FFPA_GENERIC_PLAIN_TWIN");
+
+    ffpa_plan plan;
+    memset(&plan, 0, sizeof plan);
+    plan.kv_splits = 1;
+    plan.path = FFPA_PATH_SMALL_D;
+    assert_string_equal(fwd::host::generic_name(plan), "generic small-d");
+    assert_string_equal(fwd::host::generic_name(plan, true), "generic small-d plain");
+    plan.path = FFPA_PATH_SPLIT_D;
+    assert_string_equal(fwd::host::generic_name(plan, true), "generic split-d plain");
+    plan.kv_splits = 4;
+    assert_string_equal(fwd::host::generic_name(plan, true), "generic decode (split-KV) plain");
+}
+
 } /* namespace */
 
 int main(void)
@@ -161,6 +204,7 @@ int main(void)
         cmocka_unit_test_prestate(test_arch, (void *)&kArchs[4]),
         cmocka_unit_test_prestate(test_arch, (void *)&kArchs[5]),
         cmocka_unit_test(test_dropped_tiles),
+        cmocka_unit_test(test_plain_twin_choice),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

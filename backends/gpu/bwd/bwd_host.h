@@ -365,8 +365,8 @@ inline ffpa_status choose_tiles(const ffpa_problem *pb, size_t smem_limit, size_
         t.dkdv_launch = with_dq_atomic(t.dkdv_launch);
     /* Calls without softcap, bias, ALiBi or dropout: the plain twin
      * (FFPA_BWD_PLAIN=0: never, A/B in one build). */
-    const bool plain = !pb->has_bias && !(pb->dropout_p > 0.0f) && !(pb->softcap > 0.0f) && !pb->alibi;
-    if (t.dkdv_launch == kDkdv64ResidentDqAtomic && plain && ffpa_env_long("FFPA_BWD_PLAIN", 1, 0, 1, nullptr) != 0)
+    if (t.dkdv_launch == kDkdv64ResidentDqAtomic && !ffpa_problem_has_variants(pb) &&
+        ffpa_env_long("FFPA_BWD_PLAIN", 1, 0, 1, nullptr) != 0)
         t.dkdv_launch = kDkdv64ResidentDqAtomicPlain;
     /* D <= 64: 128-key blocks (half the Q / dO loads and dQ reductions per
      * key; FFPA_BWD_KV128=0: never) at the 64-key kernel's ring depth, plus
