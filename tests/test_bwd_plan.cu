@@ -82,8 +82,8 @@ void test_h100(void **)
 {
     expect(problem(64), kH100, "bwd dkdv kv128 regs plain s4 q-held, dq atomic");
     expect(problem(48), kH100, "bwd dkdv kv128 regs plain s4 q-held, dq atomic");
-    expect(problem(72), kH100, "bwd dkdv kv64 regs plain s4 q-held, dq atomic");
-    expect(problem(128), kH100, "bwd dkdv kv64 regs plain s4 q-held, dq atomic");
+    expect(problem(72), kH100, "bwd dkdv kv128 2d regs plain s4 q-held, dq atomic");
+    expect(problem(128), kH100, "bwd dkdv kv128 2d regs plain s4 q-held, dq atomic");
     ffpa_problem variant = problem(128);
     variant.softcap = 30.0f;
     expect(variant, kH100, "bwd dkdv kv64 regs s4 q-held, dq atomic");
@@ -120,7 +120,7 @@ void test_split_launch(void **)
 /* A100: no room for the held slot at D = 128. */
 void test_a100(void **)
 {
-    expect(problem(128), kA100, "bwd dkdv kv64 regs plain s3, dq atomic");
+    expect(problem(128), kA100, "bwd dkdv kv128 2d regs plain s4 q-held, dq atomic");
     expect(problem(512), kA100, "bwd dkdv stream s2, dq atomic");
     expect(causal(problem(512)), kA100, "bwd dkdv kv32 s2, dq atomic");
     expect(problem(1024), kA100, "bwd dkdv stream s2, dq atomic");
@@ -156,10 +156,11 @@ void test_knobs(void **)
     const struct {
         const char *name, *value, *want;
     } cases[] = {{"FFPA_BWD_DQ_ATOMIC", "0", "bwd dkdv kv64 regs s4 q-held, dq big regs s3"},
-                 {"FFPA_BWD_HOLD_Q", "0", "bwd dkdv kv64 regs plain s3, dq atomic"},
+                 {"FFPA_BWD_HOLD_Q", "0", "bwd dkdv kv128 2d regs plain s3, dq atomic"},
+                 {"FFPA_BWD_KV128_WIDE", "0", "bwd dkdv kv64 regs plain s4 q-held, dq atomic"},
                  {"FFPA_BWD_RESIDENT", "0", "bwd dkdv kv64 s3, dq atomic"},
                  {"FFPA_BWD_PLAIN", "0", "bwd dkdv kv64 regs s4 q-held, dq atomic"},
-                 {"FFPA_BWD_DQ_ATOMIC", "banana", "bwd dkdv kv64 regs plain s4 q-held, dq atomic"}};
+                 {"FFPA_BWD_DQ_ATOMIC", "banana", "bwd dkdv kv128 2d regs plain s4 q-held, dq atomic"}};
     for (const auto &c : cases) {
         setenv(c.name, c.value, 1);
         expect(problem(128), kH100, c.want);

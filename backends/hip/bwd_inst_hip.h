@@ -35,6 +35,12 @@ __global__ void __launch_bounds__(Big64Cfg::kThreads) bwd_dkdv128_kernel(const f
     bwd::dkdv_body<T, 128, Big64Cfg, true, true, true>(p);
 }
 
+template <typename T>
+__global__ void __launch_bounds__(Wide128Cfg::kThreads) bwd_dkdv128w_kernel(const ffpa_bwd_params p)
+{
+    bwd::dkdv_body<T, 128, Wide128Cfg, true, true, true>(p);
+}
+
 template <typename T, bool kDqAtomic>
 __global__ void __launch_bounds__(StreamCfg::kThreads) bwd_dkdv_stream_kernel(const ffpa_bwd_params p)
 {
@@ -85,6 +91,8 @@ hipError_t FFPA_BWD_LAUNCH_DKDV(int kernel, const ffpa_bwd_params &p, size_t sme
                                 stream, p);
     case bwd::kDkdv128PlainDqAtomic:
         return launch_with_smem(bwd_dkdv128_kernel<FFPA_BWD_T>, grid, Big64Cfg::kThreads, smem, stream, p);
+    case bwd::kDkdv128WidePlainDqAtomic:
+        return launch_with_smem(bwd_dkdv128w_kernel<FFPA_BWD_T>, grid, Wide128Cfg::kThreads, smem, stream, p);
     case bwd::kDkdv64DqAtomic:
         return launch_with_smem(bwd_dkdv_kernel<FFPA_BWD_T, 64, false, true>, grid, BigCfg::kThreads, smem, stream,
                                 p);

@@ -41,6 +41,13 @@ __global__ void __launch_bounds__(Big64Cfg::kThreads, 1) dkdv128_kernel(const __
     dkdv_body<T, 128, Big64Cfg, true, true, true>(p);
 }
 
+/* D in (64, 128], plain calls: 128-key blocks of 64-row query tiles (Wide128Cfg). */
+template <typename T>
+__global__ void __launch_bounds__(Wide128Cfg::kThreads, 1) dkdv128w_kernel(const __grid_constant__ ffpa_bwd_params p)
+{
+    dkdv_body<T, 128, Wide128Cfg, true, true, true>(p);
+}
+
 template <typename T, bool kDqAtomic>
 __global__ void __launch_bounds__(StreamCfg::kThreads, 1) dkdv_stream_kernel(const __grid_constant__ ffpa_bwd_params p)
 {
@@ -92,6 +99,8 @@ cudaError_t FFPA_BWD_LAUNCH_DKDV(int kernel, const ffpa_bwd_params &p, size_t sm
                                 p);
     case kDkdv128PlainDqAtomic:
         return launch_with_smem(dkdv128_kernel<FFPA_BWD_T>, grid, Big64Cfg::kThreads, smem, stream, p);
+    case kDkdv128WidePlainDqAtomic:
+        return launch_with_smem(dkdv128w_kernel<FFPA_BWD_T>, grid, Wide128Cfg::kThreads, smem, stream, p);
     case kDkdv64DqAtomic:
         return launch_with_smem(dkdv_kernel<FFPA_BWD_T, 64, false, true>, grid, BigCfg::kThreads, smem, stream, p);
     case kDkdv64:
@@ -144,6 +153,8 @@ cudaError_t FFPA_BWD_ATTR(int which, cudaFuncAttributes *attr)
         return cudaFuncGetAttributes(attr, dkdv_kernel<FFPA_BWD_T, 64, true, true, true>);
     case kDkdv128PlainDqAtomic:
         return cudaFuncGetAttributes(attr, dkdv128_kernel<FFPA_BWD_T>);
+    case kDkdv128WidePlainDqAtomic:
+        return cudaFuncGetAttributes(attr, dkdv128w_kernel<FFPA_BWD_T>);
     case kDkdv64DqAtomic:
         return cudaFuncGetAttributes(attr, dkdv_kernel<FFPA_BWD_T, 64, false, true>);
     case kDkdv32DqAtomic:

@@ -22,10 +22,14 @@ namespace bwd {
  * resident in shared memory for the whole block or streamed beside the
  * Q/dO chunk of every item (recomputed per chunk, as Split-D does).
  */
-template <int kWarps_, int kChunk_, bool kStreamKV_> struct BwdCfg {
+template <int kWarps_, int kChunk_, bool kStreamKV_, int kBr_ = 16 * kWarps_> struct BwdCfg {
     static constexpr int kWarps = kWarps_;
     static constexpr int kThreads = kWarps * arch::kWarpSize;
-    static constexpr int kBr = 16 * kWarps;  /* query rows of a tile: 16 per warp */
+    static constexpr int kBr = kBr_;         /* query rows of a tile: 16 per warp row */
+    /* Warps that split a row group's keys in S / dP (the 2-D warp tiling:
+     * kBr / 16 row groups x kKeyWarps key groups). */
+    static constexpr int kKeyWarps = 16 * kWarps / kBr;
+    static_assert(kBr % 16 == 0 && (16 * kWarps) % kBr == 0, "whole row groups, every warp in one");
     static constexpr int kChunk = kChunk_;   /* columns streamed per pipeline item */
     static constexpr int kSlabs = kChunk / kSlab;
     static constexpr bool kStreamKV = kStreamKV_;
@@ -40,6 +44,10 @@ using BigCfg = BwdCfg<8, 2 * kSlab, false>;
  * hold one slab, and the dV/dK warp grid (4 x 2 warps of 32 keys x 32
  * columns) covers the 64 columns with every warp. */
 using Big64Cfg = BwdCfg<8, kSlab, false>;
+/* D in (64, 128] on 128-key blocks (FlashAttention-2's hdim-128 tile): 64
+ * query rows a tile, 8 warps as 4 row groups x 2 key groups of 64 in S / dP
+ * (32 + 32 registers), dK / dV 32 keys x 64 columns a warp in registers. */
+using Wide128Cfg = BwdCfg<8, 2 * kSlab, false, 64>;
 /* BigCfg's tile with K/V streamed: for D whose 64-key K/V tiles do not fit
  * resident (D = 1024 on the H100; from D ~ 640 on a 163 KiB A100), where the
  * alternative was the 32-key kernel (half the key rows per block, 4-wide

@@ -35,7 +35,8 @@ namespace bwd {
 
 template <int kBc_, class B> struct DkdvCfg {
     static constexpr int kBc = kBc_;
-    static constexpr int kNT = kBc / 8;               /* S n-tiles per warp */
+    static constexpr int kKW = kBc / B::kKeyWarps;    /* keys of a warp in S / dP */
+    static constexpr int kNT = kKW / 8;               /* S n-tiles per warp */
     static constexpr int kPElems = ptile_elems<kBc>(B::kBr); /* P or dS tile (swizzled or padded) */
     static constexpr int kGridRows = kBc / 32;        /* dV/dK warp grid: 32 key rows per warp */
     static constexpr int kGridCols = B::kWarps / kGridRows;
@@ -45,6 +46,7 @@ template <int kBc_, class B> struct DkdvCfg {
     static constexpr int kSlotElems = (B::kBr + (B::kStreamKV ? kBc : 0)) * B::kChunk;
     static_assert(kBc == 32 || kBc == 64 || kBc == 128, "key tile");
     static_assert(kGNT % 2 == 0 && kSlab % kGCols == 0, "a warp's dV/dK columns lie in one slab");
+    static_assert(B::kKeyWarps == 1 || !B::kStreamKV, "2-D S tiling: K / V resident (dQ from their slabs)");
 };
 
 /* dK and dV of a block fit the warps' registers for the whole query loop:
@@ -74,6 +76,8 @@ __device__ __forceinline__ void dkdv_body(const ffpa_bwd_params &p)
     using Cfg = DkdvCfg<kBc, B>;
     extern __shared__ __align__(128) unsigned char smem_raw[];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    /* S / dP: the warp's row group and its keys (kKeyWarps = 1: all of them). */
+    const int wr = warp / B::kKeyWarps, kcol0 = (warp % B::kKeyWarps) * Cfg::kKW;
     const int kb = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
     const SeqGeom g = seq_geom(p, b);
     const int kv0 = kb * kBc;
@@ -225,13 +229,13 @@ __device__ __forceinline__ void dkdv_body(const ffpa_bwd_params &p)
     /* A warp's fragments, packed as A fragments (ds_afrags), into a
      * 16-bit kBc-wide tile in shared memory: af[kk][j] holds n-tile
      * 2 kk + j / 2, fragment rows of half j % 2. */
-    auto store_afrags = [&](const uint32_t(&af)[kBc / 16][4], T *tile) {
+    auto store_afrags = [&](const uint32_t(&af)[Cfg::kKW / 16][4], T *tile) {
 #pragma unroll
-        for (int kk = 0; kk < kBc / 16; ++kk)
+        for (int kk = 0; kk < Cfg::kKW / 16; ++kk)
 #pragma unroll
             for (int j = 0; j < 4; ++j) {
-                const int r = warp * 16 + arch::frag_c_row(lane, 2 * (j & 1));
-                const int c = (2 * kk + (j >> 1)) * 8 + arch::frag_c_col(lane, 0);
+                const int r = wr * 16 + arch::frag_c_row(lane, 2 * (j & 1));
+                const int c = kcol0 + (2 * kk + (j >> 1)) * 8 + arch::frag_c_col(lane, 0);
                 *reinterpret_cast<uint32_t *>(tile + ptile_off<kBc>(r, c)) = af[kk][j];
             }
     };
@@ -261,22 +265,23 @@ __device__ __forceinline__ void dkdv_body(const ffpa_bwd_params &p)
                 if (slab * kSlab >= p.dqk)
                     break;
                 /* K: a resident slab, or streamed beside the Q chunk. */
-                warp_abt<T, Cfg::kNT>(s, slot + sl * B::kBr * kSlab, warp * 16,
-                                      B::kStreamKV ? slot + B::kBr * B::kChunk + sl * kBc * kSlab
-                                                   : ks + slab * kBc * kSlab,
+                warp_abt<T, Cfg::kNT>(s, slot + sl * B::kBr * kSlab, wr * 16,
+                                      (B::kStreamKV ? slot + B::kBr * B::kChunk + sl * kBc * kSlab
+                                                    : ks + slab * kBc * kSlab) +
+                                          kcol0 * kSlab,
                                       p.dqk - slab * kSlab, lane);
             }
         }
 
         /* P = exp(scale S + bias - LSE), masked; P_dropped to shared memory. */
         MaskCtx mc;
-        mc.row0 = q0 + warp * 16;
-        mc.col0 = kv0;
+        mc.row0 = q0 + wr * 16;
+        mc.col0 = kv0 + kcol0;
         mc.seqlen_q = g.seqlen_q;
         mc.seqlen_k = g.seqlen_k;
         mc.set_head(p.mask, b, h);
-        mc.need_bounds = kv0 + kBc > g.seqlen_k;
-        mc.need_diag = crosses_diag(p.mask, mc.row0, mc.row0 + 15, kv0, kv0 + kBc - 1, diag);
+        mc.need_bounds = mc.col0 + Cfg::kKW > g.seqlen_k;
+        mc.need_diag = crosses_diag(p.mask, mc.row0, mc.row0 + 15, mc.col0, mc.col0 + Cfg::kKW - 1, diag);
         mask_scores<Cfg::kNT, !kPlain>(s, p.mask, mc, lane);
         float lse2[2], delta[2];
         row_stats(p, g, b, h, mc.row0, lane, lse2, delta);
@@ -288,8 +293,8 @@ __device__ __forceinline__ void dkdv_body(const ffpa_bwd_params &p)
                 pd[nt] = s[nt];
             if (!kPlain && p.has_dropout)
                 apply_dropout<Cfg::kNT>(pd, p.mask, mc, lane);
-            uint32_t pa[kBc / 16][4];
-            ds_afrags<T, kBc>(pd, 1.0f, pa);
+            uint32_t pa[Cfg::kKW / 16][4];
+            ds_afrags<T, Cfg::kKW>(pd, 1.0f, pa);
             store_afrags(pa, ps);
         }
 
@@ -305,9 +310,10 @@ __device__ __forceinline__ void dkdv_body(const ffpa_bwd_params &p)
                 const int slab = B::kSlabs * c + sl;
                 if (slab * kSlab >= p.dv)
                     break;
-                warp_abt<T, Cfg::kNT>(dp, slot + sl * B::kBr * kSlab, warp * 16,
-                                      B::kStreamKV ? slot + B::kBr * B::kChunk + sl * kBc * kSlab
-                                                   : vs + slab * kBc * kSlab,
+                warp_abt<T, Cfg::kNT>(dp, slot + sl * B::kBr * kSlab, wr * 16,
+                                      (B::kStreamKV ? slot + B::kBr * B::kChunk + sl * kBc * kSlab
+                                                    : vs + slab * kBc * kSlab) +
+                                          kcol0 * kSlab,
                                       p.dv - slab * kSlab, lane);
             }
             if constexpr (kResident)
@@ -323,8 +329,8 @@ __device__ __forceinline__ void dkdv_body(const ffpa_bwd_params &p)
         for (int nt = 0; nt < Cfg::kNT; ++nt)
 #pragma unroll
             for (int half = 0; half < 2; ++half) {
-                const int r = warp * 16 + arch::frag_c_row(lane, 2 * half);
-                const int c = nt * 8 + arch::frag_c_col(lane, 0);
+                const int r = wr * 16 + arch::frag_c_row(lane, 2 * half);
+                const int c = kcol0 + nt * 8 + arch::frag_c_col(lane, 0);
                 float z0 = 1.f, z1 = 1.f;
                 if (!kPlain && p.has_dropout) {
                     uint32_t u = *reinterpret_cast<const uint32_t *>(ps + ptile_off<kBc>(r, c));
@@ -337,8 +343,8 @@ __device__ __forceinline__ void dkdv_body(const ffpa_bwd_params &p)
             }
         if (!kPlain && p.mask.softcap_out > 0.0f)
             softcap_grad<Cfg::kNT>(dp, s, lse2, p.mask, mc, lane);
-        uint32_t dsa[kBc / 16][4];
-        ds_afrags<T, kBc>(dp, p.scale, dsa);
+        uint32_t dsa[Cfg::kKW / 16][4];
+        ds_afrags<T, Cfg::kKW>(dp, p.scale, dsa);
         store_afrags(dsa, dss);
 
         /* kDqAtomic: dQ rows of this warp += scale dS K_j, one 64-column
@@ -347,7 +353,7 @@ __device__ __forceinline__ void dkdv_body(const ffpa_bwd_params &p)
          * chunks streamed beside the dK phase's Q chunks. */
         const RedRows dq_red(static_cast<float *>(p.dq.data) + acc_row0(p.dq, p.cu_q, b, h) +
                                  (int64_t)q0 * p.dq.sn,
-                             p.dq.sn, warp * 16, g.seqlen_q - q0, lane); /* unused without kDqAtomic */
+                             p.dq.sn, wr * 16, g.seqlen_q - q0, lane); /* unused without kDqAtomic */
         auto dq_slab = [&](const T *kslab, int slab) {
             /* In two halves of 32 columns: the first half's reductions
              * drain while the second half's MMAs run, into other registers. */
@@ -357,15 +363,24 @@ __device__ __forceinline__ void dkdv_body(const ffpa_bwd_params &p)
 #pragma unroll
                 for (int nt = 0; nt < kSlab / 16; ++nt)
                     o[nt] = arch::FragC{{0.f, 0.f, 0.f, 0.f}};
-                warp_ab_reg<T, kBc, kSlab / 16>(o, dsa, kslab, half * (kSlab / 2), lane);
+                if constexpr (B::kKeyWarps == 1)
+                    warp_ab_reg<T, kBc, kSlab / 16>(o, dsa, kslab, half * (kSlab / 2), lane);
+                else /* the row group's dS is in kKeyWarps warps: read it whole from the tile */
+                    warp_ab_smem<T, kBc, kBc, kSlab / 16>(o, dss, wr * 16, kslab, half * (kSlab / 2), lane);
                 red_tile<kSlab / 16>(o, dq_red, slab * kSlab + half * (kSlab / 2), p.dqk, lane);
             }
         };
-        /* dQ over every slab from the resident K slabs. */
+        /* dQ over every slab from the resident K slabs (2-D S tiling: the
+         * key-group warps of a row group take every kKeyWarps-th slab, after
+         * the barrier that completes the dS tile). */
         auto dq_resident_k = [&]() {
-            if constexpr (kDqAtomic && !B::kStreamKV)
-                for (int slab = 0; slab < kslabs; ++slab)
+            if constexpr (kDqAtomic && !B::kStreamKV) {
+                if constexpr (B::kKeyWarps > 1)
+                    if (!hold)
+                        __syncthreads();
+                for (int slab = (int)(warp % B::kKeyWarps); slab < kslabs; slab += B::kKeyWarps)
                     dq_slab(ks + slab * kBc * kSlab, slab);
+            }
         };
         /* dK += scale dS^T Q chunk by chunk: the held Q chunk once every
          * warp's dS rows are in (then dQ: its reductions drain under the

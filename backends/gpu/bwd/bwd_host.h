@@ -369,15 +369,21 @@ inline ffpa_status choose_tiles(const ffpa_problem *pb, size_t smem_limit, size_
         ffpa_env_long("FFPA_BWD_PLAIN", 1, 0, 1, nullptr) != 0)
         t.dkdv_launch = kDkdv64ResidentDqAtomicPlain;
     /* D <= 64: 128-key blocks (half the Q / dO loads and dQ reductions per
-     * key; FFPA_BWD_KV128=0: never) at the 64-key kernel's ring depth, plus
-     * the held Q slot where it fits (FFPA_BWD_HOLD_Q=0: never), else without. */
-    if (t.dkdv_launch == kDkdv64ResidentDqAtomicPlain && dqk <= kSlab && dv <= kSlab && !want_dkdv &&
+     * key; FFPA_BWD_KV128=0: never). */
+    /* D in (64, 128]: 128-key blocks of 64-row query tiles, the 2-D S
+     * tiling (Wide128Cfg; FFPA_BWD_KV128_WIDE=0: never). */
+    const bool narrow_d = dqk <= kSlab && dv <= kSlab;
+    const bool wide_ok = !narrow_d && ffpa_env_long("FFPA_BWD_KV128_WIDE", 1, 0, 1, nullptr) != 0;
+    if (t.dkdv_launch == kDkdv64ResidentDqAtomicPlain && (narrow_d || wide_ok) && !want_dkdv &&
         ffpa_env_long("FFPA_BWD_KV128", 1, 0, 1, nullptr) != 0)
+        /* The 64-key kernel's ring depth, plus the held Q slot where it fits
+         * (FFPA_BWD_HOLD_Q=0: never), else without it. */
         for (int hold = ffpa_env_long("FFPA_BWD_HOLD_Q", 1, 0, 1, nullptr) != 0; hold >= 0; --hold) {
             const int s = t.dkdv_stages - t.dkdv_hold_q + hold;
-            const size_t bytes = dkdv_smem_bytes<Big64Cfg>(128, dqk, dv, s, elt);
+            const size_t bytes = narrow_d ? dkdv_smem_bytes<Big64Cfg>(128, dqk, dv, s, elt)
+                                          : dkdv_smem_bytes<Wide128Cfg>(128, dqk, dv, s, elt);
             if (bytes <= smem_limit) {
-                t.dkdv_launch = kDkdv128PlainDqAtomic;
+                t.dkdv_launch = narrow_d ? kDkdv128PlainDqAtomic : kDkdv128WidePlainDqAtomic;
                 t.bc = 128;
                 t.dkdv_stages = s;
                 t.dkdv_smem = bytes;
@@ -407,7 +413,8 @@ inline ffpa_plan tuned_plan(const ffpa_problem *pb, const ffpa_device_limits &li
  * dK/dV kernel added dQ. */
 inline void tiles_label(const Tiles &t, char *buf, size_t len)
 {
-    const char *kv = t.bc == 128             ? "kv128"
+    const char *kv = t.dkdv_launch == kDkdv128WidePlainDqAtomic ? "kv128 2d"
+                     : t.bc == 128                          ? "kv128"
                      : t.dkdv == kDkdv64     ? "kv64"
                      : t.dkdv == kDkdv32     ? "kv32"
                      : t.dkdv == kDkdvStream ? "stream"
@@ -418,8 +425,10 @@ inline void tiles_label(const Tiles &t, char *buf, size_t len)
     const char *held = t.dkdv_hold_q ? " q-held" : "";
     if (t.dq_atomic)
         snprintf(buf, len, "bwd dkdv %s%s%s s%d%s, dq atomic", kv, regs ? " regs" : "",
-                 t.dkdv_launch == kDkdv64ResidentDqAtomicPlain || t.dkdv_launch == kDkdv128PlainDqAtomic ? " plain"
-                                                                                                        : "",
+                 t.dkdv_launch == kDkdv64ResidentDqAtomicPlain || t.dkdv_launch == kDkdv128PlainDqAtomic ||
+                         t.dkdv_launch == kDkdv128WidePlainDqAtomic
+                     ? " plain"
+                     : "",
                  t.dkdv_stages, held);
     else
         snprintf(buf, len, "bwd dkdv %s%s s%d%s, dq %s%s s%d", kv, regs ? " regs" : "", t.dkdv_stages, held,

@@ -161,6 +161,34 @@ __device__ __forceinline__ void warp_ab_reg(arch::FragC (&c)[kNT], const uint32_
     }
 }
 
+/* c[nt] (16 x 8 kNT) += A B with A rows [row0, row0 + 16) x [0, kK) of a
+ * [rows][kACols] P / dS tile (ptile_off layout, ldmatrix) and B a swizzled
+ * [k][64] slab, columns n0 .. n0 + 8 kNT (n0 a multiple of 8 kNT): dQ = dS K
+ * where a warp's registers hold only part of its rows' dS (2-D S tiling). */
+template <typename T, int kK, int kACols, int kNT = kSlab / 8>
+__device__ __forceinline__ void warp_ab_smem(arch::FragC (&c)[kNT], const T *a, int row0, const T *b, int n0,
+                                             int lane)
+{
+    static_assert(sizeof(T) == 2, "16-bit tiles");
+    static_assert(kNT % 2 == 0 && (kNT & (kNT - 1)) == 0 && kNT <= kSlab / 8, "n-tile pairs, a power of two");
+    const uint32_t abase = arch::smem_u32(a);
+    const int arow = row0 + (lane & 15);
+    const uint32_t b0 = swz_addr(arch::smem_u32(b), (lane & 7) + (((lane >> 3) & 1) << 3), (n0 >> 3) + (lane >> 4));
+#pragma unroll
+    for (int kk = 0; kk < kK / 16; ++kk) {
+        arch::FragA fa;
+        arch::ldmatrix_x4(fa.r, abase + 2 * (uint32_t)ptile_off<kACols>(arow, kk * 16 + ((lane >> 4) << 3)));
+#pragma unroll
+        for (int np = 0; np < kNT / 2; ++np) {
+            uint32_t r[4];
+            arch::ldmatrix_x4_trans(r, (b0 ^ (np << 5)) + kk * 16 * (kSlab * 2));
+            arch::FragB b0f = {{r[0], r[1]}}, b1f = {{r[2], r[3]}};
+            arch::mma_m16n8k16<T>(c[2 * np], fa, b0f);
+            arch::mma_m16n8k16<T>(c[2 * np + 1], fa, b1f);
+        }
+    }
+}
+
 /* ------------------------------------------------------ gradient accumulators */
 
 /* Element offset of row 0 of (b, h) in an acc view. */
