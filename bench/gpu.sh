@@ -97,7 +97,7 @@ BWD_CHECK=(1,2,2,77,77,64,64 2,4,2,130,200,128,128,c 1,2,1,70,33,256,256,c 1,2,2
   1,2,1,70,200,128,128,c 1,2,2,90,65,128,128 2,4,2,300,129,128,64,c 1,2,2,129,257,64,128 1,3,1,50,1,128,128
   3,2,2,100,130,256,256 2,4,2,90,70,192,192,o 2,2,1,77,150,256,256,bd 1,2,2,150,150,256,256,r
   2,4,2,150,200,64,64,c 3,4,2,100,130,48,48,vbd 1,2,1,200,260,32,32,cw40s10a 1,4,2,129,300,64,40,d
-  1,2,2,257,100,64,64,g)
+  1,2,2,257,100,64,64,g 2,4,2,150,230,96,96,c 1,2,1,130,200,80,80 3,2,2,100,170,112,112,v 1,2,2,129,300,72,104,c)
 # Decode: B,Hq,Hkv,Nq,Nkv,Dqk,Dv,page[,flags]: c causal, a append, m MLA, x mixed lengths, d dense.
 KV_CHECK=(1,8,2,1,1,64,64,16 3,8,2,1,17,128,128,16,x 2,32,8,1,5000,128,128,64 2,4,4,4,300,256,256,16,ca
   2,8,1,16,200,512,512,16,ca 2,4,2,1,3000,1024,1024,256 3,128,1,1,700,576,512,64,ma
@@ -112,7 +112,7 @@ BWD_SAN=(1,2,1,70,130,320,320,c 3,2,2,40,70,296,296,vcbd 1,2,2,130,130,320,320,r
   1,1,1,40,70,512,512,bd 1,2,1,200,260,512,512,cr 1,1,1,130,200,1024,1024,r 1,2,1,70,130,512,512,cg
   1,1,1,40,140,1024,1024,go 2,2,2,60,70,256,256,gr 1,2,1,70,130,320,320,cw20s10a 1,2,1,70,130,256,256,c
   2,4,1,100,300,256,256,vc 1,2,1,70,130,800,800,cbd 2,2,2,40,90,960,960,v 1,2,1,70,200,128,128,c 1,2,2,300,129,128,64,c
-  2,2,1,70,130,64,64,cbd 2,2,2,50,90,48,48,v)
+  2,2,1,70,130,64,64,cbd 2,2,2,50,90,48,48,v 1,2,1,70,200,96,96,c 2,2,2,50,150,112,112,v)
 KV_SAN=(1,8,2,1,300,128,128,16,x 1,32,1,2,200,576,512,64,mac 1,4,4,3,130,1024,1024,16,ca 2,8,8,1,100,64,64,16,d
   1,64,1,1,300,576,512,48,m 2,128,1,2,257,576,512,16,mc 3,16,1,1,130,576,512,256,mx)
 FWD_PERF=(${FWD_PERF:-1,32,32,8192,8192,128,128 1,32,32,8192,8192,256,256 1,32,32,8192,8192,320,320
@@ -175,11 +175,15 @@ if want check; then
     "${FWD_CHECK[@]:33}" >"$OUT/check-fwd-sm90.log" 2>&1
   note "check forward (sm90) vs cpu: rc=$? $(fails "$OUT/check-fwd-sm90.log" $(( ${#FWD_CHECK[@]} - 3 )))"
   # The variants' shapes on the generic kernels too (auto runs them on sm90).
-  FFPA_CUDA_KERNEL=generic timeout 200 "$BENCH" --backend cuda --check --no-time "${FWD_CHECK[@]:33:10}" \
+  # Rows by their flags (window w, softcap s, ALiBi a), not by position: the lists grow.
+  var_rows() { local r f; for r in "$@"; do IFS=, read -r _ _ _ _ _ _ _ f <<<"$r"; [[ $f == *[wsa]* ]] && echo "$r"; done; }
+  mapfile -t fwd_var < <(var_rows "${FWD_CHECK[@]}")
+  mapfile -t bwd_var < <(var_rows "${BWD_CHECK[@]}")
+  FFPA_CUDA_KERNEL=generic timeout 200 "$BENCH" --backend cuda --check --no-time "${fwd_var[@]}" \
     >"$OUT/check-var-generic.log" 2>&1 &&
-    FFPA_CUDA_KERNEL=generic timeout 200 "$BENCH" --backend cuda --backward --check --no-time "${BWD_CHECK[@]: -8}" \
+    FFPA_CUDA_KERNEL=generic timeout 200 "$BENCH" --backend cuda --backward --check --no-time "${bwd_var[@]}" \
       >>"$OUT/check-var-generic.log" 2>&1
-  note "check variants (generic) vs cpu: rc=$? $(fails "$OUT/check-var-generic.log" 16)"
+  note "check variants (generic) vs cpu: rc=$? $(fails "$OUT/check-var-generic.log" $(( ${#fwd_var[@]} + ${#bwd_var[@]} )))"
   # The generic kernels' D <= 256 rows (two m-tiles per warp at D <= 128; plain and variant paths).
   small_rows=("${FWD_CHECK[@]:0:2}" "${FWD_CHECK[@]:3:1}" "${FWD_CHECK[@]:8:1}" "${FWD_CHECK[@]:10:1}" "${FWD_CHECK[@]:43}")
   FFPA_CUDA_KERNEL=generic timeout 200 "$BENCH" --backend cuda --check --no-time "${small_rows[@]}" \
