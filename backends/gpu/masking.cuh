@@ -192,16 +192,24 @@ __device__ __forceinline__ void mask_scores(arch::FragC (&s)[kNT], const ffpa_gp
             }
     }
     if (mc.need_bounds || mc.need_diag) {
+        /* Per row, the visible key columns [lo, hi] (diagonal, window and
+         * seqlen_k bounds): an element then costs one compare pair. */
 #pragma unroll
-        for (int nt = 0; nt < kNT; ++nt) {
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                int i = mc.row0 + arch::frag_c_row(lane, e);
-                int j = mc.col0 + nt * 8 + arch::frag_c_col(lane, e);
-                if ((mc.need_bounds && j >= mc.seqlen_k) ||
-                    (mc.need_diag && (j > last_visible_col(p, i, diag) || j < first_visible_col(p, i, diag))))
-                    s[nt].r[e] = -INFINITY;
+        for (int half = 0; half < 2; ++half) {
+            const int i = mc.row0 + arch::frag_c_row(lane, 2 * half);
+            int lo = -(1 << 30), hi = mc.need_bounds ? mc.seqlen_k - 1 : (1 << 30);
+            if (mc.need_diag) {
+                lo = first_visible_col(p, i, diag);
+                hi = min(hi, last_visible_col(p, i, diag));
             }
+#pragma unroll
+            for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+                for (int e = 2 * half; e < 2 * half + 2; ++e) {
+                    const int j = mc.col0 + nt * 8 + arch::frag_c_col(lane, e);
+                    if (j > hi || j < lo)
+                        s[nt].r[e] = -INFINITY;
+                }
         }
     }
 }

@@ -120,15 +120,17 @@ __device__ __forceinline__ void row_stats(const ffpa_bwd_params &p, const SeqGeo
     }
 }
 
-/* Masked scores (log2 domain) -> probabilities P from the saved LSE. */
+/* Masked scores -> probabilities P from the saved LSE: exp2(mul s - lse2),
+ * mul the softmax scale times log2(e) where the caller left s unscaled
+ * (one FFMA a score instead of a multiply and an add), else 1. */
 template <int kNT>
-__device__ __forceinline__ void recompute_p(arch::FragC (&s)[kNT], const float (&lse2)[2])
+__device__ __forceinline__ void recompute_p(arch::FragC (&s)[kNT], const float (&lse2)[2], float mul = 1.0f)
 {
 #pragma unroll
     for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
         for (int e = 0; e < 4; ++e)
-            s[nt].r[e] = arch::exp2_fast(s[nt].r[e] - lse2[e >> 1]);
+            s[nt].r[e] = arch::exp2_fast(fmaf(s[nt].r[e], mul, -lse2[e >> 1]));
 }
 
 /* mul * dS (a warp's 16 x kBc FragC tiles) as the A fragments of a GEMM over

@@ -229,14 +229,22 @@ __device__ __forceinline__ void dkdv_body(const ffpa_bwd_params &p)
     /* A warp's fragments, packed as A fragments (ds_afrags), into a
      * 16-bit kBc-wide tile in shared memory: af[kk][j] holds n-tile
      * 2 kk + j / 2, fragment rows of half j % 2. */
+    /* Swizzled tiles: the lane's rows share one swizzle key (row & 7), so
+     * n-tile m of a row sits at the lane's base offset XOR (m & 7) << 3
+     * (plus 64 columns per m / 8): one LOP3 a store, no address rebuilt. */
+    const int afrag_base = ptile_off<kBc>(wr * 16 + arch::frag_c_row(lane, 0), kcol0 + arch::frag_c_col(lane, 0));
     auto store_afrags = [&](const uint32_t(&af)[Cfg::kKW / 16][4], T *tile) {
 #pragma unroll
         for (int kk = 0; kk < Cfg::kKW / 16; ++kk)
 #pragma unroll
             for (int j = 0; j < 4; ++j) {
-                const int r = wr * 16 + arch::frag_c_row(lane, 2 * (j & 1));
-                const int c = kcol0 + (2 * kk + (j >> 1)) * 8 + arch::frag_c_col(lane, 0);
-                *reinterpret_cast<uint32_t *>(tile + ptile_off<kBc>(r, c)) = af[kk][j];
+                const int m = 2 * kk + (j >> 1), dr = 8 * (j & 1); /* n-tile, row offset */
+                int off;
+                if constexpr (kBc % 64 == 0)
+                    off = (afrag_base ^ ((m & 7) << 3)) + (m >> 3) * 64 + dr * kBc;
+                else
+                    off = afrag_base + m * 8 + dr * (kBc + 8);
+                *reinterpret_cast<uint32_t *>(tile + off) = af[kk][j];
             }
     };
 
@@ -282,10 +290,12 @@ __device__ __forceinline__ void dkdv_body(const ffpa_bwd_params &p)
         mc.set_head(p.mask, b, h);
         mc.need_bounds = mc.col0 + Cfg::kKW > g.seqlen_k;
         mc.need_diag = crosses_diag(p.mask, mc.row0, mc.row0 + 15, mc.col0, mc.col0 + Cfg::kKW - 1, diag);
-        mask_scores<Cfg::kNT, !kPlain>(s, p.mask, mc, lane);
+        /* Plain: the scale goes into recompute_p's FFMA (the variants need
+         * scaled scores first). */
+        mask_scores<Cfg::kNT, !kPlain, !kPlain>(s, p.mask, mc, lane);
         float lse2[2], delta[2];
         row_stats(p, g, b, h, mc.row0, lane, lse2, delta);
-        recompute_p<Cfg::kNT>(s, lse2);
+        recompute_p<Cfg::kNT>(s, lse2, kPlain ? p.mask.scale_log2 : 1.0f);
         {
             arch::FragC pd[Cfg::kNT];
 #pragma unroll
