@@ -11,6 +11,17 @@
 
 namespace ffpa {
 
+/* A shared-memory tile as its 32-bit address, stepped in elements of
+ * kElt bytes like a pointer: its arithmetic stays 32-bit, where a generic
+ * pointer's is 64-bit and converted back at every ldmatrix / cp.async
+ * (the backward's hot loop spent ~80 instructions a tile on that). */
+template <int kElt = 2> struct SmemAddr {
+    uint32_t a;
+    __device__ __forceinline__ SmemAddr operator+(int elems) const { return {a + (uint32_t)(kElt * elems)}; }
+};
+template <int kElt> __device__ __forceinline__ uint32_t smem_addr(SmemAddr<kElt> p) { return p.a; }
+template <typename T> __device__ __forceinline__ uint32_t smem_addr(const T *p) { return arch::smem_u32(p); }
+
 /* Element offset of (row, col) in a swizzled tile of `cols` columns. */
 template <int cols> __device__ __forceinline__ int swz(int row, int col)
 {
@@ -23,8 +34,8 @@ template <int cols> __device__ __forceinline__ int swz(int row, int col)
  * stride `stride` elements) into a swizzled tile. Rows >= rows_valid and
  * columns >= cols_valid are zero-filled, never read.
  */
-template <typename T, int rows, int cols, int threads>
-__device__ __forceinline__ void load_tile_async(T *tile, const T *base, int64_t stride, int rows_valid,
+template <typename T, int rows, int cols, int threads, class Tile = T *>
+__device__ __forceinline__ void load_tile_async(Tile tile, const T *base, int64_t stride, int rows_valid,
                                                 int col0, int cols_valid, int tid)
 {
     constexpr int pieces_per_row = cols / 8;
@@ -38,7 +49,7 @@ __device__ __forceinline__ void load_tile_async(T *tile, const T *base, int64_t 
     const bool col_ok = col0 + c < cols_valid;
     const T *src = base + (int64_t)r0 * stride + col0 + c;
     const int64_t src_step = (int64_t)row_step * stride;
-    uint32_t dst = arch::smem_u32(tile + swz<cols>(r0, c));
+    uint32_t dst = smem_addr(tile + swz<cols>(r0, c));
 #pragma unroll
     for (int it = 0; it < iters; ++it) {
         const int r = r0 + it * row_step;
@@ -46,7 +57,7 @@ __device__ __forceinline__ void load_tile_async(T *tile, const T *base, int64_t 
             bool ok = col_ok && r < rows_valid;
             /* With row_step a multiple of 8 the swizzle of row r equals row r0's. */
             uint32_t d = row_step % 8 == 0 ? dst + (uint32_t)(it * row_step * cols * sizeof(T))
-                                           : arch::smem_u32(tile + swz<cols>(r, c));
+                                           : smem_addr(tile + swz<cols>(r, c));
             arch::cp_async_16(d, ok ? src : base, ok ? 16 : 0);
             src += src_step;
         }

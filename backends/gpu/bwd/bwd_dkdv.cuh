@@ -108,11 +108,16 @@ __device__ __forceinline__ void dkdv_body(const ffpa_bwd_params &p)
         return;
     }
 
-    T *ks = reinterpret_cast<T *>(smem_raw);
-    T *vs = ks + (B::kStreamKV ? 0 : kslabs * kBc * kSlab);
-    T *ps = vs + (B::kStreamKV ? 0 : vslabs * kBc * kSlab);
-    T *dss = ps + Cfg::kPElems;
-    T *ring = dss + Cfg::kPElems;
+    /* The tiles as 32-bit shared addresses (SmemAddr) for the MMAs and
+     * copies; P and dS also as pointers for the fragment stores. */
+    using SA = SmemAddr<sizeof(T)>;
+    const SA ks = {arch::smem_u32(smem_raw)};
+    const SA vs = ks + (B::kStreamKV ? 0 : kslabs * kBc * kSlab);
+    const SA ps = vs + (B::kStreamKV ? 0 : vslabs * kBc * kSlab);
+    const SA dss = ps + Cfg::kPElems;
+    const SA ring = dss + Cfg::kPElems;
+    T *const ps_ptr = reinterpret_cast<T *>(smem_raw) + (B::kStreamKV ? 0 : (kslabs + vslabs) * kBc * kSlab);
+    T *const dss_ptr = ps_ptr + Cfg::kPElems;
     constexpr int kSlotElems = Cfg::kSlotElems;
 
     const T *kg = static_cast<const T *>(p.k) + row0_offset(p.k_sb, p.k_sh, p.k_sn, g.k_start, varlen, b, hk) +
@@ -145,7 +150,7 @@ __device__ __forceinline__ void dkdv_body(const ffpa_bwd_params &p)
         const int dim = is_do ? p.dv : p.dqk;
         const T *const base = (is_do ? do_head0 + (int64_t)ld.head * p.do_sh : q_head0 + (int64_t)ld.head * p.q_sh) +
                               (int64_t)q0 * stride;
-        T *slot = ring + ld.slot * kSlotElems;
+        const SA slot = ring + ld.slot * kSlotElems;
 #pragma unroll
         for (int sl = 0; sl < B::kSlabs; ++sl) {
             const int col0 = chunk * B::kChunk + sl * kSlab;
@@ -181,13 +186,13 @@ __device__ __forceinline__ void dkdv_body(const ffpa_bwd_params &p)
     /* Item t has landed; the slot of item t + ahead - stages (t - 1, or
      * t - 2 when holding) is free for item t + ahead. Returns item t's slot. */
     int use_slot = 0;
-    auto item_begin = [&](int t) -> const T * {
+    auto item_begin = [&](int t) -> SA {
         arch::cp_async_wait_dyn(ahead - 1);
         __syncthreads();
         if (t + ahead < total_items)
             load_next();
         arch::cp_async_commit();
-        const T *slot = ring + use_slot * kSlotElems;
+        const SA slot = ring + use_slot * kSlotElems;
         use_slot = use_slot + 1 == p.stages ? 0 : use_slot + 1;
         return slot;
     };
@@ -198,7 +203,7 @@ __device__ __forceinline__ void dkdv_body(const ffpa_bwd_params &p)
     /* kResident: the block's dV and dK chunks, [key m-tile][n-tile]. */
     arch::FragC dv_res[kResident ? 2 : 1][kResident ? Cfg::kGNT : 1] = {};
     arch::FragC dk_res[kResident ? 2 : 1][kResident ? Cfg::kGNT : 1] = {};
-    auto grad_chunk = [&](const ffpa_bwd_acc &acc, int64_t base, const T *slot, const T *atile, int c, int dim,
+    auto grad_chunk = [&](const ffpa_bwd_acc &acc, int64_t base, SA slot, SA atile, int c, int dim,
                           bool first) {
         const int col0 = c * B::kChunk + gcol;
         if (col0 >= dim)
@@ -218,7 +223,7 @@ __device__ __forceinline__ void dkdv_body(const ffpa_bwd_params &p)
 
     /* kResident: the same product into registers (one chunk: c = 0). */
     using ResTile = arch::FragC[kResident ? 2 : 1][kResident ? Cfg::kGNT : 1];
-    auto grad_resident = [&](ResTile &res, const T *slot, const T *atile, int dim) {
+    auto grad_resident = [&](ResTile &res, SA slot, SA atile, int dim) {
         if constexpr (kResident) {
             if (gcol < dim)
                 warp_atb<T, Cfg::kGNT, B::kBr, kBc>(res, atile, wm2 * 32, slot + (gcol / kSlab) * B::kBr * kSlab,
@@ -257,7 +262,7 @@ __device__ __forceinline__ void dkdv_body(const ffpa_bwd_params &p)
             qb = 0;
             ++head;
         }
-        const T *held = nullptr; /* hold: the tile's Q slot */
+        SA held = ring; /* hold: the tile's Q slot */
 
         /* S = Q K^T over Dqk chunks. */
         arch::FragC s[Cfg::kNT];
@@ -265,7 +270,7 @@ __device__ __forceinline__ void dkdv_body(const ffpa_bwd_params &p)
         for (int nt = 0; nt < Cfg::kNT; ++nt)
             s[nt] = arch::FragC{{0.f, 0.f, 0.f, 0.f}};
         for (int c = 0; c < nq2; ++c, ++t) {
-            const T *slot = item_begin(t);
+            const SA slot = item_begin(t);
             held = slot;
 #pragma unroll
             for (int sl = 0; sl < B::kSlabs; ++sl) {
@@ -305,7 +310,7 @@ __device__ __forceinline__ void dkdv_body(const ffpa_bwd_params &p)
                 apply_dropout<Cfg::kNT>(pd, p.mask, mc, lane);
             uint32_t pa[Cfg::kKW / 16][4];
             ds_afrags<T, Cfg::kKW>(pd, 1.0f, pa);
-            store_afrags(pa, ps);
+            store_afrags(pa, ps_ptr);
         }
 
         /* dP = dO V^T over Dv chunks; dV += P_dropped^T dO chunk by chunk. */
@@ -314,7 +319,7 @@ __device__ __forceinline__ void dkdv_body(const ffpa_bwd_params &p)
         for (int nt = 0; nt < Cfg::kNT; ++nt)
             dp[nt] = arch::FragC{{0.f, 0.f, 0.f, 0.f}};
         for (int c = 0; c < nv2; ++c, ++t) {
-            const T *slot = item_begin(t);
+            const SA slot = item_begin(t);
 #pragma unroll
             for (int sl = 0; sl < B::kSlabs; ++sl) {
                 const int slab = B::kSlabs * c + sl;
@@ -343,7 +348,7 @@ __device__ __forceinline__ void dkdv_body(const ffpa_bwd_params &p)
                 const int c = kcol0 + nt * 8 + arch::frag_c_col(lane, 0);
                 float z0 = 1.f, z1 = 1.f;
                 if (!kPlain && p.has_dropout) {
-                    uint32_t u = *reinterpret_cast<const uint32_t *>(ps + ptile_off<kBc>(r, c));
+                    uint32_t u = *reinterpret_cast<const uint32_t *>(ps_ptr + ptile_off<kBc>(r, c));
                     const T *pv = reinterpret_cast<const T *>(&u);
                     z0 = arch::to_f32<T>(pv[0]) != 0.f ? p.mask.dropout_scale : 0.f;
                     z1 = arch::to_f32<T>(pv[1]) != 0.f ? p.mask.dropout_scale : 0.f;
@@ -355,7 +360,7 @@ __device__ __forceinline__ void dkdv_body(const ffpa_bwd_params &p)
             softcap_grad<Cfg::kNT>(dp, s, lse2, p.mask, mc, lane);
         uint32_t dsa[Cfg::kKW / 16][4];
         ds_afrags<T, Cfg::kKW>(dp, p.scale, dsa);
-        store_afrags(dsa, dss);
+        store_afrags(dsa, dss_ptr);
 
         /* kDqAtomic: dQ rows of this warp += scale dS K_j, one 64-column
          * slab at a time, added with reductions: from the resident K slabs
@@ -364,7 +369,7 @@ __device__ __forceinline__ void dkdv_body(const ffpa_bwd_params &p)
         const RedRows dq_red(static_cast<float *>(p.dq.data) + acc_row0(p.dq, p.cu_q, b, h) +
                                  (int64_t)q0 * p.dq.sn,
                              p.dq.sn, wr * 16, g.seqlen_q - q0, lane); /* unused without kDqAtomic */
-        auto dq_slab = [&](const T *kslab, int slab) {
+        auto dq_slab = [&](SA kslab, int slab) {
             /* In two halves of 32 columns: the first half's reductions
              * drain while the second half's MMAs run, into other registers. */
 #pragma unroll
@@ -404,7 +409,7 @@ __device__ __forceinline__ void dkdv_body(const ffpa_bwd_params &p)
         }
         dq_resident_k();
         for (int c = 0; c < nq2; ++c, ++t) {
-            const T *slot = item_begin(t);
+            const SA slot = item_begin(t);
             if constexpr (kDqAtomic && B::kStreamKV) {
 #pragma unroll
                 for (int sl = 0; sl < B::kSlabs; ++sl) {

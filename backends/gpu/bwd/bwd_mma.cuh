@@ -38,14 +38,13 @@ __host__ __device__ __forceinline__ uint32_t swz_addr(uint32_t base, int row, in
  * over the slab columns < cols_valid. A and B are swizzled [rows][64] slabs
  * of 16-bit elements.
  */
-template <typename T, int kNT>
-__device__ __forceinline__ void warp_abt(arch::FragC (&c)[kNT], const T *a, int row0, const T *b,
-                                         int cols_valid, int lane)
+template <typename T, int kNT, class PA = const T *, class PB = const T *>
+__device__ __forceinline__ void warp_abt(arch::FragC (&c)[kNT], PA a, int row0, PB b, int cols_valid, int lane)
 {
     static_assert(kNT % 2 == 0, "n-tiles come in pairs");
     static_assert(sizeof(T) == 2, "16-bit slabs");
-    const uint32_t a0 = swz_addr(arch::smem_u32(a), row0 + (lane & 15), lane >> 4);
-    const uint32_t b0 = swz_addr(arch::smem_u32(b), (lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1);
+    const uint32_t a0 = swz_addr(smem_addr(a), row0 + (lane & 15), lane >> 4);
+    const uint32_t b0 = swz_addr(smem_addr(b), (lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1);
     auto kstep = [&](int kk) {
         arch::FragA fa;
         arch::ldmatrix_x4(fa.r, a0 ^ (kk << 5));
@@ -94,8 +93,8 @@ template <int kCols> constexpr int ptile_elems(int rows)
  * multiple of 32), n from the slab column n0 (a multiple of 8 kNT, so that
  * the n-tile pairs step by XOR), k over [0, kK).
  */
-template <typename T, int kNT, int kK, int kACols>
-__device__ __forceinline__ void warp_atb(arch::FragC (&c)[2][kNT], const T *a, int m0, const T *b, int n0, int lane)
+template <typename T, int kNT, int kK, int kACols, class PA = const T *, class PB = const T *>
+__device__ __forceinline__ void warp_atb(arch::FragC (&c)[2][kNT], PA a, int m0, PB b, int n0, int lane)
 {
     static_assert(kNT % 2 == 0 && (kNT & (kNT - 1)) == 0, "n-tiles come in pairs, a power of two");
     static_assert(sizeof(T) == 2, "16-bit tiles");
@@ -105,11 +104,11 @@ __device__ __forceinline__ void warp_atb(arch::FragC (&c)[2][kNT], const T *a, i
      * two bits free, so the XOR with the row's swizzle commutes). */
     constexpr bool kSwizzled = kACols % 64 == 0;
     const int q = lane >> 3, rr = lane & 7;
-    const uint32_t abase = arch::smem_u32(a);
+    const uint32_t abase = smem_addr(a);
     const int arow = ((q >> 1) << 3) + rr;
     const uint32_t a0 = abase + 2 * (uint32_t)ptile_off<kACols>(arow, m0 + ((q & 1) << 3));
     /* B: rows k, pieces n0 / 8 + 2 np + (lane >> 4), np by XOR. */
-    const uint32_t b0 = swz_addr(arch::smem_u32(b), rr + ((q & 1) << 3), (n0 >> 3) + (lane >> 4));
+    const uint32_t b0 = swz_addr(smem_addr(b), rr + ((q & 1) << 3), (n0 >> 3) + (lane >> 4));
     uint32_t bn[kNT / 2];
 #pragma unroll
     for (int np = 0; np < kNT / 2; ++np)
@@ -140,13 +139,13 @@ __device__ __forceinline__ void warp_atb(arch::FragC (&c)[2][kNT], const T *a, i
 /* c[nt] (16 x 8 kNT) += A B with A (16 x kK) in registers as packed
  * fragments (af[kk] = FragA of k-step kk) and B a swizzled [k][64] slab,
  * columns n0 .. n0 + 8 kNT (n0 a multiple of 8 kNT). */
-template <typename T, int kK, int kNT = kSlab / 8>
-__device__ __forceinline__ void warp_ab_reg(arch::FragC (&c)[kNT], const uint32_t (&af)[kK / 16][4], const T *b,
-                                            int n0, int lane)
+template <typename T, int kK, int kNT = kSlab / 8, class PB = const T *>
+__device__ __forceinline__ void warp_ab_reg(arch::FragC (&c)[kNT], const uint32_t (&af)[kK / 16][4], PB b, int n0,
+                                            int lane)
 {
     static_assert(sizeof(T) == 2, "16-bit slabs");
     static_assert(kNT % 2 == 0 && (kNT & (kNT - 1)) == 0 && kNT <= kSlab / 8, "n-tile pairs, a power of two");
-    const uint32_t b0 = swz_addr(arch::smem_u32(b), (lane & 7) + (((lane >> 3) & 1) << 3), (n0 >> 3) + (lane >> 4));
+    const uint32_t b0 = swz_addr(smem_addr(b), (lane & 7) + (((lane >> 3) & 1) << 3), (n0 >> 3) + (lane >> 4));
 #pragma unroll
     for (int kk = 0; kk < kK / 16; ++kk) {
         arch::FragA fa = {{af[kk][0], af[kk][1], af[kk][2], af[kk][3]}};
@@ -165,15 +164,14 @@ __device__ __forceinline__ void warp_ab_reg(arch::FragC (&c)[kNT], const uint32_
  * [rows][kACols] P / dS tile (ptile_off layout, ldmatrix) and B a swizzled
  * [k][64] slab, columns n0 .. n0 + 8 kNT (n0 a multiple of 8 kNT): dQ = dS K
  * where a warp's registers hold only part of its rows' dS (2-D S tiling). */
-template <typename T, int kK, int kACols, int kNT = kSlab / 8>
-__device__ __forceinline__ void warp_ab_smem(arch::FragC (&c)[kNT], const T *a, int row0, const T *b, int n0,
-                                             int lane)
+template <typename T, int kK, int kACols, int kNT = kSlab / 8, class PA = const T *, class PB = const T *>
+__device__ __forceinline__ void warp_ab_smem(arch::FragC (&c)[kNT], PA a, int row0, PB b, int n0, int lane)
 {
     static_assert(sizeof(T) == 2, "16-bit tiles");
     static_assert(kNT % 2 == 0 && (kNT & (kNT - 1)) == 0 && kNT <= kSlab / 8, "n-tile pairs, a power of two");
-    const uint32_t abase = arch::smem_u32(a);
+    const uint32_t abase = smem_addr(a);
     const int arow = row0 + (lane & 15);
-    const uint32_t b0 = swz_addr(arch::smem_u32(b), (lane & 7) + (((lane >> 3) & 1) << 3), (n0 >> 3) + (lane >> 4));
+    const uint32_t b0 = swz_addr(smem_addr(b), (lane & 7) + (((lane >> 3) & 1) << 3), (n0 >> 3) + (lane >> 4));
 #pragma unroll
     for (int kk = 0; kk < kK / 16; ++kk) {
         arch::FragA fa;
