@@ -97,7 +97,13 @@ void test_h100(void **)
     variant = problem(64);
     variant.has_bias = 1;
     expect(variant, kH100, "bwd dkdv kv64 regs s4 q-held, dq atomic");
-    expect(problem(256), kH100, "bwd dkdv kv64 s3, dq atomic");
+    /* D in (128, 256], plain: 64-key blocks of 64-row tiles, dK/dV in registers. */
+    expect(problem(256), kH100, "bwd dkdv kv64 2d regs plain s4 q-held, dq atomic");
+    expect(causal(problem(192)), kH100, "bwd dkdv kv64 2d regs plain s4 q-held, dq atomic");
+    expect(problem(256, 1), kH100, "bwd dkdv kv64 s3, dq big s3");
+    variant = problem(256);
+    variant.softcap = 30.0f;
+    expect(variant, kH100, "bwd dkdv kv64 s3, dq atomic");
     expect(problem(512), kH100, "bwd dkdv kv64 s2, dq atomic");
     expect(causal(problem(512)), kH100, "bwd dkdv kv64 s2, dq atomic");
     expect(problem(768), kH100, "bwd dkdv stream s3, dq atomic");
@@ -121,6 +127,7 @@ void test_split_launch(void **)
 void test_a100(void **)
 {
     expect(problem(128), kA100, "bwd dkdv kv128 2d regs plain s4 q-held, dq atomic");
+    expect(problem(256), kA100, "bwd dkdv kv64 2d regs plain s2, dq atomic");
     expect(problem(512), kA100, "bwd dkdv stream s2, dq atomic");
     expect(causal(problem(512)), kA100, "bwd dkdv kv32 s2, dq atomic");
     expect(problem(1024), kA100, "bwd dkdv stream s2, dq atomic");
@@ -177,6 +184,14 @@ void test_knobs(void **)
     expect(problem(64), kA100, "bwd dkdv kv128 regs plain s4 q-held, dq atomic");
     setenv("FFPA_BWD_HOLD_Q", "0", 1);
     expect(problem(64), kH100, "bwd dkdv kv128 regs plain s3, dq atomic");
+    unsetenv("FFPA_BWD_HOLD_Q");
+    for (const char *knob : {"FFPA_BWD_KV64_WIDE", "FFPA_BWD_PLAIN", "FFPA_BWD_RESIDENT"}) {
+        setenv(knob, "0", 1);
+        expect(problem(256), kH100, "bwd dkdv kv64 s3, dq atomic");
+        unsetenv(knob);
+    }
+    setenv("FFPA_BWD_HOLD_Q", "0", 1);
+    expect(problem(256), kH100, "bwd dkdv kv64 2d regs plain s4, dq atomic");
     unsetenv("FFPA_BWD_HOLD_Q");
     setenv("FFPA_BWD_STREAM", "0", 1);
     expect(problem(1024), kH100, "bwd dkdv kv32 s2, dq atomic");

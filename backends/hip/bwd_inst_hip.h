@@ -41,6 +41,12 @@ __global__ void __launch_bounds__(Wide128Cfg::kThreads) bwd_dkdv128w_kernel(cons
     bwd::dkdv_body<T, 128, Wide128Cfg, true, true, true>(p);
 }
 
+template <typename T>
+__global__ void __launch_bounds__(Wide256Cfg::kThreads) bwd_dkdv64w_kernel(const ffpa_bwd_params p)
+{
+    bwd::dkdv_body<T, 64, Wide256Cfg, true, true, true>(p);
+}
+
 template <typename T, bool kDqAtomic>
 __global__ void __launch_bounds__(StreamCfg::kThreads) bwd_dkdv_stream_kernel(const ffpa_bwd_params p)
 {
@@ -93,6 +99,8 @@ hipError_t FFPA_BWD_LAUNCH_DKDV(int kernel, const ffpa_bwd_params &p, size_t sme
         return launch_with_smem(bwd_dkdv128_kernel<FFPA_BWD_T>, grid, Big64Cfg::kThreads, smem, stream, p);
     case bwd::kDkdv128WidePlainDqAtomic:
         return launch_with_smem(bwd_dkdv128w_kernel<FFPA_BWD_T>, grid, Wide128Cfg::kThreads, smem, stream, p);
+    case bwd::kDkdv64WidePlainDqAtomic:
+        return launch_with_smem(bwd_dkdv64w_kernel<FFPA_BWD_T>, grid, Wide256Cfg::kThreads, smem, stream, p);
     case bwd::kDkdv64DqAtomic:
         return launch_with_smem(bwd_dkdv_kernel<FFPA_BWD_T, 64, false, true>, grid, BigCfg::kThreads, smem, stream,
                                 p);

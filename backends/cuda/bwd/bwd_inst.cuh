@@ -48,6 +48,13 @@ __global__ void __launch_bounds__(Wide128Cfg::kThreads, 1) dkdv128w_kernel(const
     dkdv_body<T, 128, Wide128Cfg, true, true, true>(p);
 }
 
+/* D in (128, 256], plain calls: 64-key blocks of 64-row query tiles (Wide256Cfg). */
+template <typename T>
+__global__ void __launch_bounds__(Wide256Cfg::kThreads, 1) dkdv64w_kernel(const __grid_constant__ ffpa_bwd_params p)
+{
+    dkdv_body<T, 64, Wide256Cfg, true, true, true>(p);
+}
+
 template <typename T, bool kDqAtomic>
 __global__ void __launch_bounds__(StreamCfg::kThreads, 1) dkdv_stream_kernel(const __grid_constant__ ffpa_bwd_params p)
 {
@@ -101,6 +108,8 @@ cudaError_t FFPA_BWD_LAUNCH_DKDV(int kernel, const ffpa_bwd_params &p, size_t sm
         return launch_with_smem(dkdv128_kernel<FFPA_BWD_T>, grid, Big64Cfg::kThreads, smem, stream, p);
     case kDkdv128WidePlainDqAtomic:
         return launch_with_smem(dkdv128w_kernel<FFPA_BWD_T>, grid, Wide128Cfg::kThreads, smem, stream, p);
+    case kDkdv64WidePlainDqAtomic:
+        return launch_with_smem(dkdv64w_kernel<FFPA_BWD_T>, grid, Wide256Cfg::kThreads, smem, stream, p);
     case kDkdv64DqAtomic:
         return launch_with_smem(dkdv_kernel<FFPA_BWD_T, 64, false, true>, grid, BigCfg::kThreads, smem, stream, p);
     case kDkdv64:
@@ -155,6 +164,8 @@ cudaError_t FFPA_BWD_ATTR(int which, cudaFuncAttributes *attr)
         return cudaFuncGetAttributes(attr, dkdv128_kernel<FFPA_BWD_T>);
     case kDkdv128WidePlainDqAtomic:
         return cudaFuncGetAttributes(attr, dkdv128w_kernel<FFPA_BWD_T>);
+    case kDkdv64WidePlainDqAtomic:
+        return cudaFuncGetAttributes(attr, dkdv64w_kernel<FFPA_BWD_T>);
     case kDkdv64DqAtomic:
         return cudaFuncGetAttributes(attr, dkdv_kernel<FFPA_BWD_T, 64, false, true>);
     case kDkdv32DqAtomic:

@@ -48,6 +48,11 @@ using Big64Cfg = BwdCfg<8, kSlab, false>;
  * query rows a tile, 8 warps as 4 row groups x 2 key groups of 64 in S / dP
  * (32 + 32 registers), dK / dV 32 keys x 64 columns a warp in registers. */
 using Wide128Cfg = BwdCfg<8, 2 * kSlab, false, 64>;
+/* D in (128, 256] on 64-key blocks (FlashAttention-2's hdim-256 tile): 64
+ * query rows a tile in one 256-column chunk, 8 warps as 4 row groups x 2 key
+ * groups of 32 in S / dP (16 + 16 registers), dK / dV 32 keys x 64 columns a
+ * warp in registers (64 + 64) instead of read and written per query tile. */
+using Wide256Cfg = BwdCfg<8, 4 * kSlab, false, 64>;
 /* BigCfg's tile with K/V streamed: for D whose 64-key K/V tiles do not fit
  * resident (D = 1024 on the H100; from D ~ 640 on a 163 KiB A100), where the
  * alternative was the 32-key kernel (half the key rows per block, 4-wide

@@ -391,6 +391,28 @@ inline ffpa_status choose_tiles(const ffpa_problem *pb, size_t smem_limit, size_
                 break;
             }
         }
+    /* D in (128, 256]: 64-key blocks of 64-row query tiles with dK / dV in
+     * registers (Wide256Cfg, the 2-D S tiling), where the 64-key kernel
+     * reads and writes them every query tile; plain calls adding dQ, not
+     * under a tuned dK/dV choice (FFPA_BWD_KV64_WIDE=0, FFPA_BWD_PLAIN=0 or
+     * FFPA_BWD_RESIDENT=0: never). The deepest ring that fits: four slots
+     * with Q held (the H100), else three, else without the held slot. */
+    const bool wide256 = t.dkdv_launch == kDkdv64DqAtomic && (dqk > 2 * kSlab || dv > 2 * kSlab) &&
+                         dkdv_resident<Wide256Cfg>(dqk, dv) && regs && !ffpa_problem_has_variants(pb) &&
+                         !want_dkdv && ffpa_env_long("FFPA_BWD_PLAIN", 1, 0, 1, nullptr) != 0 &&
+                         ffpa_env_long("FFPA_BWD_KV64_WIDE", 1, 0, 1, nullptr) != 0;
+    const int hold_ok = ffpa_env_long("FFPA_BWD_HOLD_Q", 1, 0, 1, nullptr) != 0;
+    for (int hold = hold_ok, done = !wide256; !done && hold >= 0; --hold)
+        for (int s = 4; !done && s >= 2 + hold; --s) {
+            const size_t bytes = dkdv_smem_bytes<Wide256Cfg>(64, dqk, dv, s, elt);
+            if (bytes <= smem_limit) {
+                t.dkdv_launch = kDkdv64WidePlainDqAtomic;
+                t.dkdv_stages = s;
+                t.dkdv_smem = bytes;
+                t.dkdv_hold_q = hold;
+                done = 1;
+            }
+        }
     return FFPA_OK;
 }
 
@@ -414,6 +436,7 @@ inline ffpa_plan tuned_plan(const ffpa_problem *pb, const ffpa_device_limits &li
 inline void tiles_label(const Tiles &t, char *buf, size_t len)
 {
     const char *kv = t.dkdv_launch == kDkdv128WidePlainDqAtomic ? "kv128 2d"
+                     : t.dkdv_launch == kDkdv64WidePlainDqAtomic ? "kv64 2d"
                      : t.bc == 128                          ? "kv128"
                      : t.dkdv == kDkdv64     ? "kv64"
                      : t.dkdv == kDkdv32     ? "kv32"
@@ -426,7 +449,7 @@ inline void tiles_label(const Tiles &t, char *buf, size_t len)
     if (t.dq_atomic)
         snprintf(buf, len, "bwd dkdv %s%s%s s%d%s, dq atomic", kv, regs ? " regs" : "",
                  t.dkdv_launch == kDkdv64ResidentDqAtomicPlain || t.dkdv_launch == kDkdv128PlainDqAtomic ||
-                         t.dkdv_launch == kDkdv128WidePlainDqAtomic
+                         t.dkdv_launch == kDkdv128WidePlainDqAtomic || t.dkdv_launch == kDkdv64WidePlainDqAtomic
                      ? " plain"
                      : "",
                  t.dkdv_stages, held);

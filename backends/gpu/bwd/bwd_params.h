@@ -97,7 +97,8 @@ namespace bwd {
  * that kernel without the softcap, bias, ALiBi and dropout code, for calls
  * that have none (+5% at D <= 128 on the H100, docs/notes/backward.md).
  * kDkdv128PlainDqAtomic: the same at D <= 64 on 128-key blocks (Big64Cfg);
- * kDkdv128WidePlainDqAtomic: at D in (64, 128] (Wide128Cfg, 2-D S tiling). */
+ * kDkdv128WidePlainDqAtomic: at D in (64, 128] (Wide128Cfg, 2-D S tiling);
+ * kDkdv64WidePlainDqAtomic: at D in (128, 256] on 64-key blocks (Wide256Cfg). */
 enum Kernel {
     kDkdv64 = 0,
     kDkdv32 = 1,
@@ -117,7 +118,8 @@ enum Kernel {
     kDkdvStreamDqAtomic = 15,
     kDkdv64ResidentDqAtomicPlain = 16,
     kDkdv128PlainDqAtomic = 17,
-    kDkdv128WidePlainDqAtomic = 18
+    kDkdv128WidePlainDqAtomic = 18,
+    kDkdv64WidePlainDqAtomic = 19
 };
 
 /* fp32 gradient buffer [heads][rows_total][dim] -> strided output view.
