@@ -136,6 +136,22 @@ __device__ __forceinline__ void warp_atb(arch::FragC (&c)[2][kNT], PA a, int m0,
     }
 }
 
+/* One k-step (16 rows of B) of c[nt] += A B: fa the step's A fragment, B a
+ * swizzled [k][64] slab whose lane address b0 (warp_ab_reg's) steps its
+ * n-tile pairs by XOR. */
+template <typename T, int kNT>
+__device__ __forceinline__ void ab_kstep(arch::FragC (&c)[kNT], const arch::FragA &fa, uint32_t b0, int kk)
+{
+#pragma unroll
+    for (int np = 0; np < kNT / 2; ++np) {
+        uint32_t r[4];
+        arch::ldmatrix_x4_trans(r, (b0 ^ (np << 5)) + kk * 16 * (kSlab * 2));
+        arch::FragB b0f = {{r[0], r[1]}}, b1f = {{r[2], r[3]}};
+        arch::mma_m16n8k16<T>(c[2 * np], fa, b0f);
+        arch::mma_m16n8k16<T>(c[2 * np + 1], fa, b1f);
+    }
+}
+
 /* c[nt] (16 x 8 kNT) += A B with A (16 x kK) in registers as packed
  * fragments (af[kk] = FragA of k-step kk) and B a swizzled [k][64] slab,
  * columns n0 .. n0 + 8 kNT (n0 a multiple of 8 kNT). */
@@ -149,14 +165,7 @@ __device__ __forceinline__ void warp_ab_reg(arch::FragC (&c)[kNT], const uint32_
 #pragma unroll
     for (int kk = 0; kk < kK / 16; ++kk) {
         arch::FragA fa = {{af[kk][0], af[kk][1], af[kk][2], af[kk][3]}};
-#pragma unroll
-        for (int np = 0; np < kNT / 2; ++np) {
-            uint32_t r[4];
-            arch::ldmatrix_x4_trans(r, (b0 ^ (np << 5)) + kk * 16 * (kSlab * 2));
-            arch::FragB b0f = {{r[0], r[1]}}, b1f = {{r[2], r[3]}};
-            arch::mma_m16n8k16<T>(c[2 * np], fa, b0f);
-            arch::mma_m16n8k16<T>(c[2 * np + 1], fa, b1f);
-        }
+        ab_kstep<T, kNT>(c, fa, b0, kk);
     }
 }
 
@@ -176,14 +185,7 @@ __device__ __forceinline__ void warp_ab_smem(arch::FragC (&c)[kNT], PA a, int ro
     for (int kk = 0; kk < kK / 16; ++kk) {
         arch::FragA fa;
         arch::ldmatrix_x4(fa.r, abase + 2 * (uint32_t)ptile_off<kACols>(arow, kk * 16 + ((lane >> 4) << 3)));
-#pragma unroll
-        for (int np = 0; np < kNT / 2; ++np) {
-            uint32_t r[4];
-            arch::ldmatrix_x4_trans(r, (b0 ^ (np << 5)) + kk * 16 * (kSlab * 2));
-            arch::FragB b0f = {{r[0], r[1]}}, b1f = {{r[2], r[3]}};
-            arch::mma_m16n8k16<T>(c[2 * np], fa, b0f);
-            arch::mma_m16n8k16<T>(c[2 * np + 1], fa, b1f);
-        }
+        ab_kstep<T, kNT>(c, fa, b0, kk);
     }
 }
 
