@@ -233,10 +233,12 @@ __device__ __forceinline__ void dkdv_body(const ffpa_bwd_params &p)
 
     /* A warp's fragments, packed as A fragments (ds_afrags), into a
      * 16-bit kBc-wide tile in shared memory: af[kk][j] holds n-tile
-     * 2 kk + j / 2, fragment rows of half j % 2. */
-    /* Swizzled tiles: the lane's rows share one swizzle key (row & 7), so
-     * n-tile m of a row sits at the lane's base offset XOR (m & 7) << 3
+     * 2 kk + j / 2, fragment rows of half j % 2. Swizzled tiles: the
+     * lane's rows share one swizzle key (row & 7), and the warp's first
+     * n-tile kcol0 / 8 has no bit in common with m < kKW / 8 (kKW a power
+     * of two), so n-tile m sits at the lane's base offset XOR (m & 7) << 3
      * (plus 64 columns per m / 8): one LOP3 a store, no address rebuilt. */
+    static_assert((Cfg::kKW & (Cfg::kKW - 1)) == 0, "a power-of-two key width a warp");
     const int afrag_base = ptile_off<kBc>(wr * 16 + arch::frag_c_row(lane, 0), kcol0 + arch::frag_c_col(lane, 0));
     auto store_afrags = [&](const uint32_t(&af)[Cfg::kKW / 16][4], T *tile) {
 #pragma unroll
