@@ -16,8 +16,10 @@
 #   fa2          the generic mma.sync kernels (FFPA_CUDA_KERNEL=generic) beside FlashAttention-2 (SDPA forced to
 #                its flash backend), forward and backward, FA2_SHAPES (default D = 64, 128, 256, plain and causal)
 #   mla          the Hopper MLA decode kernel: page sizes, fp16, beside the generic kernels
-#   profile      Nsight Compute on the forward kernels (PROFILE_SHAPES) and/or the Hopper backward
-#                (PROFILE_PASSES="fwd bwd", PROFILE_BWD_SHAPES)
+#   profile      Nsight Compute on the forward kernels (PROFILE_SHAPES) and/or the backward
+#                (PROFILE_PASSES="fwd bwd", PROFILE_BWD_SHAPES; PROFILE_BWD_KERNELS, default sm90, or generic);
+#                PROFILE_SOURCE=1: also instructions and stalls by source line (bench/py/ncu_source.py;
+#                build with NVCC_APPEND_FLAGS=-lineinfo for the line numbers)
 #   tune         ffpa-tune (TUNE_PASS fwd|bwd|both, default both; TUNE_BUDGET s) into BUILD/ffpa/tuning;
 #                checks with it
 #   tune-arch    the architecture tables (cuda-sm_<arch>.json) for TUNE_ARCHS (default "80 86"), each
@@ -320,18 +322,28 @@ fi
 if want profile && command -v ncu >/dev/null; then
   M=sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active
   M=$M,lts__t_bytes.sum.per_second,lts__t_sectors_op_red.sum,lts__t_sectors_op_read.sum,lts__throughput.avg.pct_of_peak_sustained_elapsed
-  # PROFILE_PASSES: fwd (the forward kernels, both families) and/or bwd (the Hopper backward).
+  # PROFILE_PASSES: fwd (the forward kernels, both families) and/or bwd (the backward's main kernel:
+  # the Hopper one, or the generic dK/dV kernel). The clocks are left alone (--clock-control none).
   for pass in ${PROFILE_PASSES:-fwd}; do
-    if [ "$pass" = fwd ]; then kernels="sm90 generic"; regex=fwd_kernel; extra=(); shapes=${PROFILE_SHAPES:-1,32,32,4096,4096,256,256 1,32,32,4096,4096,512,512}
-    else kernels=sm90; regex=sm90_bwd_kernel; extra=(--backward); shapes=${PROFILE_BWD_SHAPES:-1,32,32,4096,4096,128,128 1,32,32,4096,4096,512,512}; fi
+    if [ "$pass" = fwd ]; then kernels="sm90 generic"; extra=(); shapes=${PROFILE_SHAPES:-1,32,32,4096,4096,256,256 1,32,32,4096,4096,512,512}
+    else kernels=${PROFILE_BWD_KERNELS:-sm90}; extra=(--backward); shapes=${PROFILE_BWD_SHAPES:-1,32,32,4096,4096,128,128 1,32,32,4096,4096,512,512}; fi
     for k in $kernels; do
+      case $pass-$k in fwd-*) regex=fwd_kernel ;; bwd-sm90) regex=sm90_bwd_kernel ;; *) regex=dkdv ;; esac
       for s in $shapes; do
         tag=$pass-$k-$(echo "$s" | cut -d, -f6-)
-        FFPA_CUDA_KERNEL=$k timeout 300 ncu -k regex:"$regex" -c 1 --section SpeedOfLight --section WarpStateStats \
-          --section MemoryWorkloadAnalysis --section Occupancy --section SchedulerStats --section SourceCounters \
-          --metrics "$M" "$BENCH" --backend cuda "${extra[@]}" --iters 1 --reps 1 --warmup 0 "$s" >"$OUT/ncu-$tag.txt" 2>&1
+        FFPA_CUDA_KERNEL=$k timeout 300 ncu --clock-control none -k regex:"$regex" -c 1 --section SpeedOfLight \
+          --section WarpStateStats --section MemoryWorkloadAnalysis --section Occupancy --section SchedulerStats \
+          --section SourceCounters --section InstructionStats --import-source yes -o "$OUT/ncu-$tag" -f \
+          --metrics "$M" "$BENCH" --backend cuda "${extra[@]}" --iters 1 --reps 1 --warmup 0 "$s" >"$OUT/ncu-$tag.log" 2>&1
         note "ncu $pass $k $s: rc=$?"
-        grep -E "cycles_active|lts__|Duration|Compute \(SM\) Throughput|Memory Throughput|L2 Cache Throughput|Achieved Occupancy|Registers Per|Warp Cycles Per Issued|Issue Slots Busy|Stall" \
+        ncu -i "$OUT/ncu-$tag.ncu-rep" --page details >"$OUT/ncu-$tag.txt" 2>&1
+        if [ "${PROFILE_SOURCE:-0}" = 1 ]; then
+          ncu -i "$OUT/ncu-$tag.ncu-rep" --page source --csv --print-source cuda,sass 2>/dev/null | gzip >"$OUT/ncu-src-$tag.csv.gz"
+          python3 bench/py/ncu_source.py "$OUT/ncu-src-$tag.csv.gz" --top 30 >"$OUT/ncu-src-$tag.txt" 2>&1
+          python3 bench/py/ncu_source.py "$OUT/ncu-src-$tag.csv.gz" --by stalls --top 30 >>"$OUT/ncu-src-$tag.txt" 2>&1
+          head -8 "$OUT/ncu-src-$tag.txt"
+        fi
+        grep -E "cycles_active|lts__|Duration|Compute \(SM\) Throughput|Memory Throughput|L2 Cache Throughput|Achieved Occupancy|Registers Per|Warp Cycles Per Issued|Issue Slots Busy|Executed Instructions  |Stall" \
           "$OUT/ncu-$tag.txt" | head -24
       done
     done
