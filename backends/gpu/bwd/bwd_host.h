@@ -342,6 +342,11 @@ inline ffpa_status choose_tiles(const ffpa_problem *pb, size_t smem_limit, size_
     /* The gradients stay in registers where one chunk covers D
      * (FFPA_BWD_RESIDENT=0: never; the per-tile kernels at every D). */
     const bool regs = ffpa_env_long("FFPA_BWD_RESIDENT", 1, 0, 1, nullptr) != 0;
+    /* The A/B knobs of the choices below, read once: the held Q slot
+     * (FFPA_BWD_HOLD_Q=0: never) and the plain twins for calls without
+     * softcap, bias, ALiBi or dropout (FFPA_BWD_PLAIN=0: never). */
+    const int hold_ok = ffpa_env_long("FFPA_BWD_HOLD_Q", 1, 0, 1, nullptr) != 0;
+    const bool plain = !ffpa_problem_has_variants(pb) && ffpa_env_long("FFPA_BWD_PLAIN", 1, 0, 1, nullptr) != 0;
     const bool big_regs = regs && dkdv_resident<BigCfg>(dqk, dv);
     const bool small_regs = regs && dkdv_resident<SmallCfg>(dqk, dv);
     t.dkdv_launch = t.dkdv == kDkdv64 && big_regs        ? kDkdv64Resident
@@ -352,7 +357,7 @@ inline ffpa_status choose_tiles(const ffpa_problem *pb, size_t smem_limit, size_
     /* Resident dK/dV: one slot more holds the tile's Q chunk for the dK
      * phase (two items a tile instead of three, the same loads in flight),
      * where it fits. FFPA_BWD_HOLD_Q=0 streams Q again (A/B in one build). */
-    if (t.dkdv_launch == kDkdv64Resident && ffpa_env_long("FFPA_BWD_HOLD_Q", 1, 0, 1, nullptr) != 0) {
+    if (t.dkdv_launch == kDkdv64Resident && hold_ok) {
         const size_t bytes = dkdv_smem_bytes<BigCfg>(t.bc, dqk, dv, t.dkdv_stages + 1, elt);
         if (bytes <= smem_limit) {
             t.dkdv_stages += 1;
@@ -365,8 +370,7 @@ inline ffpa_status choose_tiles(const ffpa_problem *pb, size_t smem_limit, size_
         t.dkdv_launch = with_dq_atomic(t.dkdv_launch);
     /* Calls without softcap, bias, ALiBi or dropout: the plain twin
      * (FFPA_BWD_PLAIN=0: never, A/B in one build). */
-    if (t.dkdv_launch == kDkdv64ResidentDqAtomic && !ffpa_problem_has_variants(pb) &&
-        ffpa_env_long("FFPA_BWD_PLAIN", 1, 0, 1, nullptr) != 0)
+    if (t.dkdv_launch == kDkdv64ResidentDqAtomic && plain)
         t.dkdv_launch = kDkdv64ResidentDqAtomicPlain;
     /* D <= 64: 128-key blocks (half the Q / dO loads and dQ reductions per
      * key; FFPA_BWD_KV128=0: never). */
@@ -378,7 +382,7 @@ inline ffpa_status choose_tiles(const ffpa_problem *pb, size_t smem_limit, size_
         ffpa_env_long("FFPA_BWD_KV128", 1, 0, 1, nullptr) != 0)
         /* The 64-key kernel's ring depth, plus the held Q slot where it fits
          * (FFPA_BWD_HOLD_Q=0: never), else without it. */
-        for (int hold = ffpa_env_long("FFPA_BWD_HOLD_Q", 1, 0, 1, nullptr) != 0; hold >= 0; --hold) {
+        for (int hold = hold_ok; hold >= 0; --hold) {
             const int s = t.dkdv_stages - t.dkdv_hold_q + hold;
             const size_t bytes = narrow_d ? dkdv_smem_bytes<Big64Cfg>(128, dqk, dv, s, elt)
                                           : dkdv_smem_bytes<Wide128Cfg>(128, dqk, dv, s, elt);
@@ -398,10 +402,8 @@ inline ffpa_status choose_tiles(const ffpa_problem *pb, size_t smem_limit, size_
      * FFPA_BWD_RESIDENT=0: never). The deepest ring that fits: four slots
      * with Q held (the H100), else three, else without the held slot. */
     const bool wide256 = t.dkdv_launch == kDkdv64DqAtomic && (dqk > 2 * kSlab || dv > 2 * kSlab) &&
-                         dkdv_resident<Wide256Cfg>(dqk, dv) && regs && !ffpa_problem_has_variants(pb) &&
-                         !want_dkdv && ffpa_env_long("FFPA_BWD_PLAIN", 1, 0, 1, nullptr) != 0 &&
+                         dkdv_resident<Wide256Cfg>(dqk, dv) && regs && plain && !want_dkdv &&
                          ffpa_env_long("FFPA_BWD_KV64_WIDE", 1, 0, 1, nullptr) != 0;
-    const int hold_ok = ffpa_env_long("FFPA_BWD_HOLD_Q", 1, 0, 1, nullptr) != 0;
     for (int hold = hold_ok, done = !wide256; !done && hold >= 0; --hold)
         for (int s = 4; !done && s >= 2 + hold; --s) {
             const size_t bytes = dkdv_smem_bytes<Wide256Cfg>(64, dqk, dv, s, elt);
