@@ -104,8 +104,8 @@ void test_h100(void **)
     variant = problem(256);
     variant.softcap = 30.0f;
     expect(variant, kH100, "bwd dkdv kv64 s3, dq atomic");
-    expect(problem(512), kH100, "bwd dkdv kv64 s2, dq atomic");
-    expect(causal(problem(512)), kH100, "bwd dkdv kv64 s2, dq atomic");
+    expect(problem(512), kH100, "bwd dkdv kv64 plain s2, dq atomic");
+    expect(causal(problem(512)), kH100, "bwd dkdv kv64 plain s2, dq atomic");
     expect(problem(768), kH100, "bwd dkdv stream s3, dq atomic");
     expect(problem(1024), kH100, "bwd dkdv stream s3, dq atomic");
     expect(causal(problem(768)), kH100, "bwd dkdv kv32 s3, dq atomic");
@@ -165,7 +165,7 @@ void test_knobs(void **)
     } cases[] = {{"FFPA_BWD_DQ_ATOMIC", "0", "bwd dkdv kv64 regs s4 q-held, dq big regs s3"},
                  {"FFPA_BWD_HOLD_Q", "0", "bwd dkdv kv128 2d regs plain s3, dq atomic"},
                  {"FFPA_BWD_KV128_WIDE", "0", "bwd dkdv kv64 regs plain s4 q-held, dq atomic"},
-                 {"FFPA_BWD_RESIDENT", "0", "bwd dkdv kv64 s3, dq atomic"},
+                 {"FFPA_BWD_RESIDENT", "0", "bwd dkdv kv64 plain s3, dq atomic"},
                  {"FFPA_BWD_PLAIN", "0", "bwd dkdv kv64 regs s4 q-held, dq atomic"},
                  {"FFPA_BWD_DQ_ATOMIC", "banana", "bwd dkdv kv128 2d regs plain s4 q-held, dq atomic"}};
     for (const auto &c : cases) {
@@ -185,11 +185,15 @@ void test_knobs(void **)
     setenv("FFPA_BWD_HOLD_Q", "0", 1);
     expect(problem(64), kH100, "bwd dkdv kv128 regs plain s3, dq atomic");
     unsetenv("FFPA_BWD_HOLD_Q");
-    for (const char *knob : {"FFPA_BWD_KV64_WIDE", "FFPA_BWD_PLAIN", "FFPA_BWD_RESIDENT"}) {
+    for (const char *knob : {"FFPA_BWD_KV64_WIDE", "FFPA_BWD_RESIDENT"}) {
         setenv(knob, "0", 1);
-        expect(problem(256), kH100, "bwd dkdv kv64 s3, dq atomic");
+        expect(problem(256), kH100, "bwd dkdv kv64 plain s3, dq atomic");
         unsetenv(knob);
     }
+    setenv("FFPA_BWD_PLAIN", "0", 1);
+    expect(problem(256), kH100, "bwd dkdv kv64 s3, dq atomic");
+    expect(problem(512), kH100, "bwd dkdv kv64 s2, dq atomic");
+    unsetenv("FFPA_BWD_PLAIN");
     setenv("FFPA_BWD_HOLD_Q", "0", 1);
     expect(problem(256), kH100, "bwd dkdv kv64 2d regs plain s4, dq atomic");
     unsetenv("FFPA_BWD_HOLD_Q");

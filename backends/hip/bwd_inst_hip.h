@@ -104,6 +104,9 @@ hipError_t FFPA_BWD_LAUNCH_DKDV(int kernel, const ffpa_bwd_params &p, size_t sme
     case bwd::kDkdv64DqAtomic:
         return launch_with_smem(bwd_dkdv_kernel<FFPA_BWD_T, 64, false, true>, grid, BigCfg::kThreads, smem, stream,
                                 p);
+    case bwd::kDkdv64DqAtomicPlain:
+        return launch_with_smem(bwd_dkdv_kernel<FFPA_BWD_T, 64, false, true, true>, grid, BigCfg::kThreads, smem,
+                                stream, p);
     case bwd::kDkdv64:
         return launch_with_smem(bwd_dkdv_kernel<FFPA_BWD_T, 64>, grid, BigCfg::kThreads, smem, stream, p);
     case bwd::kDkdv32DqAtomic:

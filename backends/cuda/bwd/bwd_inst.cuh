@@ -112,6 +112,9 @@ cudaError_t FFPA_BWD_LAUNCH_DKDV(int kernel, const ffpa_bwd_params &p, size_t sm
         return launch_with_smem(dkdv64w_kernel<FFPA_BWD_T>, grid, Wide256Cfg::kThreads, smem, stream, p);
     case kDkdv64DqAtomic:
         return launch_with_smem(dkdv_kernel<FFPA_BWD_T, 64, false, true>, grid, BigCfg::kThreads, smem, stream, p);
+    case kDkdv64DqAtomicPlain:
+        return launch_with_smem(dkdv_kernel<FFPA_BWD_T, 64, false, true, true>, grid, BigCfg::kThreads, smem, stream,
+                                p);
     case kDkdv64:
         return launch_with_smem(dkdv_kernel<FFPA_BWD_T, 64>, grid, BigCfg::kThreads, smem, stream, p);
     case kDkdv32DqAtomic:
@@ -168,6 +171,8 @@ cudaError_t FFPA_BWD_ATTR(int which, cudaFuncAttributes *attr)
         return cudaFuncGetAttributes(attr, dkdv64w_kernel<FFPA_BWD_T>);
     case kDkdv64DqAtomic:
         return cudaFuncGetAttributes(attr, dkdv_kernel<FFPA_BWD_T, 64, false, true>);
+    case kDkdv64DqAtomicPlain:
+        return cudaFuncGetAttributes(attr, dkdv_kernel<FFPA_BWD_T, 64, false, true, true>);
     case kDkdv32DqAtomic:
         return cudaFuncGetAttributes(attr, dkdv_kernel<FFPA_BWD_T, 32, false, true>);
     case kDkdvSmallResident:

@@ -98,7 +98,9 @@ namespace bwd {
  * that have none (+5% at D <= 128 on the H100, docs/notes/backward.md).
  * kDkdv128PlainDqAtomic: the same at D <= 64 on 128-key blocks (Big64Cfg);
  * kDkdv128WidePlainDqAtomic: at D in (64, 128] (Wide128Cfg, 2-D S tiling);
- * kDkdv64WidePlainDqAtomic: at D in (128, 256] on 64-key blocks (Wide256Cfg). */
+ * kDkdv64WidePlainDqAtomic: at D in (128, 256] on 64-key blocks (Wide256Cfg);
+ * kDkdv64DqAtomicPlain: the 64-key dQ-adding kernel with dK/dV in memory
+ * (D above 256), without the variant code. */
 enum Kernel {
     kDkdv64 = 0,
     kDkdv32 = 1,
@@ -119,7 +121,8 @@ enum Kernel {
     kDkdv64ResidentDqAtomicPlain = 16,
     kDkdv128PlainDqAtomic = 17,
     kDkdv128WidePlainDqAtomic = 18,
-    kDkdv64WidePlainDqAtomic = 19
+    kDkdv64WidePlainDqAtomic = 19,
+    kDkdv64DqAtomicPlain = 20
 };
 
 /* fp32 gradient buffer [heads][rows_total][dim] -> strided output view.
