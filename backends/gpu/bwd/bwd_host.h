@@ -417,8 +417,7 @@ inline ffpa_status choose_tiles(const ffpa_problem *pb, size_t smem_limit, size_
         }
     /* Above 256 (dK / dV in memory): the 64-key kernel's plain twin
      * (FFPA_BWD_PLAIN=0: never). */
-    if (t.dkdv_launch == kDkdv64DqAtomic && !ffpa_problem_has_variants(pb) &&
-        ffpa_env_long("FFPA_BWD_PLAIN", 1, 0, 1, nullptr) != 0)
+    if (t.dkdv_launch == kDkdv64DqAtomic && plain)
         t.dkdv_launch = kDkdv64DqAtomicPlain;
     return FFPA_OK;
 }
@@ -449,18 +448,17 @@ inline void tiles_label(const Tiles &t, char *buf, size_t len)
                      : t.dkdv == kDkdv32     ? "kv32"
                      : t.dkdv == kDkdvStream ? "stream"
                                              : "small";
-    /* Neither the kernel itself nor its dQ-adding twin: a resident one. */
+    const bool plain = t.dkdv_launch == kDkdv64ResidentDqAtomicPlain || t.dkdv_launch == kDkdv128PlainDqAtomic ||
+                       t.dkdv_launch == kDkdv128WidePlainDqAtomic || t.dkdv_launch == kDkdv64WidePlainDqAtomic ||
+                       t.dkdv_launch == kDkdv64DqAtomicPlain;
+    /* Neither the kernel itself nor its dQ-adding twin (or that twin's
+     * plain one): a resident one. */
     const bool regs = t.dkdv_launch != t.dkdv && t.dkdv_launch != with_dq_atomic(t.dkdv) &&
                       t.dkdv_launch != kDkdv64DqAtomicPlain,
                dq_regs = t.dq_launch != t.dq;
     const char *held = t.dkdv_hold_q ? " q-held" : "";
     if (t.dq_atomic)
-        snprintf(buf, len, "bwd dkdv %s%s%s s%d%s, dq atomic", kv, regs ? " regs" : "",
-                 t.dkdv_launch == kDkdv64ResidentDqAtomicPlain || t.dkdv_launch == kDkdv128PlainDqAtomic ||
-                         t.dkdv_launch == kDkdv128WidePlainDqAtomic || t.dkdv_launch == kDkdv64WidePlainDqAtomic ||
-                         t.dkdv_launch == kDkdv64DqAtomicPlain
-                     ? " plain"
-                     : "",
+        snprintf(buf, len, "bwd dkdv %s%s%s s%d%s, dq atomic", kv, regs ? " regs" : "", plain ? " plain" : "",
                  t.dkdv_stages, held);
     else
         snprintf(buf, len, "bwd dkdv %s%s s%d%s, dq %s%s s%d", kv, regs ? " regs" : "", t.dkdv_stages, held,
