@@ -120,6 +120,13 @@ FFPA_DEV void cp_async_16(uint32_t smem_addr, const void *gmem, int src_bytes)
                  "r"(src_bytes));
 }
 
+/* 4 bytes global -> shared through L1 (.ca: .cg copies only 16); src_bytes
+ * 0 reads nothing and writes zero (rows past the sequence: any valid pointer). */
+FFPA_DEV void cp_async_4(uint32_t smem_addr, const void *gmem, int src_bytes)
+{
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_addr), "l"(gmem), "r"(src_bytes));
+}
+
 /* Closes the group of cp.async issued since the last commit. */
 FFPA_DEV void cp_async_commit()
 {

@@ -257,6 +257,17 @@ FFPA_DEV void cp_async_16(uint32_t smem_addr, const void *gmem, int src_bytes)
     lds_store_16(smem_addr, v);
 }
 
+/* 4 bytes global -> LDS; src_bytes 0 writes zero. */
+FFPA_DEV void cp_async_4(uint32_t smem_addr, const void *gmem, int src_bytes)
+{
+    const uint32_t v = src_bytes >= 4 ? *static_cast<const uint32_t *>(gmem) : 0u;
+#if defined(__HIP_PLATFORM_NVIDIA__)
+    *static_cast<uint32_t *>(__cvta_shared_to_generic(smem_addr)) = v;
+#else
+    *(__attribute__((address_space(3))) uint32_t *)(uintptr_t)smem_addr = v;
+#endif
+}
+
 /* The copies above complete before they return: nothing to wait for. */
 FFPA_DEV void cp_async_commit() {}
 template <int n> FFPA_DEV void cp_async_wait() {}

@@ -33,6 +33,10 @@ template <int kWarps_, int kChunk_, bool kStreamKV_, int kBr_ = 16 * kWarps_> st
     static constexpr int kChunk = kChunk_;   /* columns streamed per pipeline item */
     static constexpr int kSlabs = kChunk / kSlab;
     static constexpr bool kStreamKV = kStreamKV_;
+    /* The tiles' LSE and Delta through shared memory (kStatBufs): not in
+     * the streamed configurations, whose rings fill the 64 KiB parts to
+     * the byte; they read them into registers after the S GEMM. */
+    static constexpr bool kStatsInSmem = !kStreamKV;
     static_assert(kChunk % kSlab == 0, "whole slabs per item");
 };
 
@@ -63,16 +67,29 @@ using StreamCfg = BwdCfg<8, 2 * kSlab, true>;
  * query tiles, 64-column chunks, K/V streamed; at most 64 KiB for every D. */
 using SmallCfg = BwdCfg<4, kSlab, true>;
 
+/* The dK/dV kernel's tiles' LSE and Delta rows travel into shared memory
+ * with the tile's first ring item (cp.async), in kStatBufs buffers by tile
+ * (read after the S GEMM and in dS, not held in registers across the
+ * GEMMs). Tile T + 2's load refills tile T's buffer `ahead` items before
+ * tile T + 2 begins; tile T's last read comes before tile T + 1's first
+ * ring barrier (held Q; else before its dK items'). Safe while ahead <=
+ * items a tile: ahead = stages - 2 <= 2 with Q held (stages <= 4,
+ * choose_tiles), at least two items; else ahead <= 3 (cp_async_wait_dyn)
+ * and 3 nq2 + nv2 >= 4 items between. */
+constexpr int kStatBufs = 2;
+
 /* Where the next item of a block's sequence (items_per_tile items per
  * tile, the tiles by query block, then head of the group) lies, advanced
  * one item at a time: no division by run-time counts on the per-item path. */
 struct ItemCursor {
     int it, qb, head, slot; /* item within its tile, query block, head, ring slot */
+    int stats;              /* the tile's row-statistics buffer (kStatBufs of them) */
     __device__ __forceinline__ void next(int items_per_tile, int n_qb, int stages)
     {
         slot = slot + 1 == stages ? 0 : slot + 1;
         if (++it == items_per_tile) {
             it = 0;
+            stats = stats + 1 == kStatBufs ? 0 : stats + 1;
             if (++qb == n_qb) {
                 qb = 0;
                 ++head;
@@ -109,6 +126,13 @@ __device__ __forceinline__ int64_t row0_offset(int64_t sb, int64_t sh, int64_t s
     return (int64_t)h * sh + (varlen ? start * sn : (int64_t)b * sb);
 }
 
+/* A saved LSE as the log2 that recompute_p subtracts: +inf for a row that
+ * saw no key (LSE -inf), so that its P = exp2(s - lse2) = 0. */
+__device__ __forceinline__ float lse2_of(float lse)
+{
+    return lse == -INFINITY ? INFINITY : lse * kLog2e;
+}
+
 /* LSE (as log2, +inf for rows that saw no key or lie past the sequence, so
  * that P = exp2(s - lse2) = 0) and Delta of this lane's two rows. */
 __device__ __forceinline__ void row_stats(const ffpa_bwd_params &p, const SeqGeom &g, int b, int h, int row0,
@@ -119,8 +143,7 @@ __device__ __forceinline__ void row_stats(const ffpa_bwd_params &p, const SeqGeo
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
         int r = row0 + arch::frag_c_row(lane, 2 * half);
-        float l = r < g.seqlen_q ? lse[(int64_t)r * p.lse_sn] : -INFINITY;
-        lse2[half] = l == -INFINITY ? INFINITY : l * kLog2e;
+        lse2[half] = r < g.seqlen_q ? lse2_of(lse[(int64_t)r * p.lse_sn]) : INFINITY;
         delta[half] = r < g.seqlen_q ? dl[r] : 0.0f;
     }
 }

@@ -57,15 +57,21 @@ template <class B> __host__ __device__ constexpr bool dkdv_resident(int dqk, int
     return dqk <= B::kChunk && dv <= B::kChunk;
 }
 
-/* Shared memory of the dK/dV kernel: [K slabs][V slabs][P][dS][ring]
- * (no K/V slabs when streamed: the ring slots carry them). */
+/* Row statistics of a tile in shared memory: [kStatBufs][LSE, Delta][kBr] fp32. */
+template <class B> constexpr size_t dkdv_stats_bytes()
+{
+    return B::kStatsInSmem ? (size_t)kStatBufs * 2 * B::kBr * sizeof(float) : 0;
+}
+
+/* Shared memory of the dK/dV kernel: [K slabs][V slabs][P][dS][ring][row
+ * statistics] (no K/V slabs when streamed: the ring slots carry them). */
 template <class B> inline size_t dkdv_smem_bytes(int bc, int dqk, int dv, int stages, size_t elt)
 {
     size_t kslabs = (size_t)(dqk + kSlab - 1) / kSlab, vslabs = (size_t)(dv + kSlab - 1) / kSlab;
     const size_t ptile = bc % 64 == 0 ? (size_t)B::kBr * bc : (size_t)B::kBr * (bc + 8);
     const size_t resident = B::kStreamKV ? 0 : (kslabs + vslabs) * bc * kSlab;
     const size_t slot = (size_t)(B::kBr + (B::kStreamKV ? bc : 0)) * B::kChunk;
-    return (resident + 2 * ptile + (size_t)stages * slot) * elt;
+    return (resident + 2 * ptile + (size_t)stages * slot) * elt + dkdv_stats_bytes<B>();
 }
 
 /* kPlain: the twin for calls without softcap, bias, ALiBi or dropout
@@ -119,6 +125,14 @@ __device__ __forceinline__ void dkdv_body(const ffpa_bwd_params &p)
     T *const ps_ptr = reinterpret_cast<T *>(smem_raw) + (B::kStreamKV ? 0 : (kslabs + vslabs) * kBc * kSlab);
     T *const dss_ptr = ps_ptr + Cfg::kPElems;
     constexpr int kSlotElems = Cfg::kSlotElems;
+    /* After the ring: the tiles' LSE and Delta rows (kStatBufs buffers),
+     * used by the kernels with dK / dV in registers (D = 64 to 256: +1-2%
+     * on the H200); the per-tile kernels above D = 256 read them into
+     * registers after the S GEMM (the buffers: -0.4% at D = 512). */
+    constexpr bool kStatsSmem = B::kStatsInSmem && kResident;
+    const int64_t stats_off = (int64_t)(ring.a - ks.a) + (int64_t)p.stages * kSlotElems * sizeof(T);
+    const uint32_t stats_u32 = ks.a + (uint32_t)stats_off;
+    const float *const stats = reinterpret_cast<const float *>(smem_raw + stats_off);
 
     const T *kg = static_cast<const T *>(p.k) + row0_offset(p.k_sb, p.k_sh, p.k_sn, g.k_start, varlen, b, hk) +
                   (int64_t)kv0 * p.k_sn;
@@ -141,6 +155,9 @@ __device__ __forceinline__ void dkdv_body(const ffpa_bwd_params &p)
         static_cast<const T *>(p.q) + row0_offset(p.q_sb, p.q_sh, p.q_sn, g.q_start, varlen, b, hk * p.group);
     const T *const do_head0 =
         static_cast<const T *>(p.dout) + row0_offset(p.do_sb, p.do_sh, p.do_sn, g.q_start, varlen, b, hk * p.group);
+    const float *const lse_head0 = p.lse + row0_offset(p.lse_sb, p.lse_sh, p.lse_sn, g.q_start, varlen, b, hk * p.group);
+    const float *const delta_head0 =
+        p.delta + (int64_t)hk * p.group * p.total_q + (varlen ? g.q_start : (int64_t)b * p.nq);
     auto load_next = [&]() {
         const int it = ld.it;
         const int q0 = (first_qb + ld.qb) * B::kBr;
@@ -151,6 +168,18 @@ __device__ __forceinline__ void dkdv_body(const ffpa_bwd_params &p)
         const T *const base = (is_do ? do_head0 + (int64_t)ld.head * p.do_sh : q_head0 + (int64_t)ld.head * p.q_sh) +
                               (int64_t)q0 * stride;
         const SA slot = ring + ld.slot * kSlotElems;
+        /* A tile's first item brings its rows' LSE and Delta (rows past the
+         * sequence: zero, and row_p treats them as such). */
+        if (kStatsSmem && it == 0)
+            for (int i = tid; i < 2 * B::kBr; i += B::kThreads) {
+                const bool is_delta = i >= B::kBr;
+                const int r = is_delta ? i - B::kBr : i;
+                const bool ok = q0 + r < g.seqlen_q;
+                const float *src = is_delta ? delta_head0 + (int64_t)ld.head * p.total_q + q0 + r
+                                            : lse_head0 + (int64_t)ld.head * p.lse_sh + (int64_t)(q0 + r) * p.lse_sn;
+                arch::cp_async_4(stats_u32 + (uint32_t)(((ld.stats * 2 + is_delta) * B::kBr + r) * sizeof(float)),
+                                 ok ? src : p.lse, ok ? 4 : 0);
+            }
 #pragma unroll
         for (int sl = 0; sl < B::kSlabs; ++sl) {
             const int col0 = chunk * B::kChunk + sl * kSlab;
@@ -256,6 +285,7 @@ __device__ __forceinline__ void dkdv_body(const ffpa_bwd_params &p)
     };
 
     int t = 0, qb = 0, head = 0; /* the tile's query block and head of the group */
+    int sbuf = 0;                 /* its row-statistics buffer */
     for (int tile = 0; tile < n_tiles; ++tile) {
         const int h = hk * p.group + head;
         const int q0 = (first_qb + qb) * B::kBr;
@@ -264,6 +294,8 @@ __device__ __forceinline__ void dkdv_body(const ffpa_bwd_params &p)
             qb = 0;
             ++head;
         }
+        const float *const lse_rows = stats + sbuf * 2 * B::kBr, *const delta_rows = lse_rows + B::kBr;
+        sbuf = sbuf + 1 == kStatBufs ? 0 : sbuf + 1;
         SA held = ring; /* hold: the tile's Q slot */
 
         /* S = Q K^T over Dqk chunks. */
@@ -300,8 +332,16 @@ __device__ __forceinline__ void dkdv_body(const ffpa_bwd_params &p)
         /* Plain: the scale goes into recompute_p's FFMA (the variants need
          * scaled scores first). */
         mask_scores<Cfg::kNT, !kPlain, !kPlain>(s, p.mask, mc, lane);
-        float lse2[2], delta[2];
-        row_stats(p, g, b, h, mc.row0, lane, lse2, delta);
+        float lse2[2], delta[2] = {0.f, 0.f};
+        if constexpr (kStatsSmem) {
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+                const int r = wr * 16 + arch::frag_c_row(lane, 2 * half);
+                lse2[half] = q0 + r < g.seqlen_q ? lse2_of(lse_rows[r]) : INFINITY;
+            }
+        } else {
+            row_stats(p, g, b, h, mc.row0, lane, lse2, delta);
+        }
         recompute_p<Cfg::kNT>(s, lse2, kPlain ? p.mask.scale_log2 : 1.0f);
         {
             arch::FragC pd[Cfg::kNT];
@@ -355,8 +395,9 @@ __device__ __forceinline__ void dkdv_body(const ffpa_bwd_params &p)
                     z0 = arch::to_f32<T>(pv[0]) != 0.f ? p.mask.dropout_scale : 0.f;
                     z1 = arch::to_f32<T>(pv[1]) != 0.f ? p.mask.dropout_scale : 0.f;
                 }
-                dp[nt].r[2 * half] = s[nt].r[2 * half] * (dp[nt].r[2 * half] * z0 - delta[half]);
-                dp[nt].r[2 * half + 1] = s[nt].r[2 * half + 1] * (dp[nt].r[2 * half + 1] * z1 - delta[half]);
+                const float dl = kStatsSmem ? delta_rows[r] : delta[half]; /* 0 past the sequence */
+                dp[nt].r[2 * half] = s[nt].r[2 * half] * (dp[nt].r[2 * half] * z0 - dl);
+                dp[nt].r[2 * half + 1] = s[nt].r[2 * half + 1] * (dp[nt].r[2 * half + 1] * z1 - dl);
             }
         if (!kPlain && p.mask.softcap_out > 0.0f)
             softcap_grad<Cfg::kNT>(dp, s, lse2, p.mask, mc, lane);
