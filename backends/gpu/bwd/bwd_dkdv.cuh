@@ -150,7 +150,31 @@ __device__ __forceinline__ void dkdv_body(const ffpa_bwd_params &p)
     /* The items in order: chunk of Q (S phase), dO (dP/dV phase) or Q again
      * (dK phase), per tile; ld says where the next one to load lies. */
     ItemCursor ld = {};
-    /* Row 0 of the group's first query head in Q and dO. */
+    /* Row q0 of the tile the next item belongs to, in Q, dO, LSE and Delta.
+     * kStepRows: kept, stepped by a query block from tile to tile and
+     * rebuilt when the group's next head begins (no 64-bit multiplies per
+     * item or tile: D = 256 +3%, 512 +2% on the H200). The 128-key kernels
+     * rebuild them per item from the group's row 0 instead: at their
+     * register limit the kept pointers spill (-7% there). */
+    constexpr bool kStepRows = kBc != 128;
+    struct TileRows {
+        const T *q, *dout;
+        const float *lse, *delta;
+        int q0;
+    };
+    auto tile_rows_of_head = [&](int head) -> TileRows {
+        const int h = hk * p.group + head, q0 = first_qb * B::kBr;
+        return {static_cast<const T *>(p.q) + row0_offset(p.q_sb, p.q_sh, p.q_sn, g.q_start, varlen, b, h) +
+                    (int64_t)q0 * p.q_sn,
+                static_cast<const T *>(p.dout) + row0_offset(p.do_sb, p.do_sh, p.do_sn, g.q_start, varlen, b, h) +
+                    (int64_t)q0 * p.do_sn,
+                p.lse + row0_offset(p.lse_sb, p.lse_sh, p.lse_sn, g.q_start, varlen, b, h) + (int64_t)q0 * p.lse_sn,
+                p.delta + (int64_t)h * p.total_q + (varlen ? g.q_start : (int64_t)b * p.nq) + q0, q0};
+    };
+    TileRows lt = {};
+    if constexpr (kStepRows)
+        lt = tile_rows_of_head(0);
+    /* Row 0 of the group's first query head (!kStepRows). */
     const T *const q_head0 =
         static_cast<const T *>(p.q) + row0_offset(p.q_sb, p.q_sh, p.q_sn, g.q_start, varlen, b, hk * p.group);
     const T *const do_head0 =
@@ -160,13 +184,17 @@ __device__ __forceinline__ void dkdv_body(const ffpa_bwd_params &p)
         p.delta + (int64_t)hk * p.group * p.total_q + (varlen ? g.q_start : (int64_t)b * p.nq);
     auto load_next = [&]() {
         const int it = ld.it;
-        const int q0 = (first_qb + ld.qb) * B::kBr;
+        const int q0 = kStepRows ? lt.q0 : (first_qb + ld.qb) * B::kBr;
         const bool is_do = it >= nq2 && it < nq2 + nv2;
         const int chunk = it < nq2 ? it : is_do ? it - nq2 : it - nq2 - nv2;
         const int64_t stride = is_do ? p.do_sn : p.q_sn;
         const int dim = is_do ? p.dv : p.dqk;
-        const T *const base = (is_do ? do_head0 + (int64_t)ld.head * p.do_sh : q_head0 + (int64_t)ld.head * p.q_sh) +
-                              (int64_t)q0 * stride;
+        const T *base;
+        if constexpr (kStepRows)
+            base = is_do ? lt.dout : lt.q;
+        else
+            base = (is_do ? do_head0 + (int64_t)ld.head * p.do_sh : q_head0 + (int64_t)ld.head * p.q_sh) +
+                   (int64_t)q0 * stride;
         const SA slot = ring + ld.slot * kSlotElems;
         /* A tile's first item brings its rows' LSE and Delta (rows past the
          * sequence: zero, and row_p treats them as such). */
@@ -175,8 +203,12 @@ __device__ __forceinline__ void dkdv_body(const ffpa_bwd_params &p)
                 const bool is_delta = i >= B::kBr;
                 const int r = is_delta ? i - B::kBr : i;
                 const bool ok = q0 + r < g.seqlen_q;
-                const float *src = is_delta ? delta_head0 + (int64_t)ld.head * p.total_q + q0 + r
-                                            : lse_head0 + (int64_t)ld.head * p.lse_sh + (int64_t)(q0 + r) * p.lse_sn;
+                const float *src;
+                if constexpr (kStepRows)
+                    src = is_delta ? lt.delta + r : lt.lse + (int64_t)r * p.lse_sn;
+                else
+                    src = is_delta ? delta_head0 + (int64_t)ld.head * p.total_q + q0 + r
+                                   : lse_head0 + (int64_t)ld.head * p.lse_sh + (int64_t)(q0 + r) * p.lse_sn;
                 arch::cp_async_4(stats_u32 + (uint32_t)(((ld.stats * 2 + is_delta) * B::kBr + r) * sizeof(float)),
                                  ok ? src : p.lse, ok ? 4 : 0);
             }
@@ -196,6 +228,18 @@ __device__ __forceinline__ void dkdv_body(const ffpa_bwd_params &p)
             }
         }
         ld.next(items_per_tile, n_qb, p.stages);
+        if (kStepRows && ld.it == 0) {
+            if (ld.qb == 0) {
+                if (ld.head < p.group) /* else past the last tile */
+                    lt = tile_rows_of_head(ld.head);
+            } else {
+                lt.q += (int64_t)B::kBr * p.q_sn;
+                lt.dout += (int64_t)B::kBr * p.do_sn;
+                lt.lse += (int64_t)B::kBr * p.lse_sn;
+                lt.delta += B::kBr;
+                lt.q0 += B::kBr;
+            }
+        }
     };
 
     /* Prologue: K_j and V_j (resident) join the first group. */
@@ -286,10 +330,15 @@ __device__ __forceinline__ void dkdv_body(const ffpa_bwd_params &p)
 
     int t = 0, qb = 0, head = 0; /* the tile's query block and head of the group */
     int sbuf = 0;                 /* its row-statistics buffer */
+    float *dq_tile = nullptr;     /* kDqAtomic: row q0 of the tile in dQ (kStepRows: stepped) */
     for (int tile = 0; tile < n_tiles; ++tile) {
         const int h = hk * p.group + head;
         const int q0 = (first_qb + qb) * B::kBr;
         const bool first = tile == 0;
+        if constexpr (kDqAtomic)
+            dq_tile = qb == 0 || !kStepRows
+                          ? static_cast<float *>(p.dq.data) + acc_row0(p.dq, p.cu_q, b, h) + (int64_t)q0 * p.dq.sn
+                          : dq_tile + (int64_t)B::kBr * p.dq.sn;
         if (++qb == n_qb) {
             qb = 0;
             ++head;
@@ -409,9 +458,7 @@ __device__ __forceinline__ void dkdv_body(const ffpa_bwd_params &p)
          * slab at a time, added with reductions: from the resident K slabs
          * (after the held dK GEMM, else before the dK phase), or from the K
          * chunks streamed beside the dK phase's Q chunks. */
-        const RedRows dq_red(static_cast<float *>(p.dq.data) + acc_row0(p.dq, p.cu_q, b, h) +
-                                 (int64_t)q0 * p.dq.sn,
-                             p.dq.sn, wr * 16, g.seqlen_q - q0, lane); /* unused without kDqAtomic */
+        const RedRows dq_red(dq_tile, p.dq.sn, wr * 16, g.seqlen_q - q0, lane); /* unused without kDqAtomic */
         auto dq_slab = [&](SA kslab, int slab) {
             /* In two halves of 32 columns: the first half's reductions
              * drain while the second half's MMAs run, into other registers. */
