@@ -63,11 +63,10 @@ void expect(const ffpa_problem &pb, const Part &part, const char *want, const ff
                                         sizeof err),
                      FFPA_OK);
     host::tiles_label(t, label, sizeof label);
-    /* The row-statistics buffers' bound (bwd_common.cuh kStatBufs): a held-Q
-     * ring of at most four slots, any other at most four. */
-    if (t.dkdv_stages > 4)
-        fail_msg("D=%lld/%lld: a %d-slot ring (kStatBufs assumes <= 4)", (long long)pb.dqk, (long long)pb.dv,
-                 t.dkdv_stages);
+    /* The row-statistics buffers' bound (bwd_common.cuh kStatBufs). */
+    if (t.dkdv_stages > kMaxStages)
+        fail_msg("D=%lld/%lld: a %d-slot ring (kStatBufs assumes <= %d)", (long long)pb.dqk, (long long)pb.dv,
+                 t.dkdv_stages, kMaxStages);
     if (strcmp(label, want) != 0)
         fail_msg("D=%lld/%lld on %zu B a block: got \"%s\", want \"%s\"", (long long)pb.dqk, (long long)pb.dv,
                  part.smem_block, label, want);

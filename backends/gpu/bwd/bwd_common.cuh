@@ -77,6 +77,9 @@ using SmallCfg = BwdCfg<4, kSlab, true>;
  * choose_tiles), at least two items; else ahead <= 3 (cp_async_wait_dyn)
  * and 3 nq2 + nv2 >= 4 items between. */
 constexpr int kStatBufs = 2;
+/* The deepest ring the dK/dV kernel is planned with, a held Q slot included
+ * (the bound above; choose_tiles, test_bwd_plan). */
+constexpr int kMaxStages = 4;
 
 /* Where the next item of a block's sequence (items_per_tile items per
  * tile, the tiles by query block, then head of the group) lies, advanced

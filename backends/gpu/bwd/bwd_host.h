@@ -242,6 +242,30 @@ struct TileOption {
     size_t bytes[2];
 };
 
+/* Cfg's kernel on bc-key blocks at the deepest ring that fits smem_limit:
+ * the held Q slot first where allowed (hold_ok), then without it; ring
+ * depths without that slot from deepest down to shallowest, at most
+ * kMaxStages slots in all. On a fit t launches `kernel` with it. */
+template <class Cfg>
+inline bool take_deepest_ring(Tiles &t, int kernel, int bc, int dqk, int dv, int deepest, int shallowest,
+                              int hold_ok, size_t smem_limit)
+{
+    for (int hold = hold_ok; hold >= 0; --hold)
+        for (int r = deepest; r >= shallowest; --r) {
+            const int s = r + hold;
+            const size_t bytes = dkdv_smem_bytes<Cfg>(bc, dqk, dv, s, 2); /* 16-bit elements */
+            if (s <= kMaxStages && bytes <= smem_limit) {
+                t.dkdv_launch = kernel;
+                t.bc = bc;
+                t.dkdv_stages = s;
+                t.dkdv_smem = bytes;
+                t.dkdv_hold_q = hold;
+                return true;
+            }
+        }
+    return false;
+}
+
 /* The first option, deepest ring first, that fits smem_limit; where the
  * tuned choice (want_kernel, want_stages; 0: any) fits, the first of those.
  * Returns the option (stages, bytes set) or NULL (bytes: the last need). */
@@ -379,22 +403,16 @@ inline ffpa_status choose_tiles(const ffpa_problem *pb, size_t smem_limit, size_
     const bool narrow_d = dqk <= kSlab && dv <= kSlab;
     const bool wide_ok = !narrow_d && ffpa_env_long("FFPA_BWD_KV128_WIDE", 1, 0, 1, nullptr) != 0;
     if (t.dkdv_launch == kDkdv64ResidentDqAtomicPlain && (narrow_d || wide_ok) && !want_dkdv &&
-        ffpa_env_long("FFPA_BWD_KV128", 1, 0, 1, nullptr) != 0)
+        ffpa_env_long("FFPA_BWD_KV128", 1, 0, 1, nullptr) != 0) {
         /* The 64-key kernel's ring depth, plus the held Q slot where it fits
          * (FFPA_BWD_HOLD_Q=0: never), else without it. */
-        for (int hold = hold_ok; hold >= 0; --hold) {
-            const int s = t.dkdv_stages - t.dkdv_hold_q + hold;
-            const size_t bytes = narrow_d ? dkdv_smem_bytes<Big64Cfg>(128, dqk, dv, s, elt)
-                                          : dkdv_smem_bytes<Wide128Cfg>(128, dqk, dv, s, elt);
-            if (bytes <= smem_limit) {
-                t.dkdv_launch = narrow_d ? kDkdv128PlainDqAtomic : kDkdv128WidePlainDqAtomic;
-                t.bc = 128;
-                t.dkdv_stages = s;
-                t.dkdv_smem = bytes;
-                t.dkdv_hold_q = hold;
-                break;
-            }
-        }
+        const int ring = t.dkdv_stages - t.dkdv_hold_q;
+        if (narrow_d)
+            take_deepest_ring<Big64Cfg>(t, kDkdv128PlainDqAtomic, 128, dqk, dv, ring, ring, hold_ok, smem_limit);
+        else
+            take_deepest_ring<Wide128Cfg>(t, kDkdv128WidePlainDqAtomic, 128, dqk, dv, ring, ring, hold_ok,
+                                          smem_limit);
+    }
     /* D in (128, 256]: 64-key blocks of 64-row query tiles with dK / dV in
      * registers (Wide256Cfg, the 2-D S tiling), where the 64-key kernel
      * reads and writes them every query tile; plain calls adding dQ, not
@@ -404,17 +422,8 @@ inline ffpa_status choose_tiles(const ffpa_problem *pb, size_t smem_limit, size_
     const bool wide256 = t.dkdv_launch == kDkdv64DqAtomic && (dqk > 2 * kSlab || dv > 2 * kSlab) &&
                          dkdv_resident<Wide256Cfg>(dqk, dv) && regs && plain && !want_dkdv &&
                          ffpa_env_long("FFPA_BWD_KV64_WIDE", 1, 0, 1, nullptr) != 0;
-    for (int hold = hold_ok, done = !wide256; !done && hold >= 0; --hold)
-        for (int s = 4; !done && s >= 2 + hold; --s) {
-            const size_t bytes = dkdv_smem_bytes<Wide256Cfg>(64, dqk, dv, s, elt);
-            if (bytes <= smem_limit) {
-                t.dkdv_launch = kDkdv64WidePlainDqAtomic;
-                t.dkdv_stages = s;
-                t.dkdv_smem = bytes;
-                t.dkdv_hold_q = hold;
-                done = 1;
-            }
-        }
+    if (wide256)
+        take_deepest_ring<Wide256Cfg>(t, kDkdv64WidePlainDqAtomic, 64, dqk, dv, kMaxStages, 2, hold_ok, smem_limit);
     /* Above 256 (dK / dV in memory): the 64-key kernel's plain twin
      * (FFPA_BWD_PLAIN=0: never). */
     if (t.dkdv_launch == kDkdv64DqAtomic && plain)
