@@ -154,9 +154,10 @@ __device__ __forceinline__ void dkdv_body(const ffpa_bwd_params &p)
      * kStepRows: kept, stepped by a query block from tile to tile and
      * rebuilt when the group's next head begins (no 64-bit multiplies per
      * item or tile: D = 256 +3%, 512 +2% on the H200). The 128-key kernels
-     * rebuild them per item from the group's row 0 instead: at their
-     * register limit the kept pointers spill (-7% there). */
-    constexpr bool kStepRows = kBc != 128;
+     * and the streamed configurations rebuild them per item from the
+     * group's row 0 instead: at their register limit the kept pointers
+     * spill (-7% at D <= 128; the StreamCfg kernel -1% at D = 1024). */
+    constexpr bool kStepRows = kBc != 128 && !B::kStreamKV;
     struct TileRows {
         const T *q, *dout;
         const float *lse, *delta;
