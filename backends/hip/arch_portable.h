@@ -142,6 +142,15 @@ FFPA_DEV uint32_t lds_load_u16(uint32_t addr)
 #endif
 }
 
+FFPA_DEV void lds_store_u32(uint32_t addr, uint32_t v)
+{
+#if defined(__HIP_PLATFORM_NVIDIA__)
+    *static_cast<uint32_t *>(__cvta_shared_to_generic(addr)) = v;
+#else
+    *(__attribute__((address_space(3))) uint32_t *)(uintptr_t)addr = v;
+#endif
+}
+
 FFPA_DEV void lds_store_16(uint32_t addr, uint4 v)
 {
 #if defined(__HIP_PLATFORM_NVIDIA__)
@@ -260,12 +269,7 @@ FFPA_DEV void cp_async_16(uint32_t smem_addr, const void *gmem, int src_bytes)
 /* 4 bytes global -> LDS; src_bytes 0 writes zero. */
 FFPA_DEV void cp_async_4(uint32_t smem_addr, const void *gmem, int src_bytes)
 {
-    const uint32_t v = src_bytes >= 4 ? *static_cast<const uint32_t *>(gmem) : 0u;
-#if defined(__HIP_PLATFORM_NVIDIA__)
-    *static_cast<uint32_t *>(__cvta_shared_to_generic(smem_addr)) = v;
-#else
-    *(__attribute__((address_space(3))) uint32_t *)(uintptr_t)smem_addr = v;
-#endif
+    lds_store_u32(smem_addr, src_bytes >= 4 ? *static_cast<const uint32_t *>(gmem) : 0u);
 }
 
 /* The copies above complete before they return: nothing to wait for. */
