@@ -109,6 +109,10 @@ void test_h100(void **)
     variant.softcap = 30.0f;
     expect(variant, kH100, "bwd dkdv kv64 s3, dq atomic");
     expect(problem(512), kH100, "bwd dkdv kv64 plain s2, dq atomic");
+    /* Above 256, a variant call keeps the full kernel. */
+    ffpa_problem variant512 = problem(512);
+    variant512.dropout_p = 0.1f;
+    expect(variant512, kH100, "bwd dkdv kv64 s2, dq atomic");
     expect(causal(problem(512)), kH100, "bwd dkdv kv64 plain s2, dq atomic");
     expect(problem(768), kH100, "bwd dkdv stream s3, dq atomic");
     expect(problem(1024), kH100, "bwd dkdv stream s3, dq atomic");
