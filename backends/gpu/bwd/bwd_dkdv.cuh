@@ -158,13 +158,18 @@ __device__ __forceinline__ void dkdv_body(const ffpa_bwd_params &p)
      * group's row 0 instead: at their register limit the kept pointers
      * spill (-7% at D <= 128; the StreamCfg kernel -1% at D = 1024). */
     constexpr bool kStepRows = kBc != 128 && !B::kStreamKV;
+    /* The dQ rows' base alone steps in the D <= 64 128-key kernel too
+     * (ptxas sm_90a: its spill 4 / 8 -> 0 bytes; the D in (64, 128] one
+     * would go 32 / 28 -> 40 / 48, so it rebuilds). */
+    constexpr bool kStepDq = kStepRows || (!B::kStreamKV && B::kChunk == kSlab);
     struct TileRows {
         const T *q, *dout;
         const float *lse, *delta;
         int q0;
     };
-    auto tile_rows_of_head = [&](int head) -> TileRows {
-        const int h = hk * p.group + head, q0 = first_qb * B::kBr;
+    /* Row q0 of query head `head` of the group. */
+    auto rows_of = [&](int head, int q0) -> TileRows {
+        const int h = hk * p.group + head;
         return {static_cast<const T *>(p.q) + row0_offset(p.q_sb, p.q_sh, p.q_sn, g.q_start, varlen, b, h) +
                     (int64_t)q0 * p.q_sn,
                 static_cast<const T *>(p.dout) + row0_offset(p.do_sb, p.do_sh, p.do_sn, g.q_start, varlen, b, h) +
@@ -172,17 +177,10 @@ __device__ __forceinline__ void dkdv_body(const ffpa_bwd_params &p)
                 p.lse + row0_offset(p.lse_sb, p.lse_sh, p.lse_sn, g.q_start, varlen, b, h) + (int64_t)q0 * p.lse_sn,
                 p.delta + (int64_t)h * p.total_q + (varlen ? g.q_start : (int64_t)b * p.nq) + q0, q0};
     };
-    TileRows lt = {};
-    if constexpr (kStepRows)
-        lt = tile_rows_of_head(0);
-    /* Row 0 of the group's first query head (!kStepRows). */
-    const T *const q_head0 =
-        static_cast<const T *>(p.q) + row0_offset(p.q_sb, p.q_sh, p.q_sn, g.q_start, varlen, b, hk * p.group);
-    const T *const do_head0 =
-        static_cast<const T *>(p.dout) + row0_offset(p.do_sb, p.do_sh, p.do_sn, g.q_start, varlen, b, hk * p.group);
-    const float *const lse_head0 = p.lse + row0_offset(p.lse_sb, p.lse_sh, p.lse_sn, g.q_start, varlen, b, hk * p.group);
-    const float *const delta_head0 =
-        p.delta + (int64_t)hk * p.group * p.total_q + (varlen ? g.q_start : (int64_t)b * p.nq);
+    /* kStepRows: the next item's tile; else row 0 of the group's first head. */
+    TileRows lt = rows_of(0, kStepRows ? first_qb * B::kBr : 0);
+    const T *const q_head0 = lt.q, *const do_head0 = lt.dout;
+    const float *const lse_head0 = lt.lse, *const delta_head0 = lt.delta;
     auto load_next = [&]() {
         const int it = ld.it;
         const int q0 = kStepRows ? lt.q0 : (first_qb + ld.qb) * B::kBr;
@@ -198,7 +196,8 @@ __device__ __forceinline__ void dkdv_body(const ffpa_bwd_params &p)
                    (int64_t)q0 * stride;
         const SA slot = ring + ld.slot * kSlotElems;
         /* A tile's first item brings its rows' LSE and Delta (rows past the
-         * sequence: zero, and row_p treats them as such). */
+         * sequence: zero-filled; the LSE read makes them +inf, Delta 0 is
+         * right as it is). */
         if (kStatsSmem && it == 0)
             for (int i = tid; i < 2 * B::kBr; i += B::kThreads) {
                 const bool is_delta = i >= B::kBr;
@@ -232,7 +231,7 @@ __device__ __forceinline__ void dkdv_body(const ffpa_bwd_params &p)
         if (kStepRows && ld.it == 0) {
             if (ld.qb == 0) {
                 if (ld.head < p.group) /* else past the last tile */
-                    lt = tile_rows_of_head(ld.head);
+                    lt = rows_of(ld.head, first_qb * B::kBr);
             } else {
                 lt.q += (int64_t)B::kBr * p.q_sn;
                 lt.dout += (int64_t)B::kBr * p.do_sn;
@@ -331,13 +330,13 @@ __device__ __forceinline__ void dkdv_body(const ffpa_bwd_params &p)
 
     int t = 0, qb = 0, head = 0; /* the tile's query block and head of the group */
     int sbuf = 0;                 /* its row-statistics buffer */
-    float *dq_tile = nullptr;     /* kDqAtomic: row q0 of the tile in dQ (kStepRows: stepped) */
+    float *dq_tile = nullptr;     /* kDqAtomic: row q0 of the tile in dQ (kStepDq: stepped) */
     for (int tile = 0; tile < n_tiles; ++tile) {
         const int h = hk * p.group + head;
         const int q0 = (first_qb + qb) * B::kBr;
         const bool first = tile == 0;
         if constexpr (kDqAtomic)
-            dq_tile = qb == 0 || !kStepRows
+            dq_tile = qb == 0 || !kStepDq
                           ? static_cast<float *>(p.dq.data) + acc_row0(p.dq, p.cu_q, b, h) + (int64_t)q0 * p.dq.sn
                           : dq_tile + (int64_t)B::kBr * p.dq.sn;
         if (++qb == n_qb) {
