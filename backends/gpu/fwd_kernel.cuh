@@ -66,6 +66,10 @@ struct FwdConfig {
      * smem_tile.cuh then addresses them like column 0 (qk_slab, pv_slab). */
     static_assert(kCols % 64 == 0 && kWC % 64 == 0, "slab columns: whole 64-column groups per warp");
     static_assert(kBc % 16 == 0, "key tile");
+    /* load_tile_async's kSpaced: a 4-warp tile of one m-tile a warp whose
+     * slab rows take fewer than 8 row steps (Fwd256): its ldmatrix and
+     * copies share the shared-memory port (docs/notes/forward.md). */
+    static constexpr bool kSpacedCopies = kMT == 1 && kWN == 1 && kThreads / (kCols / 8) < 8;
 };
 
 /* A warp's O accumulators: per m-tile, per V slab, per n-tile. */
@@ -589,13 +593,13 @@ template <class Cfg, bool kPlainOnly = false> __device__ __forceinline__ void fw
             return;
         T *slot = ring + ld_slot * slot_elems;
         if (ld_s < p.qk_chunks) {
-            load_tile_async<T, Cfg::kBc, Cfg::kCols, Cfg::kThreads>(
+            load_tile_async<T, Cfg::kBc, Cfg::kCols, Cfg::kThreads, Cfg::kSpacedCopies>(
                 slot, kg + (int64_t)ld_kv0 * p.k_sn, p.k_sn, seqlen_k - ld_kv0, ld_s * Cfg::kCols, p.dqk, tid);
             if (!p.q_resident)
-                load_tile_async<T, Cfg::kBr, Cfg::kCols, Cfg::kThreads>(
+                load_tile_async<T, Cfg::kBr, Cfg::kCols, Cfg::kThreads, Cfg::kSpacedCopies>(
                     slot + Cfg::kBc * Cfg::kCols, qg, p.q_sn, rows_valid, ld_s * Cfg::kCols, p.dqk, tid);
         } else {
-            load_tile_async<T, Cfg::kBc, Cfg::kCols, Cfg::kThreads>(
+            load_tile_async<T, Cfg::kBc, Cfg::kCols, Cfg::kThreads, Cfg::kSpacedCopies>(
                 slot, vg + (int64_t)ld_kv0 * p.v_sn, p.v_sn, seqlen_k - ld_kv0,
                 (ld_s - p.qk_chunks) * Cfg::kCols, p.dv, tid);
         }
@@ -611,7 +615,7 @@ template <class Cfg, bool kPlainOnly = false> __device__ __forceinline__ void fw
     /* Prologue: resident Q joins the first group; stages-1 slabs in flight. */
     if (p.q_resident)
         for (int c = 0; c < p.qk_chunks; ++c)
-            load_tile_async<T, Cfg::kBr, Cfg::kCols, Cfg::kThreads>(
+            load_tile_async<T, Cfg::kBr, Cfg::kCols, Cfg::kThreads, Cfg::kSpacedCopies>(
                 q_region + c * Cfg::kBr * Cfg::kCols, qg, p.q_sn, rows_valid, c * Cfg::kCols, p.dqk,
                 tid);
     ring_prologue(p.stages, load_next);

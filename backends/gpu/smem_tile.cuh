@@ -33,31 +33,44 @@ template <int cols> __device__ __forceinline__ int swz(int row, int col)
  * Asynchronous copy of a rows x cols tile (row-major in global memory, row
  * stride `stride` elements) into a swizzled tile. Rows >= rows_valid and
  * columns >= cols_valid are zero-filled, never read.
+ *
+ * Each thread copies one 16-byte column piece of rows r0, r0 + row_step, ...
+ * The shared addresses are a few per-thread bases plus compile-time
+ * offsets: the swizzle depends on (row & 7) only, so rows 8 apart share it,
+ * and a row_step below 8 cycles through 8 / row_step bases (kPhases). A
+ * tile wholly inside the tensor (every interior key tile) takes a path with
+ * no bounds tests: one 64-bit add and the copy per piece. Recomputing the
+ * swizzle per row cost ~15 instructions a copy at 256 columns (ncu,
+ * docs/notes/forward.md).
  */
-template <typename T, int rows, int cols, int threads, class Tile = T *>
+template <typename T, int rows, int cols, int threads, bool kSpaced = false, class Tile = T *>
 __device__ __forceinline__ void load_tile_async(Tile tile, const T *base, int64_t stride, int rows_valid,
                                                 int col0, int cols_valid, int tid)
 {
     constexpr int pieces_per_row = cols / 8;
     static_assert(threads % pieces_per_row == 0, "a thread keeps its column across iterations");
     constexpr int row_step = threads / pieces_per_row;
+    static_assert(row_step % 8 == 0 || 8 % row_step == 0, "rows 8 apart share a swizzle");
+    constexpr int kPhases = row_step % 8 == 0 ? 1 : 8 / row_step;
     constexpr int iters = (rows + row_step - 1) / row_step;
-    /* Each thread copies one 16-byte column piece of rows r0, r0 + row_step, ...:
-     * one pointer and one shared address, advanced by constants. */
+    constexpr uint32_t phase_bytes = (uint32_t)(kPhases * row_step * cols * sizeof(T));
     const int r0 = tid / pieces_per_row;
     const int c = (tid % pieces_per_row) * 8;
-    const bool col_ok = col0 + c < cols_valid;
     const T *src = base + (int64_t)r0 * stride + col0 + c;
     const int64_t src_step = (int64_t)row_step * stride;
-    uint32_t dst = smem_addr(tile + swz<cols>(r0, c));
+    const uint32_t tile_a = smem_addr(tile);
+    uint32_t dst[kPhases];
+#pragma unroll
+    for (int j = 0; j < kPhases; ++j)
+        dst[j] = tile_a + (uint32_t)(swz<cols>(r0 + j * row_step, c) * (int)sizeof(T));
+    const bool col_ok = col0 + c < cols_valid;
 #pragma unroll
     for (int it = 0; it < iters; ++it) {
         const int r = r0 + it * row_step;
         if (rows % row_step == 0 || r < rows) {
-            bool ok = col_ok && r < rows_valid;
-            /* With row_step a multiple of 8 the swizzle of row r equals row r0's. */
-            uint32_t d = row_step % 8 == 0 ? dst + (uint32_t)(it * row_step * cols * sizeof(T))
-                                           : smem_addr(tile + swz<cols>(r, c));
+            const bool ok = col_ok && r < rows_valid;
+            const uint32_t d = kSpaced ? smem_addr(tile + swz<cols>(r, c))
+                                       : dst[it % kPhases] + (uint32_t)(it / kPhases) * phase_bytes;
             arch::cp_async_16(d, ok ? src : base, ok ? 16 : 0);
             src += src_step;
         }
