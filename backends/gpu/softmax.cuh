@@ -21,15 +21,24 @@ struct OnlineSoftmax {
         l[0] = l[1] = 0.0f;
     }
 
-    /* The largest of `from` and the scores of row half `half` in this lane's columns. */
+    /* The largest of `from` and the scores of row half `half` in this lane's
+     * columns, as a tree: log2(kNT) + 2 dependent FMNMX instead of a kNT + 1
+     * deep chain, which the exp2s of the tile wait on (ncu: the fixed-latency
+     * stalls of the small-D forward, docs/notes/forward.md). The maximum
+     * does not depend on the order. */
     template <int kNT>
     static __device__ __forceinline__ float lane_max(const arch::FragC (&s)[kNT], int half, float from)
     {
-        float mx = from;
+        float v[kNT];
 #pragma unroll
         for (int nt = 0; nt < kNT; ++nt)
-            mx = fmaxf(mx, fmaxf(s[nt].r[2 * half], s[nt].r[2 * half + 1]));
-        return mx;
+            v[nt] = fmaxf(s[nt].r[2 * half], s[nt].r[2 * half + 1]);
+#pragma unroll
+        for (int stride = 1; stride < kNT; stride *= 2)
+#pragma unroll
+            for (int i = 0; i + stride < kNT; i += 2 * stride)
+                v[i] = fmaxf(v[i], v[i + stride]);
+        return fmaxf(from, v[0]);
     }
 
     /* s (masked, scaled scores) -> unnormalised probabilities; returns the
