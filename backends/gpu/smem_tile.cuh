@@ -37,11 +37,13 @@ template <int cols> __device__ __forceinline__ int swz(int row, int col)
  * Each thread copies one 16-byte column piece of rows r0, r0 + row_step, ...
  * The shared addresses are a few per-thread bases plus compile-time
  * offsets: the swizzle depends on (row & 7) only, so rows 8 apart share it,
- * and a row_step below 8 cycles through 8 / row_step bases (kPhases). A
- * tile wholly inside the tensor (every interior key tile) takes a path with
- * no bounds tests: one 64-bit add and the copy per piece. Recomputing the
- * swizzle per row cost ~15 instructions a copy at 256 columns (ncu,
- * docs/notes/forward.md).
+ * and a row_step below 8 cycles through 8 / row_step bases (kPhases).
+ * Recomputing the swizzle per row cost ~15 instructions a copy at 256
+ * columns (ncu, docs/notes/forward.md).
+ * kSpaced: the per-row form all the same. Where the shared-memory port
+ * binds (the 4-warp D = 256 forward tile) copies issued back to back delay
+ * the other block's ldmatrix (-3% measured); the per-row arithmetic spaces
+ * them.
  */
 template <typename T, int rows, int cols, int threads, bool kSpaced = false, class Tile = T *>
 __device__ __forceinline__ void load_tile_async(Tile tile, const T *base, int64_t stride, int rows_valid,
