@@ -154,6 +154,27 @@ void test_dropped_tiles(void **)
         assert_true(k.min_smem <= cuda::arch_smem_per_block(900));
 }
 
+/* The slab copies keep their per-row addresses (load_tile_async's
+ * kSpaced) on the one tile where the bases measured slower: the 4-warp
+ * D = 256 tile, one m-tile a warp, 256-column slabs (row step 4). The
+ * other tiles with a row step below 8 (the 512-column slabs) gained with
+ * the bases (docs/notes/forward.md). */
+void test_spaced_copies(void **)
+{
+    assert_true(cuda::Fwd256<T>::kSpacedCopies);
+    assert_false(cuda::Fwd64x2<T>::kSpacedCopies);
+    assert_false(cuda::Fwd64<T>::kSpacedCopies);
+    assert_false(cuda::Fwd128x2<T>::kSpacedCopies);
+    assert_false(cuda::Fwd128<T>::kSpacedCopies);
+    assert_false(cuda::Fwd320<T>::kSpacedCopies);
+    assert_false(cuda::Fwd512c512<T>::kSpacedCopies);
+    assert_false(cuda::Fwd512c256<T>::kSpacedCopies);
+    assert_false(cuda::Fwd512<T>::kSpacedCopies);
+    assert_false(cuda::Fwd1024c512<T>::kSpacedCopies);
+    assert_false(cuda::Fwd1024<T>::kSpacedCopies);
+    assert_false(cuda::Fwd1024k32<T>::kSpacedCopies);
+}
+
 /* The generic forward's plain twin runs a plain call without dropout, where
  * the tile has one, unless FFPA_GENERIC_PLAIN_TWIN=0; the kernel's name says so. */
 void test_plain_twin_choice(void **)
@@ -205,6 +226,7 @@ int main(void)
         cmocka_unit_test_prestate(test_arch, (void *)&kArchs[5]),
         cmocka_unit_test(test_dropped_tiles),
         cmocka_unit_test(test_plain_twin_choice),
+        cmocka_unit_test(test_spaced_copies),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
