@@ -177,10 +177,9 @@ __device__ __forceinline__ void dkdv_body(const ffpa_bwd_params &p)
                 p.lse + row0_offset(p.lse_sb, p.lse_sh, p.lse_sn, g.q_start, varlen, b, h) + (int64_t)q0 * p.lse_sn,
                 p.delta + (int64_t)h * p.total_q + (varlen ? g.q_start : (int64_t)b * p.nq) + q0, q0};
     };
-    /* kStepRows: the next item's tile; else row 0 of the group's first head. */
+    /* kStepRows: the next item's tile; else row 0 of the group's first
+     * head, for good (the rows of an item are offsets from it). */
     TileRows lt = rows_of(0, kStepRows ? first_qb * B::kBr : 0);
-    const T *const q_head0 = lt.q, *const do_head0 = lt.dout;
-    const float *const lse_head0 = lt.lse, *const delta_head0 = lt.delta;
     auto load_next = [&]() {
         const int it = ld.it;
         const int q0 = kStepRows ? lt.q0 : (first_qb + ld.qb) * B::kBr;
@@ -192,7 +191,7 @@ __device__ __forceinline__ void dkdv_body(const ffpa_bwd_params &p)
         if constexpr (kStepRows)
             base = is_do ? lt.dout : lt.q;
         else
-            base = (is_do ? do_head0 + (int64_t)ld.head * p.do_sh : q_head0 + (int64_t)ld.head * p.q_sh) +
+            base = (is_do ? lt.dout + (int64_t)ld.head * p.do_sh : lt.q + (int64_t)ld.head * p.q_sh) +
                    (int64_t)q0 * stride;
         const SA slot = ring + ld.slot * kSlotElems;
         /* A tile's first item brings its rows' LSE and Delta (rows past the
@@ -207,8 +206,8 @@ __device__ __forceinline__ void dkdv_body(const ffpa_bwd_params &p)
                 if constexpr (kStepRows)
                     src = is_delta ? lt.delta + r : lt.lse + (int64_t)r * p.lse_sn;
                 else
-                    src = is_delta ? delta_head0 + (int64_t)ld.head * p.total_q + q0 + r
-                                   : lse_head0 + (int64_t)ld.head * p.lse_sh + (int64_t)(q0 + r) * p.lse_sn;
+                    src = is_delta ? lt.delta + (int64_t)ld.head * p.total_q + q0 + r
+                                   : lt.lse + (int64_t)ld.head * p.lse_sh + (int64_t)(q0 + r) * p.lse_sn;
                 arch::cp_async_4(stats_u32 + (uint32_t)(((ld.stats * 2 + is_delta) * B::kBr + r) * sizeof(float)),
                                  ok ? src : p.lse, ok ? 4 : 0);
             }
