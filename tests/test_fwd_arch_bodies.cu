@@ -175,6 +175,26 @@ void test_spaced_copies(void **)
     assert_false(cuda::Fwd1024k32<T>::kSpacedCopies);
 }
 
+/* Every m-tile's row maxima before the exp2s (FwdConfig::kMaxesFirst) only
+ * on the tile where it measured a gain: two m-tiles a warp over 128 keys
+ * (Fwd64x2). The 64-key two-m-tile tile lost 2.6% with it and the one-m-tile
+ * tiles have nothing to overlap (docs/notes/forward.md). */
+void test_maxes_first(void **)
+{
+    using T = arch::bf16;
+    assert_true(cuda::Fwd64x2<T>::kMaxesFirst);
+    assert_true(cuda::Fwd64x2<arch::f16>::kMaxesFirst);
+    assert_false(cuda::Fwd64<T>::kMaxesFirst);
+    assert_false(cuda::Fwd128x2<T>::kMaxesFirst);
+    assert_false(cuda::Fwd128<T>::kMaxesFirst);
+    assert_false(cuda::Fwd256<T>::kMaxesFirst);
+    assert_false(cuda::Fwd320<T>::kMaxesFirst);
+    assert_false(cuda::Fwd512c512<T>::kMaxesFirst);
+    assert_false(cuda::Fwd1024c512<T>::kMaxesFirst);
+    assert_false(cuda::Fwd1024<T>::kMaxesFirst);
+    assert_false(cuda::Fwd1024k32<T>::kMaxesFirst);
+}
+
 /* The generic forward's plain twin runs a plain call without dropout, where
  * the tile has one, unless FFPA_GENERIC_PLAIN_TWIN=0; the kernel's name says so. */
 void test_plain_twin_choice(void **)
@@ -227,6 +247,7 @@ int main(void)
         cmocka_unit_test(test_dropped_tiles),
         cmocka_unit_test(test_plain_twin_choice),
         cmocka_unit_test(test_spaced_copies),
+        cmocka_unit_test(test_maxes_first),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -4,7 +4,7 @@
 namespace ffpa {
 namespace cuda {
 const FwdKernelDesc fwd_bf16_small[kFwdSmallKernels] = {
-        fwd_desc<Fwd64x2<arch::bf16>>(), fwd_desc<Fwd64<arch::bf16>>(), fwd_desc_with_plain<Fwd128x2<arch::bf16>>(),
+        fwd_desc_with_plain<Fwd64x2<arch::bf16>>(), fwd_desc<Fwd64<arch::bf16>>(), fwd_desc_with_plain<Fwd128x2<arch::bf16>>(),
         fwd_desc<Fwd128<arch::bf16>>(), fwd_desc<Fwd256<arch::bf16>>()};
 }
 }

@@ -4,7 +4,7 @@
 namespace ffpa {
 namespace cuda {
 const FwdKernelDesc fwd_f16_small[kFwdSmallKernels] = {
-        fwd_desc<Fwd64x2<arch::f16>>(), fwd_desc<Fwd64<arch::f16>>(), fwd_desc_with_plain<Fwd128x2<arch::f16>>(),
+        fwd_desc_with_plain<Fwd64x2<arch::f16>>(), fwd_desc<Fwd64<arch::f16>>(), fwd_desc_with_plain<Fwd128x2<arch::f16>>(),
         fwd_desc<Fwd128<arch::f16>>(), fwd_desc<Fwd256<arch::f16>>()};
 }
 }

@@ -66,10 +66,11 @@ template <class Cfg> constexpr FwdKernelDesc fwd_desc()
     return fwd_kernel_desc<Cfg, ffpa_fwd_kernel<Cfg>>();
 }
 
-/* With a plain twin: only where it pays (H100, bf16, same-build A/B,
+/* With a plain twin: only where it pays (H100/H200, bf16, same-build A/B,
  * docs/notes/forward.md): Fwd128x2 (D = 128 305 -> 346 TFLOP/s, spill 124
- * -> 28 bytes) and Fwd320 (199 -> 218). Not: Fwd64x2 (spills more without
- * the variant code), Fwd256 (0), Fwd512c512 (0 to -2.5%), Fwd1024c512
+ * -> 28 bytes), Fwd320 (199 -> 218) and, since its softmax takes both
+ * m-tiles' maxima first (FwdConfig::kMaxesFirst), Fwd64x2 (283 -> 300,
+ * 16 -> 0 bytes). Not: Fwd256 (0), Fwd512c512 (0 to -2.5%), Fwd1024c512
  * (+1.5%, not worth its build time). */
 template <class Cfg> constexpr FwdKernelDesc fwd_desc_with_plain()
 {

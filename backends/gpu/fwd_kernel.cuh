@@ -70,6 +70,14 @@ struct FwdConfig {
      * slab rows take fewer than 8 row steps (Fwd256): its ldmatrix and
      * copies share the shared-memory port (docs/notes/forward.md). */
     static constexpr bool kSpacedCopies = kMT == 1 && kWN == 1 && kThreads / (kCols / 8) < 8;
+    /* The softmax of a key tile takes every m-tile's row maxima before any
+     * m-tile's exp2s (fwd_key_tile_mt): a warp of two m-tiles over 128 keys
+     * (Fwd64x2: 16 n-tiles a row, the longest max chains) then overlaps two
+     * tiles' chains, D = 64 +10% and 88 -> 16 bytes of spill. Elsewhere
+     * measured flat or a loss (the 64-key two-m-tile tile -2.6%, spill up
+     * in the one-m-tile 1024-column tiles; docs/notes/forward.md), so they
+     * keep one m-tile at a time. */
+    static constexpr bool kMaxesFirst = kMT > 1 && kNT >= 16;
 };
 
 /* A warp's O accumulators: per m-tile, per V slab, per n-tile. */
@@ -380,8 +388,8 @@ __device__ __forceinline__ void fwd_key_tile_mt(OAcc<Cfg> &o, OnlineSoftmax (&sm
             break;
         const T *vsl = next_slab();
         if (vs == 0) {
-#pragma unroll
-            for (int mt = 0; mt < Cfg::kMT; ++mt) {
+            /* m-tile mt's scores: the Split-D partial sums, then the mask. */
+            auto scores = [&](int mt) -> float {
                 if (Cfg::kWN > 1) {
                     /* Same summation order in every warp: identical P. */
 #pragma unroll
@@ -398,14 +406,38 @@ __device__ __forceinline__ void fwd_key_tile_mt(OAcc<Cfg> &o, OnlineSoftmax (&sm
                         s[mt][nt] = arch::FragC{{acc.x, acc.y, acc.z, acc.w}};
                     }
                 }
-                const float fold = mask(s[mt], mt);
-                float alpha[2];
-                sm[mt].template update_scaled<Cfg::kNT>(s[mt], alpha, fold);
+                return mask(s[mt], mt);
+            };
+            /* m-tile mt's softmax given alpha, then P packed. */
+            auto to_p = [&](int mt, float (&alpha)[2]) {
                 OnlineSoftmax::rescale(reinterpret_cast<arch::FragC(&)[Cfg::kVSlabs * Cfg::kONT]>(o[mt]), alpha);
                 after_softmax(s[mt], mt);
 #pragma unroll
                 for (int kk = 0; kk < Cfg::kBc / 16; ++kk)
                     pack_p_step<T>(s[mt][2 * kk], s[mt][2 * kk + 1], pf[mt][kk]);
+            };
+            if constexpr (Cfg::kMaxesFirst) {
+                float fold[Cfg::kMT], mx[Cfg::kMT][2];
+#pragma unroll
+                for (int mt = 0; mt < Cfg::kMT; ++mt) {
+                    fold[mt] = scores(mt);
+                    sm[mt].template row_max_scaled<Cfg::kNT>(s[mt], mx[mt], fold[mt]);
+                }
+#pragma unroll
+                for (int mt = 0; mt < Cfg::kMT; ++mt) {
+                    float alpha[2];
+#pragma unroll
+                    for (int half = 0; half < 2; ++half)
+                        sm[mt].template advance<Cfg::kNT>(s[mt], alpha, half, mx[mt][half], fold[mt]);
+                    to_p(mt, alpha);
+                }
+            } else {
+#pragma unroll
+                for (int mt = 0; mt < Cfg::kMT; ++mt) {
+                    float alpha[2];
+                    sm[mt].template update_scaled<Cfg::kNT>(s[mt], alpha, scores(mt));
+                    to_p(mt, alpha);
+                }
             }
         }
         pv_slab_of<Cfg>(o, vs, pf, vsl, wn, dv, lane);

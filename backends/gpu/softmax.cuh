@@ -57,7 +57,27 @@ struct OnlineSoftmax {
     {
 #pragma unroll
         for (int half = 0; half < 2; ++half)
-            advance<kNT>(s, alpha, half, fmaxf(m[half], arch::quad_max(lane_max<kNT>(s, half, -INFINITY)) * scale), scale);
+            advance<kNT>(s, alpha, half, new_max_scaled<kNT>(s, half, scale), scale);
+    }
+
+    /* Row half `half`'s new max, max(m, max(s) * scale), the max taken
+     * before scaling. */
+    template <int kNT>
+    __device__ __forceinline__ float new_max_scaled(const arch::FragC (&s)[kNT], int half, float scale) const
+    {
+        return fmaxf(m[half], arch::quad_max(lane_max<kNT>(s, half, -INFINITY)) * scale);
+    }
+
+    /* update_scaled's new row maxima alone, for the caller's advance():
+     * a warp of several m-tiles can take every tile's maxima (shuffles)
+     * before any exp2, so the tiles' dependent chains overlap
+     * (FwdConfig::kMaxesFirst). */
+    template <int kNT>
+    __device__ __forceinline__ void row_max_scaled(const arch::FragC (&s)[kNT], float (&mx)[2], float scale) const
+    {
+#pragma unroll
+        for (int half = 0; half < 2; ++half)
+            mx[half] = new_max_scaled<kNT>(s, half, scale);
     }
 
     /* Row half `half` with its new max mx: alpha, the probabilities
@@ -92,7 +112,7 @@ struct OnlineSoftmax {
     {
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
-            ref[half] = fmaxf(m[half], arch::quad_max(lane_max<kNT>(s, half, -INFINITY)) * scale);
+            ref[half] = new_max_scaled<kNT>(s, half, scale);
             const float r = ref[half] == -INFINITY ? 0.0f : ref[half];
             float acc = 0.0f;
 #pragma unroll
