@@ -195,6 +195,41 @@ void test_maxes_first(void **)
     assert_false(cuda::Fwd1024k32<T>::kMaxesFirst);
 }
 
+/* The slab loops' step counts (with_covering_steps): the 256- and
+ * 512-column loops cover the valid columns in whole 64- (128-) column
+ * groups, straight-line; the narrow ones run whole or stop at run time (0). */
+template <int kMax> static int covering_steps(int col0, int cols_valid)
+{
+    int k = -1; /* -1: no loop */
+    with_covering_steps<kMax>(col0, cols_valid, [&](auto steps) { k = decltype(steps)::value; });
+    return k;
+}
+
+void test_covering_steps(void **)
+{
+    assert_int_equal(covering_steps<16>(0, 256), 16);
+    assert_int_equal(covering_steps<16>(0, 300), 16);
+    assert_int_equal(covering_steps<16>(0, 193), 16);
+    assert_int_equal(covering_steps<16>(0, 192), 12);
+    assert_int_equal(covering_steps<16>(0, 160), 12);
+    assert_int_equal(covering_steps<16>(0, 128), 8);
+    assert_int_equal(covering_steps<16>(0, 72), 8);
+    assert_int_equal(covering_steps<16>(0, 64), 4);
+    assert_int_equal(covering_steps<16>(0, 8), 4);
+    assert_int_equal(covering_steps<16>(0, 0), -1);
+    assert_int_equal(covering_steps<16>(256, 64), -1); /* a slab past Dqk */
+    assert_int_equal(covering_steps<32>(0, 512), 32);
+    assert_int_equal(covering_steps<32>(0, 448), 32);
+    assert_int_equal(covering_steps<32>(0, 384), 24);
+    assert_int_equal(covering_steps<32>(0, 64), 8);
+    assert_int_equal(covering_steps<8>(0, 128), 8);
+    assert_int_equal(covering_steps<8>(0, 96), 0);
+    assert_int_equal(covering_steps<8>(128, 200), 0); /* the second warp's columns */
+    assert_int_equal(covering_steps<8>(128, 256), 8);
+    assert_int_equal(covering_steps<4>(0, 64), 4);
+    assert_int_equal(covering_steps<4>(0, 48), 0);
+}
+
 /* The generic forward's plain twin runs a plain call without dropout, where
  * the tile has one, unless FFPA_GENERIC_PLAIN_TWIN=0; the kernel's name says so. */
 void test_plain_twin_choice(void **)
@@ -248,6 +283,7 @@ int main(void)
         cmocka_unit_test(test_plain_twin_choice),
         cmocka_unit_test(test_spaced_copies),
         cmocka_unit_test(test_maxes_first),
+        cmocka_unit_test(test_covering_steps),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

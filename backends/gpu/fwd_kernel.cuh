@@ -151,22 +151,61 @@ __device__ __forceinline__ uint32_t piece_off(int x, int pc)
 }
 
 /*
- * S += Q_slab K_slab^T over kQCols columns from col0 (those < cols_valid) of
+ * Calls f(Steps<k>{}) with k, the 16-column steps (of kMax) a slab loop
+ * from col0 runs for the valid columns below cols_valid (warp-uniform).
+ * Wide loops (kMax > 8: 256- and 512-column slabs): k covers the valid
+ * columns rounded up to whole groups of 64 columns (128 in 512), at most
+ * four loops, each straight-line; the steps past the valid columns multiply
+ * the zeros the slab copies leave there (load_tile_async zero-fills them).
+ * A run-time "skip the padding" test between steps splits the unrolled loop
+ * into basic blocks the SASS scheduler cannot hoist the next step's
+ * ldmatrix across (v2 -> v3 in docs/notes/forward.md): at D = 192 the
+ * 256-column tile took longer than at D = 256. Narrow loops (kMax <= 8)
+ * keep that test for a partial slab, k = 0 (stop at the first step past
+ * cols_valid): straight-line variants spilled there (the D = 128 two-m-tile
+ * twin 20 -> 96 bytes, ptxas sm_90a).
+ */
+template <int k> struct Steps {
+    static constexpr int value = k;
+};
+
+template <int kMax, int kGroup, class F>
+__host__ __device__ __forceinline__ void covering_groups(int cols, F &&f)
+{
+    static_assert(kMax % kGroup == 0, "whole groups");
+    if (cols > (kMax - kGroup) * 16)
+        f(Steps<kMax>{});
+    else if constexpr (kMax > kGroup)
+        covering_groups<kMax - kGroup, kGroup>(cols, f);
+}
+
+template <int kMax, class F>
+__host__ __device__ __forceinline__ void with_covering_steps(int col0, int cols_valid, F &&f)
+{
+    if constexpr (kMax <= 8) {
+        if (col0 + kMax * 16 <= cols_valid)
+            f(Steps<kMax>{});
+        else
+            f(Steps<0>{});
+    } else {
+        covering_groups<kMax, (kMax / 4 > 4 ? kMax / 4 : 4)>(cols_valid - col0, f);
+    }
+}
+
+/*
+ * S += Q_slab K_slab^T over the first kSteps 16-column steps of the kQCols
+ * from col0 (with_covering_steps picks kSteps; 0: those < cols_valid) of
  * the kSN x 8 keys from key0: a warp's kWC columns of all kBc keys, or (key
  * split) every column of its kKW keys.
- * kFull: every column is valid. Callers pick it per slab (warp-uniform) so
- * the common case is one straight-line block: a run-time "skip the zero
- * padding" test between k-steps splits the unrolled loop into basic blocks,
- * and the SASS scheduler then cannot hoist the ldmatrix of step k+1 above
- * the MMAs of step k (measured v2 -> v3 in docs/notes/forward.md).
  */
-template <class Cfg, bool kFull, int kQCols, int kSN>
+template <class Cfg, int kSteps, int kQCols, int kSN>
 __device__ __forceinline__ void qk_slab(arch::FragC (&s)[Cfg::kMT][kSN], const typename Cfg::T *qs,
                                         const typename Cfg::T *ks, int wm, int col0, int key0, int cols_valid,
                                         int lane)
 {
     using T = typename Cfg::T;
     static_assert(kSN % 2 == 0, "K fragments load 16 keys at a time");
+    static_assert(kSteps <= kQCols / 16, "steps within the columns");
     constexpr uint32_t row_bytes = Cfg::kCols * sizeof(T);
     const uint32_t col_bytes = (uint32_t)col0 * sizeof(T); /* multiple of 128: swizzle-neutral */
     /* The warp's m-tiles are 16 rows apart: (row & 7), hence the swizzle, is
@@ -178,8 +217,8 @@ __device__ __forceinline__ void qk_slab(arch::FragC (&s)[Cfg::kMT][kSN], const t
                             (uint32_t)(key0 + (lane & 7) + ((lane >> 4) << 3)) * row_bytes + col_bytes;
     const int kx = ((lane >> 3) & 1) ^ (lane & 7);
 #pragma unroll
-    for (int kk = 0; kk < kQCols / 16; ++kk) {
-        if (!kFull && col0 + kk * 16 >= cols_valid) /* zero padding of D: skip */
+    for (int kk = 0; kk < (kSteps ? kSteps : kQCols / 16); ++kk) {
+        if (!kSteps && col0 + kk * 16 >= cols_valid) /* zero padding of D: skip */
             break;
         arch::FragA a[Cfg::kMT];
 #pragma unroll
@@ -217,16 +256,16 @@ __device__ __forceinline__ void qk_tile(arch::FragC (&s)[Cfg::kMT][kSN], int qk_
         const T *ks = next_slab();
         const T *qs = q_slab(c, ks);
         const int cols_valid = dqk - c * Cfg::kCols;
-        if (col0 + kQCols <= cols_valid)
-            qk_slab<Cfg, true, kQCols, kSN>(s, qs, ks, wm, col0, key0, cols_valid, lane);
-        else
-            qk_slab<Cfg, false, kQCols, kSN>(s, qs, ks, wm, col0, key0, cols_valid, lane);
+        with_covering_steps<kQCols / 16>(col0, cols_valid, [&](auto steps) {
+            qk_slab<Cfg, decltype(steps)::value, kQCols, kSN>(s, qs, ks, wm, col0, key0, cols_valid, lane);
+        });
     }
 }
 
-/* O_slab += P V_slab (V slab vi) over this warp's kWC columns (those <
- * cols_valid); kFull as in qk_slab. */
-template <class Cfg, bool kFull>
+/* O_slab += P V_slab (V slab vi) over the first kSteps 16-column steps of
+ * this warp's kWC columns (with_covering_steps, as in qk_slab; 0: those <
+ * cols_valid). */
+template <class Cfg, int kSteps>
 __device__ __forceinline__ void pv_slab(OAcc<Cfg> &o, int vi,
                                         const uint32_t (&pf)[Cfg::kMT][Cfg::kBc / 16][4],
                                         const typename Cfg::T *vs, int wn, int cols_valid, int lane)
@@ -241,8 +280,8 @@ __device__ __forceinline__ void pv_slab(OAcc<Cfg> &o, int vi,
 #pragma unroll
     for (int kk = 0; kk < Cfg::kBc / 16; ++kk) {
 #pragma unroll
-        for (int np = 0; np < Cfg::kONT / 2; ++np) {
-            if (!kFull && col0 + np * 16 >= cols_valid)
+        for (int np = 0; np < (kSteps ? kSteps : Cfg::kONT / 2); ++np) {
+            if (!kSteps && col0 + np * 16 >= cols_valid)
                 break;
             uint32_t b[4];
             arch::ldmatrix_x4_trans(b, v_base + (uint32_t)(kk * 16) * row_bytes + piece_off(vx, 2 * np));
@@ -257,16 +296,15 @@ __device__ __forceinline__ void pv_slab(OAcc<Cfg> &o, int vi,
     }
 }
 
-/* The same, choosing kFull for V slab vi from dv (warp-uniform). */
+/* The same, the steps for V slab vi from dv (warp-uniform). */
 template <class Cfg>
 __device__ __forceinline__ void pv_slab_of(OAcc<Cfg> &o, int vi, const uint32_t (&pf)[Cfg::kMT][Cfg::kBc / 16][4],
                                            const typename Cfg::T *vs, int wn, int dv, int lane)
 {
     const int cols_valid = dv - vi * Cfg::kCols;
-    if ((wn + 1) * Cfg::kWC <= cols_valid)
-        pv_slab<Cfg, true>(o, vi, pf, vs, wn, cols_valid, lane);
-    else
-        pv_slab<Cfg, false>(o, vi, pf, vs, wn, cols_valid, lane);
+    with_covering_steps<Cfg::kONT / 2>(wn * Cfg::kWC, cols_valid, [&](auto steps) {
+        pv_slab<Cfg, decltype(steps)::value>(o, vi, pf, vs, wn, cols_valid, lane);
+    });
 }
 
 /* One k16 step of P (S n-tiles a and b, probabilities) as the PV MMA's A
