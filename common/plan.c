@@ -44,8 +44,8 @@ typedef struct gpu_fwd_shape {
  * (1024) for the 99 KiB of sm_86 / sm_89) runs where the ones before it do
  * not fit (plan_gpu_forward) or a tuning table names it. */
 static const gpu_fwd_shape gpu_fwd_shapes[] = {
-    {64, 4, 1, 128, 64, 2, 2}, {64, 4, 1, 64, 64, 2, 1},   {128, 4, 1, 64, 128, 2, 2},
-    {128, 8, 1, 64, 128, 2, 1}, {256, 4, 1, 64, 256, 2, 1}, {320, 4, 1, 64, 64, 3, 1},
+    {64, 4, 1, 128, 64, 2, 2, 0}, {64, 4, 1, 64, 64, 2, 1, 0},   {128, 4, 1, 64, 128, 2, 2, 0},
+    {128, 8, 1, 64, 128, 2, 1, 0}, {256, 4, 1, 64, 256, 2, 1, 0}, {320, 4, 1, 64, 64, 3, 1, 0},
     {512, 4, 2, 64, 512, 2, 1, 1}, {512, 4, 2, 64, 256, 3, 1, 1}, {512, 4, 2, 64, 128, 3, 1, 1},
     {1024, 2, 4, 64, 512, 2, 1, 0}, {1024, 2, 4, 64, 256, 2, 1, 0}, {1024, 2, 4, 32, 256, 2, 1, 0},
 };
@@ -461,9 +461,10 @@ ffpa_status ffpa_plan_portable(const ffpa_device_limits *lim, ffpa_portable_tile
     return FFPA_ERR_UNSUPPORTED;
 }
 
-ffpa_status ffpa_plan_portable_tiled(const ffpa_device_limits *lim, int64_t dv, ffpa_portable_tiles *out)
+ffpa_status ffpa_plan_portable_tiled(const ffpa_device_limits *lim, int64_t dv, int64_t nq,
+                                     ffpa_portable_tiles *out)
 {
-    const int tr = dv <= 512 ? 4 : 2, wg = 128, groups = 16, bc = 4 * groups, dc = 32, dcv = 4 * groups;
+    const int tr = dv <= 512 && nq > 16 ? 4 : 2, wg = 128, groups = 16, bc = 4 * groups, dc = 32, dcv = 4 * groups;
     ffpa_portable_tiles t = {wg, (wg / groups) * tr, bc, dc, 0, tr};
     /* Q chunk, K chunk, P^T, V chunk, one float per (row, column group) */
     t.local_bytes = sizeof(float) * ((size_t)t.br * dc + (size_t)bc * dc + (size_t)bc * t.br + (size_t)bc * dcv +

@@ -504,100 +504,107 @@ static void check_finite_differences(oracle_problem *p, const double *g, const d
     free(fd);
 }
 
-void attn_run_backward(const attn_case *c)
+/* The float64 gradients and their magnitudes (oracle_backward_and_magnitude) for one dout. */
+typedef struct grad_refs {
+    double *g;
+    oracle_grads ref, mag;
+} grad_refs;
+
+static void grad_refs_compute(const attn_case *c, oracle_problem *p, const th_tensor *dout, grad_refs *out)
+{
+    out->g = alloc_doubles(oracle_o_elems(p));
+    oracle_read_tensor(&dout->host, out->g);
+    out->ref = (oracle_grads){alloc_doubles(oracle_q_elems(p)), alloc_doubles(oracle_k_elems(p)),
+                              alloc_doubles(oracle_v_elems(p)), c->dbias ? alloc_doubles(oracle_bias_elems(p)) : NULL};
+    out->mag = (oracle_grads){alloc_doubles(oracle_q_elems(p)), alloc_doubles(oracle_k_elems(p)),
+                              alloc_doubles(oracle_v_elems(p)), c->dbias ? alloc_doubles(oracle_bias_elems(p)) : NULL};
+    oracle_backward_and_magnitude(p, out->g, &out->ref, &out->mag);
+}
+
+static void grad_refs_free(grad_refs *refs)
+{
+    free(refs->g);
+    double *arrays[] = {refs->ref.dq, refs->ref.dk, refs->ref.dv, refs->ref.dbias,
+                        refs->mag.dq, refs->mag.dk, refs->mag.dv, refs->mag.dbias};
+    for (size_t i = 0; i < sizeof arrays / sizeof arrays[0]; ++i)
+        free(arrays[i]);
+}
+
+/*
+ * One ffpa_backward on the run's inputs with accumulation `check`, every
+ * gradient compared with refs (computed on the first call that the backend
+ * does not refuse: the runs of one case share them), the inputs unchanged,
+ * and the deterministic second run where the case asks. Returns 0 when the
+ * backend refused the call.
+ */
+static int backward_and_check(const attn_case *c, attn_run *r, th_tensor *dout, const attn_accum_check *check,
+                              grad_refs *refs)
 {
     ffpa_context *ctx = th_ctx();
-    attn_run r;
-    build(c, &r);
-    if (!forward_and_check(c, &r, 1)) {
-        release(&r);
-        return;
-    }
-
-    th_tensor dout, dq, dk, dv, dbias;
+    th_tensor dq, dk, dv, dbias;
     memset(&dbias, 0, sizeof dbias);
-    th_tensor_make(&dout, c->dtype, c->layout, r.shape0, c->hq, r.rows_q, c->dv);
-    th_tensor_random(&dout, &r.rng, -c->v_range, c->v_range, 0);
-    th_tensor_make(&dq, c->dtype, c->layout, r.shape0, c->hq, r.rows_q, c->dqk);
-    th_tensor_make(&dk, c->dtype, c->kv_layout, r.shape0, c->hkv, r.rows_k, c->dqk);
-    th_tensor_make(&dv, c->dtype, c->kv_layout, r.shape0, c->hkv, r.rows_k, c->dv);
-    ffpa_options opt = r.opt;
+    th_tensor_make(&dq, c->dtype, c->layout, r->shape0, c->hq, r->rows_q, c->dqk);
+    th_tensor_make(&dk, c->dtype, c->kv_layout, r->shape0, c->hkv, r->rows_k, c->dqk);
+    th_tensor_make(&dv, c->dtype, c->kv_layout, r->shape0, c->hkv, r->rows_k, c->dv);
+    ffpa_options opt = r->opt;
+    opt.grad_accum = check->grad_accum;
     if (c->dbias) {
         assert_true(c->bias);
-        th_tensor_strided(&dbias, c->dbias_dtype, r.bias.host.shape, r.bias.host.stride);
+        th_tensor_strided(&dbias, c->dbias_dtype, r->bias.host.shape, r->bias.host.stride);
         opt.dbias = &dbias.dev;
     }
-    th_tensor *inputs[] = {&dout, &r.q, &r.k, &r.v, &r.o, &r.lse};
+    th_tensor *inputs[] = {dout, &r->q, &r->k, &r->v, &r->o, &r->lse};
     const char *input_names[] = {"dout (input)", "q (input)", "k (input)",
                                  "v (input)",    "out (input)", "lse (input)"};
     unsigned char *before[6];
     for (int i = 0; i < 6; ++i)
         before[i] = th_tensor_snapshot(inputs[i]);
 
-    ffpa_status status = ffpa_backward(ctx, &dout.dev, &r.q.dev, &r.k.dev, &r.v.dev, &r.o.dev,
-                                       &r.lse.dev, &dq.dev, &dk.dev, &dv.dev, &opt);
-    if (th_refused(ctx, status, "ffpa_backward")) {
+    ffpa_status status = ffpa_backward(ctx, &dout->dev, &r->q.dev, &r->k.dev, &r->v.dev, &r->o.dev,
+                                       &r->lse.dev, &dq.dev, &dk.dev, &dv.dev, &opt);
+    const int refused = th_refused(ctx, status, "ffpa_backward");
+    if (!refused) {
+        th_expect_ok(ctx, status, "ffpa_backward");
+        oracle_problem *p = &r->oracle;
+        if (!refs->g)
+            grad_refs_compute(c, p, dout, refs);
+        const oracle_grads *ref = &refs->ref, *mag = &refs->mag;
+        const double dq_err = th_check("dq", &dq, ref->dq, mag->dq, NULL, TH_GRAD, check->tol_factor);
+        const double dk_err = th_check("dk", &dk, ref->dk, mag->dk, NULL, TH_GRAD, check->tol_factor);
+        const double dv_err = th_check("dv", &dv, ref->dv, mag->dv, NULL, TH_GRAD, check->tol_factor);
+        if (check->max_abs_dv > 0) {
+            print_message("# %s backward, backend %s, accum %s: max abs error dQ %.3g, dK %.3g, dV %.3g "
+                          "(dV bound %.3g)\n",
+                          ffpa_dtype_name(c->dtype), th_backend(),
+                          check->grad_accum == FFPA_GRAD_ACCUM_F32 ? "fp32 buffer" : "output dtype", dq_err,
+                          dk_err, dv_err, check->max_abs_dv);
+            if (!(dv_err <= check->max_abs_dv))
+                fail_msg("dv: largest absolute error %.3g above the bound %.3g", dv_err, check->max_abs_dv);
+        }
+        if (c->dbias) {
+            /* dbias may be f32 while the inputs are 16-bit (the inputs' rounding
+             * dominates), or 16-bit while they are f32 (its own rounding does):
+             * the looser of the two tolerances. */
+            double factor = check->tol_factor *
+                            fmax(th_tolerance(c->dtype, TH_GRAD), th_tolerance(c->dbias_dtype, TH_GRAD)) /
+                            th_tolerance(c->dbias_dtype, TH_GRAD);
+            th_check("dbias", &dbias, ref->dbias, mag->dbias, p->bias_shape, TH_GRAD, factor);
+        }
+        if (c->finite_differences) {
+            check_finite_differences(p, refs->g, ref->dq, mag->dq, &dq, NULL, p->q, oracle_q_elems(p), "dq");
+            check_finite_differences(p, refs->g, ref->dk, mag->dk, &dk, NULL, p->k, oracle_k_elems(p), "dk");
+            check_finite_differences(p, refs->g, ref->dv, mag->dv, &dv, NULL, p->v, oracle_v_elems(p), "dv");
+            if (c->dbias)
+                check_finite_differences(p, refs->g, ref->dbias, mag->dbias, &dbias, p->bias_shape, p->bias,
+                                         oracle_bias_elems(p), "dbias");
+        }
         for (int i = 0; i < 6; ++i)
-            free(before[i]);
-        th_tensor_free(&dout);
-        th_tensor_free(&dq);
-        th_tensor_free(&dk);
-        th_tensor_free(&dv);
-        if (c->dbias)
-            th_tensor_free(&dbias);
-        release(&r);
-        return;
+            th_expect_unchanged(input_names[i], inputs[i], before[i]);
     }
-    th_expect_ok(ctx, status, "ffpa_backward");
-
-    oracle_problem *p = &r.oracle;
-    double *g = alloc_doubles(oracle_o_elems(p));
-    oracle_read_tensor(&dout.host, g);
-    double *dq_ref = alloc_doubles(oracle_q_elems(p));
-    double *dk_ref = alloc_doubles(oracle_k_elems(p));
-    double *dv_ref = alloc_doubles(oracle_v_elems(p));
-    double *db_ref = alloc_doubles(oracle_bias_elems(p));
-    double *dq_mag = alloc_doubles(oracle_q_elems(p));
-    double *dk_mag = alloc_doubles(oracle_k_elems(p));
-    double *dv_mag = alloc_doubles(oracle_v_elems(p));
-    double *db_mag = alloc_doubles(oracle_bias_elems(p));
-    oracle_backward(p, g, dq_ref, dk_ref, dv_ref, c->dbias ? db_ref : NULL);
-    oracle_backward_magnitude(p, g, dq_mag, dk_mag, dv_mag, c->dbias ? db_mag : NULL);
-    const double dq_err = th_check("dq", &dq, dq_ref, dq_mag, NULL, TH_GRAD, c->tol_factor);
-    const double dk_err = th_check("dk", &dk, dk_ref, dk_mag, NULL, TH_GRAD, c->tol_factor);
-    const double dv_err = th_check("dv", &dv, dv_ref, dv_mag, NULL, TH_GRAD, c->tol_factor);
-    if (c->max_abs_dv > 0) {
-        print_message("# %s backward, backend %s, accum %s: max abs error dQ %.3g, dK %.3g, dV %.3g "
-                      "(dV bound %.3g)\n",
-                      ffpa_dtype_name(c->dtype), th_backend(),
-                      c->grad_accum == FFPA_GRAD_ACCUM_F32 ? "fp32 buffer" : "output dtype", dq_err, dk_err,
-                      dv_err, c->max_abs_dv);
-        if (!(dv_err <= c->max_abs_dv))
-            fail_msg("dv: largest absolute error %.3g above the bound %.3g", dv_err, c->max_abs_dv);
-    }
-    if (c->dbias) {
-        /* dbias may be f32 while the inputs are 16-bit (the inputs' rounding
-         * dominates), or 16-bit while they are f32 (its own rounding does):
-         * the looser of the two tolerances. */
-        double factor = c->tol_factor *
-                        fmax(th_tolerance(c->dtype, TH_GRAD), th_tolerance(c->dbias_dtype, TH_GRAD)) /
-                        th_tolerance(c->dbias_dtype, TH_GRAD);
-        th_check("dbias", &dbias, db_ref, db_mag, p->bias_shape, TH_GRAD, factor);
-    }
-    if (c->finite_differences) {
-        check_finite_differences(p, g, dq_ref, dq_mag, &dq, NULL, p->q, oracle_q_elems(p), "dq");
-        check_finite_differences(p, g, dk_ref, dk_mag, &dk, NULL, p->k, oracle_k_elems(p), "dk");
-        check_finite_differences(p, g, dv_ref, dv_mag, &dv, NULL, p->v, oracle_v_elems(p), "dv");
-        if (c->dbias)
-            check_finite_differences(p, g, db_ref, db_mag, &dbias, p->bias_shape, p->bias, oracle_bias_elems(p),
-                                     "dbias");
-    }
-    for (int i = 0; i < 6; ++i) {
-        th_expect_unchanged(input_names[i], inputs[i], before[i]);
+    for (int i = 0; i < 6; ++i)
         free(before[i]);
-    }
 
-    if (c->deterministic) {
+    if (!refused && c->deterministic) {
         th_tensor *grads[] = {&dq, &dk, &dv, &dbias};
         const char *names[] = {"dq (second deterministic run)", "dk (second deterministic run)",
                                "dv (second deterministic run)",
@@ -609,29 +616,44 @@ void attn_run_backward(const attn_case *c)
             th_tensor_poison(grads[i]);
         }
         th_expect_ok(ctx,
-                     ffpa_backward(ctx, &dout.dev, &r.q.dev, &r.k.dev, &r.v.dev, &r.o.dev,
-                                   &r.lse.dev, &dq.dev, &dk.dev, &dv.dev, &opt),
+                     ffpa_backward(ctx, &dout->dev, &r->q.dev, &r->k.dev, &r->v.dev, &r->o.dev,
+                                   &r->lse.dev, &dq.dev, &dk.dev, &dv.dev, &opt),
                      "ffpa_backward (second run)");
         for (int i = 0; i < n_grads; ++i) {
             th_expect_unchanged(names[i], grads[i], first[i]);
             free(first[i]);
         }
     }
-
-    free(g);
-    free(dq_ref);
-    free(dk_ref);
-    free(dv_ref);
-    free(db_ref);
-    free(dq_mag);
-    free(dk_mag);
-    free(dv_mag);
-    free(db_mag);
-    th_tensor_free(&dout);
     th_tensor_free(&dq);
     th_tensor_free(&dk);
     th_tensor_free(&dv);
     if (c->dbias)
         th_tensor_free(&dbias);
+    return !refused;
+}
+
+void attn_run_backward_accums(const attn_case *c, const attn_accum_check *checks, int n_checks)
+{
+    attn_run r;
+    build(c, &r);
+    if (!forward_and_check(c, &r, 1)) {
+        release(&r);
+        return;
+    }
+    th_tensor dout;
+    th_tensor_make(&dout, c->dtype, c->layout, r.shape0, c->hq, r.rows_q, c->dv);
+    th_tensor_random(&dout, &r.rng, -c->v_range, c->v_range, 0);
+    grad_refs refs = {0};
+    for (int i = 0; i < n_checks; ++i)
+        if (!backward_and_check(c, &r, &dout, &checks[i], &refs))
+            break;
+    grad_refs_free(&refs);
+    th_tensor_free(&dout);
     release(&r);
+}
+
+void attn_run_backward(const attn_case *c)
+{
+    const attn_accum_check check = {c->grad_accum, c->tol_factor, c->max_abs_dv};
+    attn_run_backward_accums(c, &check, 1);
 }

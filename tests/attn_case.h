@@ -95,4 +95,14 @@ void attn_case_describe(const attn_case *c, char *buf, size_t len);
 void attn_run_forward(const attn_case *c);
 void attn_run_backward(const attn_case *c);
 
+/* One accumulation mode's run of a backward case, and how it is checked. */
+typedef struct attn_accum_check {
+    ffpa_grad_accum grad_accum;
+    double tol_factor;
+    double max_abs_dv; /* as attn_case's */
+} attn_accum_check;
+/* The case's backward once per check, on the same inputs and dout against one
+ * oracle computation (the case's grad_accum, tol_factor, max_abs_dv unused). */
+void attn_run_backward_accums(const attn_case *c, const attn_accum_check *checks, int n_checks);
+
 #endif

@@ -152,7 +152,7 @@ void th_expect_unchanged(const char *what, th_tensor *t, const unsigned char *sn
  *   - TH_OUTPUT: a reference of exactly 0 (masked row) is exactly 0, else
  *     |out - ref| <= tol * max|ref|;
  *   - TH_LSE: |out - ref| <= tol * max(1, |ref|);
- *   - TH_GRAD with mag (oracle_backward_magnitude, same layout as ref): a
+ *   - TH_GRAD with mag (oracle_backward_and_magnitude, same layout as ref): a
  *     magnitude of 0 (no contributing term) requires exactly 0, else
  *     |out - ref| <= tol * max(max|ref|, mag); without mag, tol * max|ref|;
  *   - plus, in both, an underflow floor far below any normal-sized error

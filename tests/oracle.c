@@ -13,6 +13,37 @@ static int64_t elems4(const int64_t shape[4])
     return shape[0] * shape[1] * shape[2] * shape[3];
 }
 
+/* Dot product in four running sums: breaks the add chain (the oracle's time goes
+ * to these loops; float64 keeps its error far below any tolerance it checks). */
+static double dot(const double *restrict a, const double *restrict b, int64_t n)
+{
+    double s0 = 0.0, s1 = 0.0, s2 = 0.0, s3 = 0.0;
+    int64_t d = 0;
+    for (; d + 4 <= n; d += 4) {
+        s0 += a[d] * b[d];
+        s1 += a[d + 1] * b[d + 1];
+        s2 += a[d + 2] * b[d + 2];
+        s3 += a[d + 3] * b[d + 3];
+    }
+    for (; d < n; ++d)
+        s0 += a[d] * b[d];
+    return (s0 + s1) + (s2 + s3);
+}
+
+/* y += a * x (y and x never overlap: gradients and inputs are separate arrays). */
+static void axpy(double *restrict y, double a, const double *restrict x, int64_t n)
+{
+    for (int64_t d = 0; d < n; ++d)
+        y[d] += a * x[d];
+}
+
+/* y += a * |x|. */
+static void axpy_abs(double *restrict y, double a, const double *restrict x, int64_t n)
+{
+    for (int64_t d = 0; d < n; ++d)
+        y[d] += a * fabs(x[d]);
+}
+
 void oracle_read_tensor(const ffpa_tensor *t, double *out)
 {
     int64_t n = 0;
@@ -239,10 +270,7 @@ static double softmax_row(const oracle_problem *p, int64_t s, int64_t h, int64_t
             score = -INFINITY;
         } else {
             const double *kj = p->k + k_row(p, s, h / group, j) * p->dqk;
-            double dot = 0.0;
-            for (int64_t d = 0; d < p->dqk; ++d)
-                dot += qi[d] * kj[d];
-            score = p->scale * dot;
+            score = p->scale * dot(qi, kj, p->dqk);
             if (p->softcap > 0.0) {
                 const double t = tanh(score / p->softcap);
                 score = p->softcap * t;
@@ -312,9 +340,7 @@ void oracle_forward(const oracle_problem *p, double *o, double *lse)
                     double w = prob[j] * mult[j];
                     if (w == 0.0)
                         continue;
-                    const double *vj = p->v + k_row(p, s, h / group, j) * p->dv;
-                    for (int64_t d = 0; d < p->dv; ++d)
-                        oi[d] += w * vj[d];
+                    axpy(oi, w, p->v + k_row(p, s, h / group, j) * p->dv, p->dv);
                 }
             }
     }
@@ -322,26 +348,36 @@ void oracle_forward(const oracle_problem *p, double *o, double *lse)
     free(mult);
 }
 
-/* magnitude = 0: the gradients. magnitude = 1: the same sums over absolute
- * values of their terms, with dS replaced by P * (|dP * keep| + |Delta|). */
-static void backward_sums(const oracle_problem *p, const double *dout, double *dq, double *dk,
-                          double *dv, double *dbias, int magnitude)
+static void zero_grads(const oracle_problem *p, const oracle_grads *g)
+{
+    if (g->dq)
+        memset(g->dq, 0, sizeof(double) * (size_t)oracle_q_elems(p));
+    if (g->dk)
+        memset(g->dk, 0, sizeof(double) * (size_t)oracle_k_elems(p));
+    if (g->dv)
+        memset(g->dv, 0, sizeof(double) * (size_t)oracle_v_elems(p));
+    if (g->dbias && p->bias)
+        memset(g->dbias, 0, sizeof(double) * (size_t)oracle_bias_elems(p));
+}
+
+/* The gradients (ref) and, when mag is not NULL, their magnitudes in the same
+ * pass (one softmax row, O row and dP per key serve both): the same sums over
+ * absolute values of their terms, with dS replaced by P * (|dP * keep| + |Delta|). */
+static void backward_sums(const oracle_problem *p, const double *dout, const oracle_grads *ref,
+                          const oracle_grads *mag)
 {
     int64_t group = p->hkv ? p->hq / p->hkv : 1;
     int64_t width = max_seqlen_k(p);
     double *prob = malloc(sizeof(double) * (size_t)width);
     double *mult = malloc(sizeof(double) * (size_t)width);
-    double *orow = malloc(sizeof(double) * (size_t)p->dv);
     double *cap = malloc(sizeof(double) * (size_t)width);
-    double scale = magnitude ? fabs(p->scale) : p->scale;
-    if (dq)
-        memset(dq, 0, sizeof(double) * (size_t)oracle_q_elems(p));
-    if (dk)
-        memset(dk, 0, sizeof(double) * (size_t)oracle_k_elems(p));
-    if (dv)
-        memset(dv, 0, sizeof(double) * (size_t)oracle_v_elems(p));
-    if (dbias && p->bias)
-        memset(dbias, 0, sizeof(double) * (size_t)oracle_bias_elems(p));
+    double *orow = malloc(sizeof(double) * (size_t)p->dv);
+    double *gabs = malloc(sizeof(double) * (size_t)p->dv);
+    double *qabs = malloc(sizeof(double) * (size_t)p->dqk);
+    const double abs_scale = fabs(p->scale);
+    zero_grads(p, ref);
+    if (mag)
+        zero_grads(p, mag);
     for (int64_t s = 0; s < p->nseq; ++s) {
         int64_t lq = seqlen_q(p, s), lk = seqlen_k(p, s);
         for (int64_t h = 0; h < p->hq; ++h)
@@ -352,63 +388,72 @@ static void backward_sums(const oracle_problem *p, const double *dout, double *d
                 const double *qi = p->q + row * p->dqk;
                 /* O row and Delta = rowsum(dO * O). */
                 memset(orow, 0, sizeof(double) * (size_t)p->dv);
-                for (int64_t j = 0; j < lk; ++j) {
-                    const double *vj = p->v + k_row(p, s, h / group, j) * p->dv;
-                    for (int64_t d = 0; d < p->dv; ++d)
-                        orow[d] += prob[j] * mult[j] * vj[d];
-                }
-                double delta = 0.0, delta_mag = 0.0;
+                for (int64_t j = 0; j < lk; ++j)
+                    if (prob[j] * mult[j] != 0.0)
+                        axpy(orow, prob[j] * mult[j], p->v + k_row(p, s, h / group, j) * p->dv, p->dv);
+                double delta = dot(gi, orow, p->dv), delta_mag = 0.0;
                 for (int64_t d = 0; d < p->dv; ++d) {
-                    delta += gi[d] * orow[d];
+                    gabs[d] = fabs(gi[d]);
                     /* Backends form Delta from O rounded to the output dtype:
                      * its error scales with sum |dO * O| (Delta itself may
                      * cancel to ~0, e.g. one key: dS = P (dP - Delta) = 0),
                      * plus, in f16, the absolute rounding of O near 0. */
-                    delta_mag += fabs(gi[d]) * (fabs(orow[d]) + p->o_quantum);
+                    delta_mag += gabs[d] * (fabs(orow[d]) + p->o_quantum);
                 }
+                for (int64_t d = 0; d < p->dqk; ++d)
+                    qabs[d] = fabs(qi[d]);
                 for (int64_t j = 0; j < lk; ++j) {
                     if (prob[j] == 0.0)
                         continue;
                     int64_t kr = k_row(p, s, h / group, j);
                     const double *vj = p->v + kr * p->dv;
                     const double *kj = p->k + kr * p->dqk;
-                    double dp = 0.0;
-                    for (int64_t d = 0; d < p->dv; ++d)
-                        dp += gi[d] * vj[d];
-                    double ds = magnitude ? prob[j] * (fabs(dp * mult[j]) + delta_mag)
-                                          : prob[j] * (dp * mult[j] - delta);
-                    double pd = prob[j] * mult[j];
-                    double dsq = ds * cap[j]; /* d(scale * dot): through softcap */
-                    if (dv)
-                        for (int64_t d = 0; d < p->dv; ++d)
-                            dv[kr * p->dv + d] += pd * (magnitude ? fabs(gi[d]) : gi[d]);
-                    if (dq)
-                        for (int64_t d = 0; d < p->dqk; ++d)
-                            dq[row * p->dqk + d] += scale * dsq * (magnitude ? fabs(kj[d]) : kj[d]);
-                    if (dk)
-                        for (int64_t d = 0; d < p->dqk; ++d)
-                            dk[kr * p->dqk + d] += scale * dsq * (magnitude ? fabs(qi[d]) : qi[d]);
-                    if (dbias && p->bias)
-                        dbias[bias_index(p, s, h, i, j)] += ds;
+                    const double dp = dot(gi, vj, p->dv);
+                    const double pd = prob[j] * mult[j];
+                    const double ds = prob[j] * (dp * mult[j] - delta);
+                    const double dsq = p->scale * ds * cap[j]; /* d(scale * dot): through softcap */
+                    if (ref->dv)
+                        axpy(ref->dv + kr * p->dv, pd, gi, p->dv);
+                    if (ref->dq)
+                        axpy(ref->dq + row * p->dqk, dsq, kj, p->dqk);
+                    if (ref->dk)
+                        axpy(ref->dk + kr * p->dqk, dsq, qi, p->dqk);
+                    if (ref->dbias && p->bias)
+                        ref->dbias[bias_index(p, s, h, i, j)] += ds;
+                    if (!mag)
+                        continue;
+                    const double ds_mag = prob[j] * (fabs(dp * mult[j]) + delta_mag);
+                    const double dsq_mag = abs_scale * ds_mag * cap[j];
+                    if (mag->dv)
+                        axpy(mag->dv + kr * p->dv, pd, gabs, p->dv);
+                    if (mag->dq)
+                        axpy_abs(mag->dq + row * p->dqk, dsq_mag, kj, p->dqk);
+                    if (mag->dk)
+                        axpy(mag->dk + kr * p->dqk, dsq_mag, qabs, p->dqk);
+                    if (mag->dbias && p->bias)
+                        mag->dbias[bias_index(p, s, h, i, j)] += ds_mag;
                 }
             }
     }
     free(prob);
     free(mult);
-    free(orow);
     free(cap);
+    free(orow);
+    free(gabs);
+    free(qabs);
 }
 
 void oracle_backward(const oracle_problem *p, const double *dout, double *dq, double *dk,
                      double *dv, double *dbias)
 {
-    backward_sums(p, dout, dq, dk, dv, dbias, 0);
+    const oracle_grads ref = {dq, dk, dv, dbias};
+    backward_sums(p, dout, &ref, NULL);
 }
 
-void oracle_backward_magnitude(const oracle_problem *p, const double *dout, double *dq,
-                               double *dk, double *dv, double *dbias)
+void oracle_backward_and_magnitude(const oracle_problem *p, const double *dout, const oracle_grads *ref,
+                                   const oracle_grads *mag)
 {
-    backward_sums(p, dout, dq, dk, dv, dbias, 1);
+    backward_sums(p, dout, ref, mag);
 }
 
 double oracle_loss(const oracle_problem *p, const double *g)

@@ -69,16 +69,22 @@ void oracle_forward(const oracle_problem *p, double *o, double *lse);
 void oracle_backward(const oracle_problem *p, const double *dout, double *dq, double *dk,
                      double *dv, double *dbias);
 
+/* Gradient arrays (any may be NULL; dbias over the reduced bias shape). */
+typedef struct oracle_grads {
+    double *dq, *dk, *dv, *dbias;
+} oracle_grads;
+
 /*
- * Scale of each gradient element for tolerances: the same sums as
- * oracle_backward over the absolute values of their terms, with dS replaced by
- * P * (|dP * keep| + |Delta|). A gradient that cancels to ~0 (a row that sees
- * one key, dbias summed over all keys) still has a rounding-error scale here;
- * a magnitude of exactly 0 means no term contributes (masked, unseen, dropped)
- * and the gradient must be exactly 0.
+ * The gradients (ref, as oracle_backward) and, in the same pass, the scale of
+ * each gradient element for tolerances (mag): the same sums over the absolute
+ * values of their terms, with dS replaced by P * (|dP * keep| + |Delta|). A
+ * gradient that cancels to ~0 (a row that sees one key, dbias summed over all
+ * keys) still has a rounding-error scale there; a magnitude of exactly 0 means
+ * no term contributes (masked, unseen, dropped) and the gradient must be
+ * exactly 0.
  */
-void oracle_backward_magnitude(const oracle_problem *p, const double *dout, double *dq,
-                               double *dk, double *dv, double *dbias);
+void oracle_backward_and_magnitude(const oracle_problem *p, const double *dout, const oracle_grads *ref,
+                                   const oracle_grads *mag);
 
 /* L = sum(O * g), for finite differences. */
 double oracle_loss(const oracle_problem *p, const double *g);

@@ -350,29 +350,35 @@ static ffpa_device_limits gpu_limits(void)
 }
 
 /* The register-tiled forward's tiles: 4 rows per work-item up to Dv = 512,
- * 2 above (O's registers stay at 128); refused where its local memory does
+ * 2 above (O's registers stay at 128) and for queries of 16 rows or fewer
+ * (a decode step in 32-row tiles would run 31 idle rows); refused where its local memory does
  * not fit, with its needs filled in for the message. */
 static void test_plan_portable_tiled(void **state)
 {
     (void)state;
     ffpa_device_limits lim = gpu_limits();
     ffpa_portable_tiles t;
-    assert_int_equal(ffpa_plan_portable_tiled(&lim, 512, &t), FFPA_OK);
+    assert_int_equal(ffpa_plan_portable_tiled(&lim, 512, 17, &t), FFPA_OK);
     assert_int_equal(t.tr, 4);
     assert_int_equal(t.wg, 128);
     assert_int_equal(t.br, 32);
     assert_int_equal(t.bc, 64);
     assert_int_equal(t.local_bytes, 38912); /* 4 x (32 x 32 + 64 x 32 + 64 x 32 + 64 x 64 + 32 x 16) */
-    assert_int_equal(ffpa_plan_portable_tiled(&lim, 513, &t), FFPA_OK);
+    assert_int_equal(ffpa_plan_portable_tiled(&lim, 512, 16, &t), FFPA_OK);
+    assert_int_equal(t.tr, 2);
+    assert_int_equal(t.br, 16);
+    assert_int_equal(ffpa_plan_portable_tiled(&lim, 64, 1, &t), FFPA_OK);
+    assert_int_equal(t.tr, 2);
+    assert_int_equal(ffpa_plan_portable_tiled(&lim, 513, 4096, &t), FFPA_OK);
     assert_int_equal(t.tr, 2);
     assert_int_equal(t.br, 16);
     assert_int_equal(t.local_bytes, 31744);
     lim.smem_per_block = 31743;
-    assert_int_equal(ffpa_plan_portable_tiled(&lim, 1024, &t), FFPA_ERR_UNSUPPORTED);
+    assert_int_equal(ffpa_plan_portable_tiled(&lim, 1024, 4096, &t), FFPA_ERR_UNSUPPORTED);
     assert_int_equal(t.local_bytes, 31744);
     lim.smem_per_block = 1 << 20;
     lim.max_threads_per_block = 64;
-    assert_int_equal(ffpa_plan_portable_tiled(&lim, 64, &t), FFPA_ERR_UNSUPPORTED);
+    assert_int_equal(ffpa_plan_portable_tiled(&lim, 64, 4096, &t), FFPA_ERR_UNSUPPORTED);
     assert_int_equal(t.wg, 128);
 }
 

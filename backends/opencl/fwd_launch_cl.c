@@ -144,7 +144,7 @@ ffpa_status ffpa_cl_forward_kernel(const ffpa_gpu_state *st, const ffpa_cl_devic
         }
     }
     ffpa_portable_tiles tiled;
-    if (ffpa_plan_portable_tiled(&st->caps.limits, pb->dv, &tiled) != FFPA_OK) {
+    if (ffpa_plan_portable_tiled(&st->caps.limits, pb->dv, pb->nq, &tiled) != FFPA_OK) {
         if (!want)
             return FFPA_OK; /* the device's local memory is too small for it: fwd.cl */
         snprintf(err, err_len,
