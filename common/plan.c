@@ -461,10 +461,10 @@ ffpa_status ffpa_plan_portable(const ffpa_device_limits *lim, ffpa_portable_tile
     return FFPA_ERR_UNSUPPORTED;
 }
 
-ffpa_status ffpa_plan_portable_tiled(const ffpa_device_limits *lim, int64_t dv, int64_t nq,
+ffpa_status ffpa_plan_portable_tiled(const ffpa_device_limits *lim, int64_t dv, int64_t rows,
                                      ffpa_portable_tiles *out)
 {
-    const int tr = dv <= 512 && nq > 16 ? 4 : 2, wg = 128, groups = 16, bc = 4 * groups, dc = 32, dcv = 4 * groups;
+    const int tr = dv <= 512 && rows > 16 ? 4 : 2, wg = 128, groups = 16, bc = 4 * groups, dc = 32, dcv = 4 * groups;
     ffpa_portable_tiles t = {wg, (wg / groups) * tr, bc, dc, 0, tr};
     /* Q chunk, K chunk, P^T, V chunk, one float per (row, column group) */
     t.local_bytes = sizeof(float) * ((size_t)t.br * dc + (size_t)bc * dc + (size_t)bc * t.br + (size_t)bc * dcv +

@@ -201,11 +201,12 @@ ffpa_status ffpa_plan_portable(const ffpa_device_limits *lim, ffpa_portable_tile
 /* The register-tiled forward's tiles (kernels/fwd_tiled.cl: 128 work-items,
  * 64 keys, 32-column Q/K chunks, 64-column V chunks): tr = 4 rows per
  * work-item (32 per work-group) for Dv <= 512, 2 (16) above, so that O's
- * registers stay at 128 per work-item, and 2 for queries of at most 16 rows
- * (nq: decode, speculative decode), which would leave half of a 32-row tile
- * or more idle; FFPA_ERR_UNSUPPORTED where its local memory or work-group
- * does not fit the device (*out filled either way). */
-ffpa_status ffpa_plan_portable_tiled(const ffpa_device_limits *lim, int64_t dv, int64_t nq,
+ * registers stay at 128 per work-item, and 2 where a query head (or, with
+ * packed heads, a KV head's query heads together) has at most 16 rows
+ * (rows: decode, speculative decode), which would leave half of a 32-row
+ * tile or more idle; FFPA_ERR_UNSUPPORTED where its local memory or
+ * work-group does not fit the device (*out filled either way). */
+ffpa_status ffpa_plan_portable_tiled(const ffpa_device_limits *lim, int64_t dv, int64_t rows,
                                      ffpa_portable_tiles *out);
 
 /* The matrix-instruction forward's geometry (the OpenCL backend's

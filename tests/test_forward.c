@@ -523,6 +523,57 @@ static void test_decode_split_kv(void **state)
     }
 }
 
+/* Few query rows with GQA / MQA: backends that give a work-group the rows of
+ * every query head of a KV head (the OpenCL kernels' packed heads) must still
+ * take each row's own head for its bias, ALiBi slope, dropout mask, output
+ * and LSE, and its own query row for the causal diagonal and the window:
+ * groups of 3 and 8 (packed rows not a multiple of any tile), 1-16 query
+ * rows, varlen with an empty sequence, every option per head. */
+static void test_few_rows_grouped_heads(void **state)
+{
+    (void)state;
+    for (int d = 0; d < 3; ++d) {
+        attn_case c = attn_case_default(all_dtypes[d], 7, 72);
+        c.nkv = 90;
+        c.batch = 2;
+        c.hq = 12;
+        c.hkv = 4;
+        c.causal = 1;
+        c.with_lse = 1;
+        c.alibi = 1;
+        c.alibi_batch = 1;
+        attn_run_forward(&c);
+        c.alibi = 0;
+        c.causal = 0;
+        c.bias = 1;
+        c.bias_dtype = all_dtypes[d];
+        c.dropout_p = 0.25f;
+        c.dropout_seed = 11;
+        c.window = 1;
+        c.window_left = 20;
+        c.window_right = 3;
+        attn_run_forward(&c);
+    }
+    attn_case v = attn_case_default(FFPA_BF16, 0, 64);
+    v.nseq = 3;
+    const int32_t lq[] = {16, 0, 3}, lk[] = {40, 9, 70};
+    for (int s = 0; s < 3; ++s) {
+        v.lens_q[s] = lq[s];
+        v.lens_k[s] = lk[s];
+    }
+    v.hq = 16;
+    v.hkv = 2;
+    v.causal = 1;
+    v.with_lse = 1;
+    attn_run_forward(&v);
+    v.dqk = 576;
+    v.dv = 512;
+    v.hkv = 1;
+    v.causal = 0;
+    v.softcap = 20.0f;
+    attn_run_forward(&v);
+}
+
 /* Sequence lengths around 64/128-row tiles and D around the 256 split. */
 static void test_tile_boundaries(void **state)
 {
@@ -663,6 +714,7 @@ int main(void)
         cmocka_unit_test(test_everything_combined),
         cmocka_unit_test(test_repeated_calls),
         cmocka_unit_test(test_decode_split_kv),
+        cmocka_unit_test(test_few_rows_grouped_heads),
         cmocka_unit_test(test_tile_boundaries),
         cmocka_unit_test(test_bias_inf_cols),
         cmocka_unit_test(test_window),

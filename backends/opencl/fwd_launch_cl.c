@@ -52,11 +52,14 @@ ffpa_status ffpa_cl_forward_program(const ffpa_cl_device *dev, const ffpa_proble
 
 const char *ffpa_cl_forward_name(const ffpa_cl_inputs_t *in, int paged)
 {
-    if (in->matrix)
-        return paged ? "opencl mma.sync (paged KV cache)" : "opencl mma.sync";
-    if (in->tiles.tr)
-        return paged ? "opencl tiled (paged KV cache)" : "opencl tiled";
-    return paged ? "opencl portable (paged KV cache)" : "opencl portable";
+    static const char *const names[3][4] = {
+        {"opencl mma.sync", "opencl mma.sync (paged KV cache)", "opencl mma.sync", "opencl mma.sync (paged KV cache)"},
+        {"opencl tiled", "opencl tiled (paged KV cache)", "opencl tiled (packed heads)",
+         "opencl tiled (paged KV cache, packed heads)"},
+        {"opencl portable", "opencl portable (paged KV cache)", "opencl portable (packed heads)",
+         "opencl portable (paged KV cache, packed heads)"}};
+    const int kernel = in->matrix ? 0 : in->tiles.tr ? 1 : 2;
+    return names[kernel][(paged ? 1 : 0) + (in->p.pack > 1 ? 2 : 0)];
 }
 
 ffpa_status ffpa_cl_forward_launch(cl_command_queue queue, cl_program program, const ffpa_problem *pb,
@@ -69,7 +72,8 @@ ffpa_status ffpa_cl_forward_launch(cl_command_queue queue, cl_program program, c
                                 {sizeof *kv, kv},             {sizeof(cl_mem), &block_table},
                                 {sizeof(cl_mem), &seqlens}};
     const size_t wg = in->matrix ? (size_t)(32 * in->mt.wm * in->mt.wn) : (size_t)in->tiles.wg;
-    const size_t global = (size_t)in->p.q_blocks * (size_t)pb->hq * (size_t)pb->batch * wg;
+    /* A work-group per query block of each (sequence, query head), or of each KV head with packed heads. */
+    const size_t global = (size_t)in->p.q_blocks * (size_t)(pb->hq / in->p.pack) * (size_t)pb->batch * wg;
     const char *name = in->matrix ? "ffpa_fwd_mma" : in->tiles.tr ? "ffpa_fwd_tiled" : "ffpa_fwd";
     return ffpa_cl_launch(queue, program, name, args, 12, global, wg, err, err_len);
 }
@@ -109,6 +113,27 @@ static int matrix_warps(int *wm, int *wn)
     return knob && !(sscanf(knob, "%dx%d%c", wm, wn, &tail) == 2 && *wm > 0 && *wn > 0);
 }
 
+/* Query heads per work-group's rows (kernels/cl_kv.h, packed heads): the
+ * whole group of a KV head for queries of at most 16 rows with GQA / MQA /
+ * MLA (decode, speculative decode), whose tiles would otherwise hold one
+ * query head's few rows each and read the KV head's keys once per query
+ * head; 1 otherwise. The matrix forward runs unpacked. */
+static int packed_heads(const ffpa_problem *pb)
+{
+    /* Tuning knob (not API): FFPA_OPENCL_PACKED_HEADS=0 runs every call unpacked (A/B in one build). */
+    const char *knob = ffpa_env_string("FFPA_OPENCL_PACKED_HEADS");
+    if (knob && strcmp(knob, "0") == 0)
+        return 1;
+    return pb->hq > pb->hkv && pb->nq <= 16 ? (int)(pb->hq / pb->hkv) : 1;
+}
+
+/* The launch's rows: pack query heads per block of br rows. */
+static void set_rows(ffpa_cl_inputs_t *in, const ffpa_problem *pb, int pack, int br)
+{
+    in->p.pack = pack;
+    in->p.q_blocks = (int)((pb->nq * pack + br - 1) / br);
+}
+
 ffpa_status ffpa_cl_forward_kernel(const ffpa_gpu_state *st, const ffpa_cl_device *dev, const ffpa_problem *pb,
                                    ffpa_cl_inputs_t *in, char *err, size_t err_len)
 {
@@ -118,9 +143,12 @@ ffpa_status ffpa_cl_forward_kernel(const ffpa_gpu_state *st, const ffpa_cl_devic
         return FFPA_ERR_INVALID_ARGUMENT;
     }
     in->matrix = 0;
+    const int pack = packed_heads(pb);
+    set_rows(in, pb, pack, in->tiles.br);
     if (want ? strcmp(want, "portable") == 0 : !dev->is_gpu)
         return FFPA_OK;
-    if (!want || strcmp(want, "mma") == 0) {
+    /* Unforced, packed heads take the tiled kernel. */
+    if (want ? strcmp(want, "mma") == 0 : pack == 1) {
         int wm, wn;
         const int malformed = matrix_warps(&wm, &wn);
         const ffpa_status planned = ffpa_plan_matrix_forward(&st->caps.limits, pb->dv, wm, wn, &in->mt);
@@ -134,7 +162,7 @@ ffpa_status ffpa_cl_forward_kernel(const ffpa_gpu_state *st, const ffpa_cl_devic
             why = "its local memory or work-group does not fit the device";
         if (!why) {
             in->matrix = 1;
-            in->p.q_blocks = (int)((pb->nq + in->mt.br - 1) / in->mt.br);
+            set_rows(in, pb, 1, in->mt.br);
             return FFPA_OK;
         }
         if (want) {
@@ -144,7 +172,7 @@ ffpa_status ffpa_cl_forward_kernel(const ffpa_gpu_state *st, const ffpa_cl_devic
         }
     }
     ffpa_portable_tiles tiled;
-    if (ffpa_plan_portable_tiled(&st->caps.limits, pb->dv, pb->nq, &tiled) != FFPA_OK) {
+    if (ffpa_plan_portable_tiled(&st->caps.limits, pb->dv, pb->nq * pack, &tiled) != FFPA_OK) {
         if (!want)
             return FFPA_OK; /* the device's local memory is too small for it: fwd.cl */
         snprintf(err, err_len,
@@ -154,7 +182,7 @@ ffpa_status ffpa_cl_forward_kernel(const ffpa_gpu_state *st, const ffpa_cl_devic
         return FFPA_ERR_UNSUPPORTED;
     }
     in->tiles = tiled;
-    in->p.q_blocks = (int)((pb->nq + tiled.br - 1) / tiled.br);
+    set_rows(in, pb, pack, tiled.br);
     return FFPA_OK;
 }
 

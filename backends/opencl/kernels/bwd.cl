@@ -100,7 +100,7 @@ static void tile_grads(const ffpa_cl_fwd_params p, const ffpa_cl_bwd_params bp, 
             barrier(CLK_LOCAL_MEM_FENCE);
         }
     }
-    const float slope = p.has_alibi ? alibib[p.alibi_off + (long)b * p.alibi_sb + (long)h * p.alibi_sh] : 0.0f;
+    const float slope = alibi_slope(p, alibib, b, h);
     float lse = -INFINITY, delta = 0.0f;
     if (i < g.seqlen_q) {
         lse = lseb[p.lse_off + (p.varlen ? (g.q_start + i) * p.lse_sn : (long)b * p.lse_sb + (long)i * p.lse_sn) +

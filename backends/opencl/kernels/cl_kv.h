@@ -42,10 +42,17 @@ static long kv_row(const ffpa_cl_kv_params kv, __global const int *btb, long off
  * (sequence, query head, first query row), the sequence geometry (with a
  * paged cache, the cache length is the key count), where its Q, K and V
  * rows start, its ALiBi slope. Work-group g runs query block g % q_blocks
- * of br rows. */
+ * of br rows.
+ * Packed heads (p.pack > 1; fwd.cl and fwd_tiled.cl, for a few query rows
+ * with GQA / MQA / MLA: decode): the rows are those of the p.pack query
+ * heads that share KV head kvh, row R of the sequence's packed rows being
+ * query row R / pack of head h + R % pack (fwd_row_query, fwd_row_head), so
+ * a KV head's keys are read once for all its query heads and a decode tile
+ * holds pack rows instead of one. h is then the group's first head and q0
+ * and rows count packed rows. */
 typedef struct fwd_group {
     int b, h, kvh, q0;
-    int rows; /* query rows of the block in the sequence (<= 0: none, the work-group has nothing to do) */
+    int rows; /* rows of the block in the sequence (<= 0: none, the work-group has nothing to do) */
     int diag; /* seqlen_k - seqlen_q: where the causal diagonal is */
     seq_geom sg;
     long q_base, k_base, v_base;
@@ -56,34 +63,74 @@ static fwd_group fwd_group_of(const ffpa_cl_fwd_params p, const ffpa_cl_kv_param
                               __global const int *lensb, __global const float *alibib, int br)
 {
     fwd_group w;
-    const int g = (int)get_group_id(0);
-    w.h = (g / p.q_blocks) % p.hq;
-    w.b = g / (p.q_blocks * p.hq);
+    const int g = (int)get_group_id(0), heads = p.hq / p.pack; /* head slots: query heads, or KV heads packed */
+    w.h = (g / p.q_blocks) % heads * p.pack;
+    w.b = g / (p.q_blocks * heads);
     w.kvh = w.h / p.group;
     w.q0 = (g % p.q_blocks) * br;
     w.sg = seq_of(p, cub, w.b);
     if (kv.paged)
         w.sg.seqlen_k = kv_seqlen(kv, lensb, w.b);
-    w.rows = min(br, w.sg.seqlen_q - w.q0);
+    w.rows = min(br, w.sg.seqlen_q * p.pack - w.q0);
     w.diag = w.sg.seqlen_k - w.sg.seqlen_q;
     w.q_base = p.q_off + (p.varlen ? w.sg.q_start * p.q_sn : (long)w.b * p.q_sb) + (long)w.h * p.q_sh;
     w.k_base = p.k_off + (p.varlen ? w.sg.k_start * p.k_sn : (long)w.b * p.k_sb) + (long)w.kvh * p.k_sh;
     w.v_base = p.v_off + (p.varlen ? w.sg.k_start * p.v_sn : (long)w.b * p.v_sb) + (long)w.kvh * p.v_sh;
-    w.slope = p.has_alibi ? alibib[p.alibi_off + (long)w.b * p.alibi_sb + (long)w.h * p.alibi_sh] : 0.0f;
+    w.slope = alibi_slope(p, alibib, w.b, w.h);
     return w;
 }
 
-/* Where query row i's output row (column 0) and LSE live. */
-static long fwd_o_row(const ffpa_cl_fwd_params p, fwd_group w, int i)
+/* Query row and head of the sequence's (packed) row R. */
+static int fwd_row_query(const ffpa_cl_fwd_params p, int R)
 {
-    return p.o_off + (p.varlen ? (w.sg.q_start + i) * p.o_sn : (long)w.b * p.o_sb + (long)i * p.o_sn) +
-           (long)w.h * p.o_sh;
+    return p.pack == 1 ? R : R / p.pack;
 }
 
-static long fwd_lse_at(const ffpa_cl_fwd_params p, fwd_group w, int i)
+static int fwd_row_head(const ffpa_cl_fwd_params p, fwd_group w, int R)
+{
+    return p.pack == 1 ? w.h : w.h + R % p.pack;
+}
+
+/* Where the output row (column 0) and the LSE of query row i of head h live. */
+static long fwd_o_row(const ffpa_cl_fwd_params p, fwd_group w, int h, int i)
+{
+    return p.o_off + (p.varlen ? (w.sg.q_start + i) * p.o_sn : (long)w.b * p.o_sb + (long)i * p.o_sn) +
+           (long)h * p.o_sh;
+}
+
+static long fwd_lse_at(const ffpa_cl_fwd_params p, fwd_group w, int h, int i)
 {
     return p.lse_off + (p.varlen ? (w.sg.q_start + i) * p.lse_sn : (long)w.b * p.lse_sb + (long)i * p.lse_sn) +
-           (long)w.h * p.lse_sh;
+           (long)h * p.lse_sh;
+}
+
+/* Key tiles of bc keys the block's rows may see (key_tiles over their query rows). */
+static int fwd_key_tiles(const ffpa_cl_fwd_params p, fwd_group w, int bc, int *begin)
+{
+    return key_tiles(p, fwd_row_query(p, w.q0), fwd_row_query(p, w.q0 + w.rows - 1), w.diag, w.sg.seqlen_k, bc,
+                     begin);
+}
+
+/* stage() of the block's Q rows (layout without STAGE_SWIZZLE), through the
+ * packed rows' heads where p.pack > 1. */
+static void stage_q(__local float *dst, int ld, int layout, int rows, int cols, __global const uchar *src,
+                    const ffpa_cl_fwd_params p, fwd_group w, int d0, int dt, int tid, int nthreads)
+{
+    if (p.pack == 1) {
+        stage(dst, ld, layout, rows, cols, src, w.q_base, p.q_sn, p.q_sd, w.q0, w.sg.seqlen_q, d0, p.dqk, dt, tid,
+              nthreads);
+        return;
+    }
+    const int valid = w.sg.seqlen_q * p.pack;
+    for (int e = tid; e < rows * cols; e += nthreads) {
+        const int rr = e / cols, cc = e % cols, R = w.q0 + rr;
+        dst[local_at(rr, cc, ld, layout)] =
+            R < valid && d0 + cc < p.dqk
+                ? load_elem(src, w.q_base + (long)(R % p.pack) * p.q_sh + (long)(R / p.pack) * p.q_sn +
+                                     (long)(d0 + cc) * p.q_sd,
+                            dt)
+                : 0.0f;
+    }
 }
 
 /* stage() for key rows: dense rows from dense_base, or (kv.paged) rows

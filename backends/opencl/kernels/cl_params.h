@@ -31,6 +31,7 @@ typedef struct ffpa_cl_fwd_params {
     FFPA_CL_I64 alibi_sb, alibi_sh;
     FFPA_CL_U64 dropout_seed, dropout_offset;
     int batch, hq, group, nq, nkv, dqk, dv, q_blocks;
+    int pack; /* query heads per work-group's rows: 1, or group (packed heads: kernels/cl_kv.h) */
     int causal, has_lse, has_bias, bias_dtype, has_alibi, has_dropout, varlen;
     int window, window_left, window_right; /* bounds < 0: unbounded */
     FFPA_CL_U32 dropout_threshold;

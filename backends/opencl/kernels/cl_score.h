@@ -159,6 +159,12 @@ static int seeing_rows(const ffpa_cl_fwd_params p, int c0, int c1, int diag, int
     return max(*begin, min(seqlen_q, c1 - first_col(p, 0, diag) + 1));
 }
 
+/* Head h's ALiBi slope in sequence b (0 without ALiBi). */
+static float alibi_slope(const ffpa_cl_fwd_params p, __global const float *alibib, int b, int h)
+{
+    return p.has_alibi ? alibib[p.alibi_off + (long)b * p.alibi_sb + (long)h * p.alibi_sh] : 0.0f;
+}
+
 /* The score of dot product x of row i (< seqlen_q) and key j: -inf outside
  * the sequence, the causal diagonal or the window; *cap (when not NULL) gets
  * d(score)/d(scale * x), softcap's 1 - tanh^2 (1 without softcap). */

@@ -1,8 +1,9 @@
 /*
  * Forward of the OpenCL backend (OpenCL C 1.2 and later): the Split-D
  * algorithm in its portable form. A work-group owns BR query rows of one
- * (sequence, query head) and streams the key tiles it can see (causal and
- * window bounds skip the rest):
+ * (sequence, query head), or with packed heads (decode with GQA) BR rows of
+ * the query heads sharing one KV head (kernels/cl_kv.h), and streams the key
+ * tiles it can see (causal and window bounds skip the rest):
  *   S = Q K^T         over Dqk in DC-column chunks (Q and K chunks in local
  *                     memory), BC/TPR scores per work-item;
  *   score epilogue    scale, softcap, bias, ALiBi, masks (the order of
@@ -57,14 +58,16 @@ ffpa_fwd(const ffpa_cl_fwd_params p, __global const uchar *qb, __global const uc
     const fwd_group w = fwd_group_of(p, kv, cub, lensb, alibib, BR);
     if (w.rows <= 0)
         return; /* the whole work-group: no barrier is left waiting */
-    const int b = w.b, h = w.h, kvh = w.kvh, q0 = w.q0, rows = w.rows, diag = w.diag;
+    const int b = w.b, kvh = w.kvh, rows = w.rows;
     const seq_geom sg = w.sg;
-    const int seqlen_q = sg.seqlen_q, seqlen_k = sg.seqlen_k;
-    const int i = q0 + r; /* this work-item's row */
+    const int seqlen_k = sg.seqlen_k;
+    /* This work-item's row: query row i of head h. */
+    const int i = fwd_row_query(p, w.q0 + r), h = fwd_row_head(p, w, w.q0 + r);
+    const float slope = p.pack == 1 ? w.slope : alibi_slope(p, alibib, b, h);
 
     /* Key tiles the rows may see (the others are skipped). */
     int tile_begin;
-    const int tile_end = key_tiles(p, q0, q0 + rows - 1, diag, seqlen_k, BC, &tile_begin);
+    const int tile_end = fwd_key_tiles(p, w, BC, &tile_begin);
 
     float o[OCOLS];
     for (int x = 0; x < OCOLS; ++x)
@@ -77,7 +80,7 @@ ffpa_fwd(const ffpa_cl_fwd_params p, __global const uchar *qb, __global const uc
         for (int k = 0; k < BC / TPR; ++k)
             sacc[k] = 0.0f;
         for (int d0 = 0; d0 < p.dqk; d0 += DC) {
-            stage(&qs[0][0], DC, 0, BR, DC, qb, w.q_base, p.q_sn, p.q_sd, q0, seqlen_q, d0, p.dqk, DT, tid, WG);
+            stage_q(&qs[0][0], DC, 0, BR, DC, qb, p, w, d0, DT, tid, WG);
             stage_keys(&ks[0][0], DC + 1, 0, BC, DC, kb, kv, btb, w.k_base, p.k_off, p.k_sb, p.k_sh, p.k_sn, p.k_sd, b,
                        kvh, kv0, seqlen_k, d0, p.dqk, DT, tid, WG);
             barrier(CLK_LOCAL_MEM_FENCE);
@@ -92,7 +95,7 @@ ffpa_fwd(const ffpa_cl_fwd_params p, __global const uchar *qb, __global const uc
         /* Score epilogue (natural-log units). */
         for (int k = 0; k < BC / TPR; ++k) {
             const int c = tc + TPR * k;
-            ss[r][c] = score(p, sacc[k], b, h, i, kv0 + c, sg, biasb, w.slope, 0);
+            ss[r][c] = score(p, sacc[k], b, h, i, kv0 + c, sg, biasb, slope, 0);
         }
         barrier(CLK_LOCAL_MEM_FENCE);
 
@@ -145,7 +148,7 @@ ffpa_fwd(const ffpa_cl_fwd_params p, __global const uchar *qb, __global const uc
     if (r >= rows)
         return;
     const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-    const long o_row = fwd_o_row(p, w, i);
+    const long o_row = fwd_o_row(p, w, h, i);
     DV_LOOP
     for (int chunk = 0; chunk < DVB / DC && chunk * DC < p.dv; ++chunk)
 #pragma unroll
@@ -155,6 +158,6 @@ ffpa_fwd(const ffpa_cl_fwd_params p, __global const uchar *qb, __global const uc
                 store_elem(ob, o_row + (long)col * p.o_sd, l > 0.0f ? o[chunk * (DC / TPR) + x] * inv : 0.0f, DT);
         }
     if (p.has_lse && tc == 0) {
-        lseb[fwd_lse_at(p, w, i)] = l > 0.0f ? m + log(l) : -INFINITY;
+        lseb[fwd_lse_at(p, w, h, i)] = l > 0.0f ? m + log(l) : -INFINITY;
     }
 }

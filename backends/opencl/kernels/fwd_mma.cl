@@ -25,7 +25,8 @@
  *
  * The host (fwd_launch_cl.c) sends here only what the copies allow: unit
  * column strides, row strides and offsets in multiples of 8 elements, Dqk
- * and Dv multiples of 8.
+ * and Dv multiples of 8; and never packed heads (p.pack = 1: one query head
+ * a work-group).
  */
 #include "cl_kv.h"
 #include "cl_mma_nv.h"
@@ -325,7 +326,7 @@ ffpa_fwd_mma(const ffpa_cl_fwd_params p, __global const uchar *qb, __global cons
         const float total = upper ? l1 : l0, inv = total > 0.0f ? 1.0f / total : 0.0f;
         if (row0 + 8 * upper >= w.rows)
             break;
-        const long o_row = fwd_o_row(p, w, i);
+        const long o_row = fwd_o_row(p, w, w.h, i);
 #pragma unroll
         for (int v = 0; v < OCH; ++v)
 #pragma unroll
@@ -338,6 +339,6 @@ ffpa_fwd_mma(const ffpa_cl_fwd_params p, __global const uchar *qb, __global cons
                     store_elem(ob, o_row + (long)(col + 1) * p.o_sd, b * inv, DT);
             }
         if (p.has_lse && wn == 0 && t4 == 0)
-            lseb[fwd_lse_at(p, w, i)] = total > 0.0f ? (upper ? m1 : m0) * M_LN2_F + log(total) : -INFINITY;
+            lseb[fwd_lse_at(p, w, w.h, i)] = total > 0.0f ? (upper ? m1 : m0) * M_LN2_F + log(total) : -INFINITY;
     }
 }

@@ -6,7 +6,8 @@
  * local-memory rate; docs/notes/opencl.md).
  *
  * A work-group of 128 work-items = RG (8) row groups x CG (16) column
- * groups owns BR = 8 TR query rows of one (sequence, query head); work-item
+ * groups owns BR = 8 TR query rows of one (sequence, query head), or of the
+ * query heads sharing one KV head (packed heads, kernels/cl_kv.h); work-item
  * (rg, cg) holds rows rg TR.. and, of each key tile of BC = 64, keys
  * 4 cg..4 cg + 3:
  *   S = Q K^T       over Dqk in DC = 32-column chunks, Q and K row-major in
@@ -85,11 +86,16 @@ ffpa_fwd_tiled(const ffpa_cl_fwd_params p, __global const uchar *qb, __global co
         return; /* the whole work-group: no barrier is left waiting */
 
     int tile_begin;
-    const int tile_end = key_tiles(p, w.q0, w.q0 + w.rows - 1, w.diag, w.sg.seqlen_k, BC, &tile_begin);
+    const int tile_end = fwd_key_tiles(p, w, BC, &tile_begin);
 
     float o[TR][OCH * 4];
     float m[TR], l[TR]; /* each row's running max (shared), this work-item's partial sum */
+    int qi[TR], qh[TR]; /* each row's query row and head */
+    float slope[TR];
     for (int t = 0; t < TR; ++t) {
+        qi[t] = fwd_row_query(p, w.q0 + r0 + t);
+        qh[t] = fwd_row_head(p, w, w.q0 + r0 + t);
+        slope[t] = p.pack == 1 ? w.slope : alibi_slope(p, alibib, w.b, qh[t]);
         m[t] = -INFINITY;
         l[t] = 0.0f;
         for (int x = 0; x < OCH * 4; ++x)
@@ -103,8 +109,7 @@ ffpa_fwd_tiled(const ffpa_cl_fwd_params p, __global const uchar *qb, __global co
             for (int u = 0; u < 4; ++u)
                 s[t][u] = 0.0f;
         for (int d0 = 0; d0 < p.dqk; d0 += DC) {
-            stage(qs, DC, STAGE_QUADS, BR, DC, qb, w.q_base, p.q_sn, p.q_sd, w.q0, w.sg.seqlen_q, d0, p.dqk, DT, tid,
-                  WG);
+            stage_q(qs, DC, STAGE_QUADS, BR, DC, qb, p, w, d0, DT, tid, WG);
             stage_keys(ks, DC, STAGE_SWIZZLE | STAGE_QUADS, BC, DC, kb, kv, btb, w.k_base, p.k_off, p.k_sb, p.k_sh,
                        p.k_sn, p.k_sd, w.b, w.kvh, kv0, w.sg.seqlen_k, d0, p.dqk, DT, tid, WG);
             barrier(CLK_LOCAL_MEM_FENCE);
@@ -127,7 +132,7 @@ ffpa_fwd_tiled(const ffpa_cl_fwd_params p, __global const uchar *qb, __global co
         for (int t = 0; t < TR; ++t) {
             float mx = -INFINITY;
             for (int u = 0; u < 4; ++u) {
-                s[t][u] = score(p, s[t][u], w.b, w.h, w.q0 + r0 + t, kv0 + c0 + u, w.sg, biasb, w.slope, 0);
+                s[t][u] = score(p, s[t][u], w.b, qh[t], qi[t], kv0 + c0 + u, w.sg, biasb, slope[t], 0);
                 mx = fmax(mx, s[t][u]);
             }
             red[(r0 + t) * CG + cg] = mx;
@@ -144,10 +149,10 @@ ffpa_fwd_tiled(const ffpa_cl_fwd_params p, __global const uchar *qb, __global co
             for (int u = 0; u < 4; ++u) {
                 const float pr = exp(s[t][u] - ref);
                 sum += pr; /* before dropout: the LSE is that of the scores */
-                const int i = w.q0 + r0 + t, j = kv0 + c0 + u;
+                const int i = qi[t], j = kv0 + c0 + u;
                 pt[(c0 + u) * BR + r0 + t] =
                     p.has_dropout ? (ffpa_dropout_keep(p.dropout_seed, p.dropout_offset, p.dropout_threshold, p.hq,
-                                                       w.b, w.h, i, j)
+                                                       w.b, qh[t], i, j)
                                          ? pr * p.dropout_scale
                                          : 0.0f)
                                   : pr;
@@ -192,14 +197,14 @@ ffpa_fwd_tiled(const ffpa_cl_fwd_params p, __global const uchar *qb, __global co
         red[(r0 + t) * CG + cg] = l[t];
     barrier(CLK_LOCAL_MEM_FENCE);
     for (int t = 0; t < TR; ++t) {
-        const int i = w.q0 + r0 + t;
+        const int i = qi[t];
         if (r0 + t >= w.rows)
             break;
         float total = 0.0f;
         for (int x = 0; x < CG; ++x)
             total += red[(r0 + t) * CG + x];
         const float inv = total > 0.0f ? 1.0f / total : 0.0f;
-        const long o_row = fwd_o_row(p, w, i);
+        const long o_row = fwd_o_row(p, w, qh[t], i);
         DV_LOOP
         for (int ch = 0; ch < OCH && ch * DCV < p.dv; ++ch)
             for (int u = 0; u < 4; ++u) {
@@ -208,7 +213,7 @@ ffpa_fwd_tiled(const ffpa_cl_fwd_params p, __global const uchar *qb, __global co
                     store_elem(ob, o_row + (long)col * p.o_sd, o[t][ch * 4 + u] * inv, DT);
             }
         if (p.has_lse && cg == 0) {
-            lseb[fwd_lse_at(p, w, i)] = total > 0.0f ? m[t] + log(total) : -INFINITY;
+            lseb[fwd_lse_at(p, w, qh[t], i)] = total > 0.0f ? m[t] + log(total) : -INFINITY;
         }
     }
 }
