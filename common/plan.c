@@ -475,6 +475,20 @@ ffpa_status ffpa_plan_portable_tiled(const ffpa_device_limits *lim, int64_t dv, 
                : FFPA_OK;
 }
 
+int ffpa_plan_packed_heads(const ffpa_device_limits *lim, int64_t batch, int64_t hq, int64_t hkv, int64_t nq,
+                           int br_packed, int br_unpacked, int unpacked_on_matrix)
+{
+    if (hkv <= 0 || hq <= hkv || nq > 16 || nq <= 0 || batch <= 0 || br_packed <= 0 || br_unpacked <= 0)
+        return 1;
+    const int64_t group = hq / hkv, units = lim->sm_count > 0 ? lim->sm_count : 1;
+    const int64_t packed = batch * hkv * ((nq * group + br_packed - 1) / br_packed);
+    const int64_t unpacked = batch * hq * ((nq + br_unpacked - 1) / br_unpacked);
+    const int64_t packed_waves = (packed + units - 1) / units, unpacked_waves = (unpacked + units - 1) / units;
+    const int pays = unpacked_on_matrix ? packed_waves * FFPA_PACK_MATRIX_COST < unpacked_waves
+                                        : packed_waves <= unpacked_waves;
+    return pays ? (int)group : 1;
+}
+
 ffpa_status ffpa_plan_matrix_forward(const ffpa_device_limits *lim, int64_t dv, int wm, int wn,
                                      ffpa_matrix_tiles *out)
 {

@@ -382,6 +382,33 @@ static void test_plan_portable_tiled(void **state)
     assert_int_equal(t.wg, 128);
 }
 
+/* Packed heads (the OpenCL forward): where their waves, weighted by the
+ * tiled kernel's cost against the matrix kernel's, come below the unpacked
+ * call's; the H200's measured cases (docs/notes/opencl.md) on its 132
+ * multiprocessors, and pocl's two cpu threads. */
+static void test_plan_packed_heads(void **state)
+{
+    (void)state;
+    ffpa_device_limits h200 = gpu_limits();
+    h200.sm_count = 132;
+    /* GQA decode, B=8 Hq=32 Hkv=8: 64 packed work-groups (1 wave, x4) against 256 on mma.sync (2 waves). */
+    assert_int_equal(ffpa_plan_packed_heads(&h200, 8, 32, 8, 1, 16, 64, 1), 1);
+    /* MLA decode, B=16 Hq=128: 64 packed (1 wave, x4) against 2048 (16 waves): packed. */
+    assert_int_equal(ffpa_plan_packed_heads(&h200, 16, 128, 1, 1, 32, 64, 1), 128);
+    /* MLA decode, B=8 Hq=16: 8 packed work-groups against 128 (one wave either way). */
+    assert_int_equal(ffpa_plan_packed_heads(&h200, 8, 16, 1, 1, 16, 64, 1), 1);
+    /* The same kernel both ways: packed wherever it needs no more waves. */
+    assert_int_equal(ffpa_plan_packed_heads(&h200, 8, 32, 8, 1, 16, 16, 0), 4);
+    ffpa_device_limits pocl = h200;
+    pocl.sm_count = 2;
+    assert_int_equal(ffpa_plan_packed_heads(&pocl, 2, 16, 1, 1, 16, 16, 0), 16);
+    assert_int_equal(ffpa_plan_packed_heads(&pocl, 2, 16, 1, 16, 16, 16, 0), 16); /* 256 rows, 16 blocks */
+    /* Not a grouped-query call, or more than 16 query rows: unpacked. */
+    assert_int_equal(ffpa_plan_packed_heads(&pocl, 2, 16, 16, 1, 16, 16, 0), 1);
+    assert_int_equal(ffpa_plan_packed_heads(&pocl, 2, 16, 1, 17, 16, 16, 0), 1);
+    assert_int_equal(ffpa_plan_packed_heads(&pocl, 0, 16, 1, 1, 16, 16, 0), 1);
+}
+
 /* The matrix forward's geometry: one warp column up to Dv = 256, two up to
  * 512, four (32 rows) above, so O stays at 128 fp32 registers or fewer a
  * work-item; local memory within NVIDIA's 48 KiB; refused where it does not
@@ -951,6 +978,7 @@ int main(void)
         cmocka_unit_test(test_plan_rejects_bad_input),
         cmocka_unit_test(test_plan_portable_tiles),
         cmocka_unit_test(test_plan_portable_tiled),
+        cmocka_unit_test(test_plan_packed_heads),
         cmocka_unit_test(test_plan_matrix_forward),
         cmocka_unit_test(test_plan_q_block_order),
         cmocka_unit_test(test_kv_schedule),

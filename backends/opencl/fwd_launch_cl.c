@@ -113,18 +113,30 @@ static int matrix_warps(int *wm, int *wn)
     return knob && !(sscanf(knob, "%dx%d%c", wm, wn, &tail) == 2 && *wm > 0 && *wn > 0);
 }
 
-/* Query heads per work-group's rows (kernels/cl_kv.h, packed heads): the
- * whole group of a KV head for queries of at most 16 rows with GQA / MQA /
- * MLA (decode, speculative decode), whose tiles would otherwise hold one
- * query head's few rows each and read the KV head's keys once per query
- * head; 1 otherwise. The matrix forward runs unpacked. */
-static int packed_heads(const ffpa_problem *pb)
+/* Tuning knob (not API): FFPA_OPENCL_PACKED_HEADS=0 runs every call unpacked,
+ * 1 packs every call ffpa_plan_packed_heads would consider (A/B runs in one
+ * build); unset: the planner's choice. Returns -1 when unset. */
+static int packed_heads_knob(void)
 {
-    /* Tuning knob (not API): FFPA_OPENCL_PACKED_HEADS=0 runs every call unpacked (A/B in one build). */
     const char *knob = ffpa_env_string("FFPA_OPENCL_PACKED_HEADS");
-    if (knob && strcmp(knob, "0") == 0)
+    return knob ? strcmp(knob, "0") != 0 : -1;
+}
+
+/* Query heads per work-group (kernels/cl_kv.h, packed heads): the planner's
+ * choice between the packed kernel's br_packed rows and the unpacked one's
+ * (common/plan.c ffpa_plan_packed_heads), or the knob's. */
+static int packed_heads(const ffpa_gpu_state *st, const ffpa_problem *pb, int br_packed, int br_unpacked,
+                        int unpacked_on_matrix)
+{
+    const int knob = packed_heads_knob();
+    if (knob == 0)
         return 1;
-    return pb->hq > pb->hkv && pb->nq <= 16 ? (int)(pb->hq / pb->hkv) : 1;
+    if (knob == 1) {
+        const ffpa_device_limits one_wave = {.sm_count = 1 << 30};
+        return ffpa_plan_packed_heads(&one_wave, pb->batch, pb->hq, pb->hkv, pb->nq, 1, 1, 0);
+    }
+    return ffpa_plan_packed_heads(&st->caps.limits, pb->batch, pb->hq, pb->hkv, pb->nq, br_packed, br_unpacked,
+                                  unpacked_on_matrix);
 }
 
 /* The launch's rows: pack query heads per block of br rows. */
@@ -143,15 +155,21 @@ ffpa_status ffpa_cl_forward_kernel(const ffpa_gpu_state *st, const ffpa_cl_devic
         return FFPA_ERR_INVALID_ARGUMENT;
     }
     in->matrix = 0;
-    const int pack = packed_heads(pb);
-    set_rows(in, pb, pack, in->tiles.br);
-    if (want ? strcmp(want, "portable") == 0 : !dev->is_gpu)
+    const ffpa_device_limits *lim = &st->caps.limits;
+    /* The portable kernel packed or not: the same kernel either way. */
+    const int portable_pack = packed_heads(st, pb, in->tiles.br, in->tiles.br, 0);
+    if (want ? strcmp(want, "portable") == 0 : !dev->is_gpu) {
+        set_rows(in, pb, portable_pack, in->tiles.br);
         return FFPA_OK;
-    /* Unforced, packed heads take the tiled kernel. */
-    if (want ? strcmp(want, "mma") == 0 : pack == 1) {
+    }
+    /* The register-tiled kernel on the packed rows (nq x the group), where it fits. */
+    const int64_t group = pb->hkv > 0 ? pb->hq / pb->hkv : 1;
+    ffpa_portable_tiles packed;
+    const int packed_fits = ffpa_plan_portable_tiled(lim, pb->dv, pb->nq * group, &packed) == FFPA_OK;
+    if (!want || strcmp(want, "mma") == 0) {
         int wm, wn;
         const int malformed = matrix_warps(&wm, &wn);
-        const ffpa_status planned = ffpa_plan_matrix_forward(&st->caps.limits, pb->dv, wm, wn, &in->mt);
+        const ffpa_status planned = ffpa_plan_matrix_forward(lim, pb->dv, wm, wn, &in->mt);
         if (malformed || planned == FFPA_ERR_INVALID_ARGUMENT) {
             snprintf(err, err_len, "FFPA_OPENCL_MMA_TILES=%s: expected WMxWN warps, WM 1, 2, 4 or 8 and WN 1, 2 or 4",
                      ffpa_env_string("FFPA_OPENCL_MMA_TILES"));
@@ -161,6 +179,12 @@ ffpa_status ffpa_cl_forward_kernel(const ffpa_gpu_state *st, const ffpa_cl_devic
         if (!why && planned != FFPA_OK)
             why = "its local memory or work-group does not fit the device";
         if (!why) {
+            /* Unforced, packed heads on the tiled kernel where they beat the matrix kernel unpacked. */
+            if (!want && packed_fits && packed_heads(st, pb, packed.br, in->mt.br, 1) > 1) {
+                in->tiles = packed;
+                set_rows(in, pb, (int)group, packed.br);
+                return FFPA_OK;
+            }
             in->matrix = 1;
             set_rows(in, pb, 1, in->mt.br);
             return FFPA_OK;
@@ -172,17 +196,20 @@ ffpa_status ffpa_cl_forward_kernel(const ffpa_gpu_state *st, const ffpa_cl_devic
         }
     }
     ffpa_portable_tiles tiled;
-    if (ffpa_plan_portable_tiled(&st->caps.limits, pb->dv, pb->nq * pack, &tiled) != FFPA_OK) {
-        if (!want)
-            return FFPA_OK; /* the device's local memory is too small for it: fwd.cl */
+    if (ffpa_plan_portable_tiled(lim, pb->dv, pb->nq, &tiled) != FFPA_OK) {
+        if (!want) { /* the device's local memory is too small for it: fwd.cl */
+            set_rows(in, pb, portable_pack, in->tiles.br);
+            return FFPA_OK;
+        }
         snprintf(err, err_len,
                  "FFPA_OPENCL_FORWARD=tiled: the tiled forward needs %zu bytes of local memory and %d work-items "
                  "per work-group; the device offers %zu and %d",
-                 tiled.local_bytes, tiled.wg, st->caps.limits.smem_per_block, st->caps.limits.max_threads_per_block);
+                 tiled.local_bytes, tiled.wg, lim->smem_per_block, lim->max_threads_per_block);
         return FFPA_ERR_UNSUPPORTED;
     }
-    in->tiles = tiled;
-    set_rows(in, pb, pack, tiled.br);
+    const int pack = packed_fits ? packed_heads(st, pb, packed.br, tiled.br, 0) : 1;
+    in->tiles = pack > 1 ? packed : tiled;
+    set_rows(in, pb, pack, in->tiles.br);
     return FFPA_OK;
 }
 
