@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "env.h"
+#include "kv_sched.h" /* FFPA_KV_MIN_TILES_PER_SPLIT */
 #include "problem.h"
 
 static int64_t ceil_div(int64_t a, int64_t b)
@@ -475,17 +476,40 @@ ffpa_status ffpa_plan_portable_tiled(const ffpa_device_limits *lim, int64_t dv, 
                : FFPA_OK;
 }
 
+int ffpa_plan_static_kv_splits(const ffpa_device_limits *lim, int64_t work_groups, int64_t key_tiles, int forced)
+{
+    if (forced > 0)
+        return forced < FFPA_MERGE_MAX_PARTS ? forced : FFPA_MERGE_MAX_PARTS;
+    if (work_groups <= 0)
+        return 1;
+    const int64_t units = lim->sm_count > 0 ? lim->sm_count : 1;
+    int64_t splits = (2 * units + work_groups - 1) / work_groups;
+    const int64_t by_length = key_tiles / FFPA_KV_MIN_TILES_PER_SPLIT;
+    if (splits > by_length)
+        splits = by_length;
+    if (splits > FFPA_MERGE_MAX_PARTS)
+        splits = FFPA_MERGE_MAX_PARTS;
+    return splits < 1 ? 1 : (int)splits;
+}
+
+/* Waves x key tiles a work-group of a call of `work_groups` (split where splittable). */
+static int64_t grid_time(const ffpa_device_limits *lim, int64_t work_groups, int64_t key_tiles, int splittable)
+{
+    const int64_t units = lim->sm_count > 0 ? lim->sm_count : 1;
+    const int64_t splits = splittable ? ffpa_plan_static_kv_splits(lim, work_groups, key_tiles, 0) : 1;
+    return (work_groups * splits + units - 1) / units * ((key_tiles + splits - 1) / splits);
+}
+
 int ffpa_plan_packed_heads(const ffpa_device_limits *lim, int64_t batch, int64_t hq, int64_t hkv, int64_t nq,
-                           int br_packed, int br_unpacked, int unpacked_on_matrix)
+                           int br_packed, int br_unpacked, int unpacked_on_matrix, int64_t key_tiles,
+                           int splittable)
 {
     if (hkv <= 0 || hq <= hkv || nq > 16 || nq <= 0 || batch <= 0 || br_packed <= 0 || br_unpacked <= 0)
         return 1;
-    const int64_t group = hq / hkv, units = lim->sm_count > 0 ? lim->sm_count : 1;
-    const int64_t packed = batch * hkv * ((nq * group + br_packed - 1) / br_packed);
-    const int64_t unpacked = batch * hq * ((nq + br_unpacked - 1) / br_unpacked);
-    const int64_t packed_waves = (packed + units - 1) / units, unpacked_waves = (unpacked + units - 1) / units;
-    const int pays = unpacked_on_matrix ? packed_waves * FFPA_PACK_MATRIX_COST < unpacked_waves
-                                        : packed_waves <= unpacked_waves;
+    const int64_t group = hq / hkv, tiles = key_tiles > 0 ? key_tiles : 1;
+    const int64_t packed = grid_time(lim, batch * hkv * ((nq * group + br_packed - 1) / br_packed), tiles, splittable);
+    const int64_t unpacked = grid_time(lim, batch * hq * ((nq + br_unpacked - 1) / br_unpacked), tiles, splittable);
+    const int pays = unpacked_on_matrix ? packed * FFPA_PACK_MATRIX_COST < unpacked : packed <= unpacked;
     return pays ? (int)group : 1;
 }
 

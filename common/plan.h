@@ -209,22 +209,33 @@ ffpa_status ffpa_plan_portable(const ffpa_device_limits *lim, ffpa_portable_tile
 ffpa_status ffpa_plan_portable_tiled(const ffpa_device_limits *lim, int64_t dv, int64_t rows,
                                      ffpa_portable_tiles *out);
 
+/* The OpenCL KV cache's static split (kernels/cl_kv.h): work-groups per
+ * query block, each walking an equal share of its rows' visible key tiles,
+ * their partials merged by ffpa_merge. Enough to give the device's compute
+ * units two work-groups each, at most FFPA_MERGE_MAX_PARTS, and none
+ * shorter than FFPA_KV_MIN_TILES_PER_SPLIT of key_tiles (the longest
+ * sequence's). forced > 0 (a knob) replaces the choice, capped at
+ * FFPA_MERGE_MAX_PARTS. 1: no split. */
+int ffpa_plan_static_kv_splits(const ffpa_device_limits *lim, int64_t work_groups, int64_t key_tiles, int forced);
+
 /* Packed heads (the OpenCL forward, kernels/cl_kv.h): whether a forward of
  * nq <= 16 query rows with GQA / MQA / MLA gives each work-group the rows
  * of all hq / hkv query heads of a KV head (br_packed rows a work-group)
- * instead of one query head's (br_unpacked). Without split-KV a work-group
- * walks every key, so the call takes about (its work-groups' waves over
- * lim->sm_count) x (one work-group's time): packing divides the waves by up
- * to the group size and reads a KV head once, but where the unpacked call
- * runs on the matrix kernel (unpacked_on_matrix) a packed work-group on
- * the register-tiled kernel takes FFPA_PACK_MATRIX_COST times as long
- * (H200: 3.0x at D = 128, 5.4x at Dqk 576 / Dv 512; docs/notes/opencl.md).
- * Packs where its waves x that cost come below the unpacked waves (the
- * same kernel: at or below). Returns the query heads per work-group:
- * hq / hkv, or 1. */
+ * instead of one query head's (br_unpacked). A work-group walks its share
+ * of key_tiles, so the call takes about (its work-groups' waves over
+ * lim->sm_count) x (one work-group's tiles): packing divides the
+ * work-groups by up to the group size and reads a KV head once, but where
+ * the unpacked call runs on the matrix kernel (unpacked_on_matrix) a packed
+ * work-group on the register-tiled kernel takes FFPA_PACK_MATRIX_COST times
+ * as long (H200: 3.0x at D = 128, 5.4x at Dqk 576 / Dv 512;
+ * docs/notes/opencl.md). With `splittable` (the KV cache) either side
+ * splits its key tiles as ffpa_plan_static_kv_splits would. Packs where its
+ * estimate comes below the unpacked one (the same kernel: at or below).
+ * Returns the query heads per work-group: hq / hkv, or 1. */
 #define FFPA_PACK_MATRIX_COST 4
 int ffpa_plan_packed_heads(const ffpa_device_limits *lim, int64_t batch, int64_t hq, int64_t hkv, int64_t nq,
-                           int br_packed, int br_unpacked, int unpacked_on_matrix);
+                           int br_packed, int br_unpacked, int unpacked_on_matrix, int64_t key_tiles,
+                           int splittable);
 
 /* The matrix-instruction forward's geometry (the OpenCL backend's
  * kernels/fwd_mma.cl: NVIDIA mma.sync m16n8k16 through inline PTX). A

@@ -392,21 +392,43 @@ static void test_plan_packed_heads(void **state)
     ffpa_device_limits h200 = gpu_limits();
     h200.sm_count = 132;
     /* GQA decode, B=8 Hq=32 Hkv=8: 64 packed work-groups (1 wave, x4) against 256 on mma.sync (2 waves). */
-    assert_int_equal(ffpa_plan_packed_heads(&h200, 8, 32, 8, 1, 16, 64, 1), 1);
+    assert_int_equal(ffpa_plan_packed_heads(&h200, 8, 32, 8, 1, 16, 64, 1, 128, 0), 1);
     /* MLA decode, B=16 Hq=128: 64 packed (1 wave, x4) against 2048 (16 waves): packed. */
-    assert_int_equal(ffpa_plan_packed_heads(&h200, 16, 128, 1, 1, 32, 64, 1), 128);
+    assert_int_equal(ffpa_plan_packed_heads(&h200, 16, 128, 1, 1, 32, 64, 1, 128, 0), 128);
     /* MLA decode, B=8 Hq=16: 8 packed work-groups against 128 (one wave either way). */
-    assert_int_equal(ffpa_plan_packed_heads(&h200, 8, 16, 1, 1, 16, 64, 1), 1);
+    assert_int_equal(ffpa_plan_packed_heads(&h200, 8, 16, 1, 1, 16, 64, 1, 128, 0), 1);
     /* The same kernel both ways: packed wherever it needs no more waves. */
-    assert_int_equal(ffpa_plan_packed_heads(&h200, 8, 32, 8, 1, 16, 16, 0), 4);
+    assert_int_equal(ffpa_plan_packed_heads(&h200, 8, 32, 8, 1, 16, 16, 0, 128, 0), 4);
     ffpa_device_limits pocl = h200;
     pocl.sm_count = 2;
-    assert_int_equal(ffpa_plan_packed_heads(&pocl, 2, 16, 1, 1, 16, 16, 0), 16);
-    assert_int_equal(ffpa_plan_packed_heads(&pocl, 2, 16, 1, 16, 16, 16, 0), 16); /* 256 rows, 16 blocks */
+    assert_int_equal(ffpa_plan_packed_heads(&pocl, 2, 16, 1, 1, 16, 16, 0, 128, 0), 16);
+    assert_int_equal(ffpa_plan_packed_heads(&pocl, 2, 16, 1, 16, 16, 16, 0, 128, 0), 16); /* 256 rows, 16 blocks */
+    /* The KV cache splits key tiles (128 of them here): MLA Hq=16 B=8 packs (8 work-groups x 16
+     * splits: 1 wave of 8 tiles, x4) against 128 x 3 splits (3 waves of 43 tiles); GQA 32/8 B=8 does
+     * not (64 x 5: 3 waves of 26, x4, against 256 x 2: 4 waves of 64). */
+    assert_int_equal(ffpa_plan_packed_heads(&h200, 8, 16, 1, 1, 16, 64, 1, 128, 1), 16);
+    assert_int_equal(ffpa_plan_packed_heads(&h200, 8, 32, 8, 1, 16, 64, 1, 128, 1), 1);
     /* Not a grouped-query call, or more than 16 query rows: unpacked. */
-    assert_int_equal(ffpa_plan_packed_heads(&pocl, 2, 16, 16, 1, 16, 16, 0), 1);
-    assert_int_equal(ffpa_plan_packed_heads(&pocl, 2, 16, 1, 17, 16, 16, 0), 1);
-    assert_int_equal(ffpa_plan_packed_heads(&pocl, 0, 16, 1, 1, 16, 16, 0), 1);
+    assert_int_equal(ffpa_plan_packed_heads(&pocl, 2, 16, 16, 1, 16, 16, 0, 128, 0), 1);
+    assert_int_equal(ffpa_plan_packed_heads(&pocl, 2, 16, 1, 17, 16, 16, 0, 128, 0), 1);
+    assert_int_equal(ffpa_plan_packed_heads(&pocl, 0, 16, 1, 1, 16, 16, 0, 128, 0), 1);
+}
+
+/* The OpenCL KV cache's static split: two work-groups per compute unit, at
+ * most 16 parts, none under 4 key tiles; a forced count capped at 16. */
+static void test_plan_static_kv_splits(void **state)
+{
+    (void)state;
+    ffpa_device_limits lim = gpu_limits();
+    lim.sm_count = 132;
+    assert_int_equal(ffpa_plan_static_kv_splits(&lim, 8, 128, 0), 16);   /* ceil(264 / 8) = 33, capped */
+    assert_int_equal(ffpa_plan_static_kv_splits(&lim, 64, 128, 0), 5);   /* ceil(264 / 64) */
+    assert_int_equal(ffpa_plan_static_kv_splits(&lim, 64, 13, 0), 3);    /* 13 tiles: 4 a split at least */
+    assert_int_equal(ffpa_plan_static_kv_splits(&lim, 264, 1000, 0), 1); /* the device is full */
+    assert_int_equal(ffpa_plan_static_kv_splits(&lim, 8, 3, 0), 1);      /* too short to split */
+    assert_int_equal(ffpa_plan_static_kv_splits(&lim, 0, 100, 0), 1);
+    assert_int_equal(ffpa_plan_static_kv_splits(&lim, 1000, 1, 5), 5);   /* forced, whatever the shapes */
+    assert_int_equal(ffpa_plan_static_kv_splits(&lim, 1, 1, 40), 16);
 }
 
 /* The matrix forward's geometry: one warp column up to Dv = 256, two up to
@@ -979,6 +1001,7 @@ int main(void)
         cmocka_unit_test(test_plan_portable_tiles),
         cmocka_unit_test(test_plan_portable_tiled),
         cmocka_unit_test(test_plan_packed_heads),
+        cmocka_unit_test(test_plan_static_kv_splits),
         cmocka_unit_test(test_plan_matrix_forward),
         cmocka_unit_test(test_plan_q_block_order),
         cmocka_unit_test(test_kv_schedule),

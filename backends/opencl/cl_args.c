@@ -43,6 +43,8 @@ ffpa_cl_fwd_params ffpa_cl_params_of(const ffpa_problem *pb, int rows_per_block)
     p.dv = (int)pb->dv;
     p.q_blocks = (int)((pb->nq + rows_per_block - 1) / rows_per_block);
     p.pack = 1;
+    p.splits = 1;
+    p.o_dt = (int)pb->dtype;
     p.causal = pb->causal;
     p.has_lse = pb->lse.data != NULL;
     p.varlen = pb->cu_q != NULL;

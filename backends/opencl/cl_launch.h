@@ -91,6 +91,9 @@ ffpa_status ffpa_cl_forward_launch(cl_command_queue queue, cl_program program, c
                                    cl_mem seqlens, char *err, size_t err_len);
 
 size_t ffpa_cl_forward_workspace(const ffpa_gpu_state *state, const ffpa_problem *pb);
+
+/* The KV cache's workspace: the split partials (kv_launch_cl.c), 0 without a split. */
+size_t ffpa_cl_kv_workspace(const ffpa_gpu_state *state, const ffpa_problem *pb);
 ffpa_status ffpa_cl_forward(ffpa_gpu_state *state, const ffpa_problem *pb, void *ws, size_t ws_bytes, char *err,
                             size_t err_len);
 

@@ -73,7 +73,8 @@ ffpa_status ffpa_cl_forward_launch(cl_command_queue queue, cl_program program, c
                                 {sizeof(cl_mem), &seqlens}};
     const size_t wg = in->matrix ? (size_t)(32 * in->mt.wm * in->mt.wn) : (size_t)in->tiles.wg;
     /* A work-group per query block of each (sequence, query head), or of each KV head with packed heads. */
-    const size_t global = (size_t)in->p.q_blocks * (size_t)(pb->hq / in->p.pack) * (size_t)pb->batch * wg;
+    const size_t global =
+        (size_t)in->p.splits * (size_t)in->p.q_blocks * (size_t)(pb->hq / in->p.pack) * (size_t)pb->batch * wg;
     const char *name = in->matrix ? "ffpa_fwd_mma" : in->tiles.tr ? "ffpa_fwd_tiled" : "ffpa_fwd";
     return ffpa_cl_launch(queue, program, name, args, 12, global, wg, err, err_len);
 }
@@ -133,10 +134,11 @@ static int packed_heads(const ffpa_gpu_state *st, const ffpa_problem *pb, int br
         return 1;
     if (knob == 1) {
         const ffpa_device_limits one_wave = {.sm_count = 1 << 30};
-        return ffpa_plan_packed_heads(&one_wave, pb->batch, pb->hq, pb->hkv, pb->nq, 1, 1, 0);
+        return ffpa_plan_packed_heads(&one_wave, pb->batch, pb->hq, pb->hkv, pb->nq, 1, 1, 0, 1, 0);
     }
+    /* The KV cache splits its key tiles (kv_launch_cl.c); 64-key tiles for the estimate. */
     return ffpa_plan_packed_heads(&st->caps.limits, pb->batch, pb->hq, pb->hkv, pb->nq, br_packed, br_unpacked,
-                                  unpacked_on_matrix);
+                                  unpacked_on_matrix, (pb->nkv + 63) / 64, pb->kv != NULL);
 }
 
 /* The launch's rows: pack query heads per block of br rows. */

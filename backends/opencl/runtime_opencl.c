@@ -86,17 +86,13 @@ static int take_last_error(void)
     return CL_SUCCESS; /* OpenCL keeps no per-thread error */
 }
 
-static size_t kv_workspace(const ffpa_gpu_state *state, const ffpa_problem *pb)
-{
-    (void)state, (void)pb;
-    return 0; /* no split-KV partials: one work-group per query tile walks the whole cache */
-}
-
 static ffpa_status kv_schedule(const ffpa_gpu_state *state, const ffpa_problem *pb, const int32_t *host_seqlens,
                                ffpa_kv_schedule_info *out, char *err, size_t err_len)
 {
     (void)state, (void)pb, (void)host_seqlens, (void)out;
-    snprintf(err, err_len, "cache: the opencl backend runs no split-KV schedule (one work-group per query tile)");
+    snprintf(err, err_len,
+             "cache: the opencl backend runs no common/kv_sched.h schedule (its split is static: each query "
+             "block's work-groups share its key tiles evenly)");
     return FFPA_ERR_UNSUPPORTED;
 }
 
@@ -116,7 +112,7 @@ static const ffpa_gpu_runtime opencl_runtime = {
     .forward = ffpa_cl_forward,
     .backward_workspace = ffpa_cl_backward_workspace,
     .backward = ffpa_cl_backward,
-    .kv_workspace = kv_workspace,
+    .kv_workspace = ffpa_cl_kv_workspace,
     .forward_kvcache = ffpa_cl_forward_kvcache,
     .kv_schedule = kv_schedule,
     .merge = ffpa_cl_merge,

@@ -49,9 +49,13 @@ static long kv_row(const ffpa_cl_kv_params kv, __global const int *btb, long off
  * query row R / pack of head h + R % pack (fwd_row_query, fwd_row_head), so
  * a KV head's keys are read once for all its query heads and a decode tile
  * holds pack rows instead of one. h is then the group's first head and q0
- * and rows count packed rows. */
+ * and rows count packed rows.
+ * Split (p.splits > 1, the KV cache's decode): work-group g's split g /
+ * (the groups of one split) takes an equal share of its rows' visible key
+ * tiles and writes its partial O (fp32) and LSE at split x p.o_split and
+ * p.lse_split in the workspace; ffpa_merge joins them (kv_launch_cl.c). */
 typedef struct fwd_group {
-    int b, h, kvh, q0;
+    int b, h, kvh, q0, split;
     int rows; /* rows of the block in the sequence (<= 0: none, the work-group has nothing to do) */
     int diag; /* seqlen_k - seqlen_q: where the causal diagonal is */
     seq_geom sg;
@@ -63,7 +67,9 @@ static fwd_group fwd_group_of(const ffpa_cl_fwd_params p, const ffpa_cl_kv_param
                               __global const int *lensb, __global const float *alibib, int br)
 {
     fwd_group w;
-    const int g = (int)get_group_id(0), heads = p.hq / p.pack; /* head slots: query heads, or KV heads packed */
+    const int heads = p.hq / p.pack; /* head slots: query heads, or KV heads packed */
+    const int per_split = p.q_blocks * heads * p.batch, g = (int)get_group_id(0) % per_split;
+    w.split = (int)get_group_id(0) / per_split;
     w.h = (g / p.q_blocks) % heads * p.pack;
     w.b = g / (p.q_blocks * heads);
     w.kvh = w.h / p.group;
@@ -95,20 +101,27 @@ static int fwd_row_head(const ffpa_cl_fwd_params p, fwd_group w, int R)
 static long fwd_o_row(const ffpa_cl_fwd_params p, fwd_group w, int h, int i)
 {
     return p.o_off + (p.varlen ? (w.sg.q_start + i) * p.o_sn : (long)w.b * p.o_sb + (long)i * p.o_sn) +
-           (long)h * p.o_sh;
+           (long)h * p.o_sh + (long)w.split * p.o_split;
 }
 
 static long fwd_lse_at(const ffpa_cl_fwd_params p, fwd_group w, int h, int i)
 {
     return p.lse_off + (p.varlen ? (w.sg.q_start + i) * p.lse_sn : (long)w.b * p.lse_sb + (long)i * p.lse_sn) +
-           (long)h * p.lse_sh;
+           (long)h * p.lse_sh + (long)w.split * p.lse_split;
 }
 
-/* Key tiles of bc keys the block's rows may see (key_tiles over their query rows). */
+/* Key tiles of bc keys the block's rows may see (key_tiles over their query
+ * rows), of them the work-group's split's share: [*begin, end). */
 static int fwd_key_tiles(const ffpa_cl_fwd_params p, fwd_group w, int bc, int *begin)
 {
-    return key_tiles(p, fwd_row_query(p, w.q0), fwd_row_query(p, w.q0 + w.rows - 1), w.diag, w.sg.seqlen_k, bc,
-                     begin);
+    int end = key_tiles(p, fwd_row_query(p, w.q0), fwd_row_query(p, w.q0 + w.rows - 1), w.diag, w.sg.seqlen_k, bc,
+                        begin);
+    if (p.splits > 1) {
+        const int share = (end - *begin + p.splits - 1) / p.splits;
+        *begin = min(end, *begin + w.split * share);
+        end = min(end, *begin + share);
+    }
+    return end;
 }
 
 /* stage() of the block's Q rows (layout without STAGE_SWIZZLE), through the

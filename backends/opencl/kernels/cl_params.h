@@ -29,8 +29,11 @@ typedef struct ffpa_cl_fwd_params {
     FFPA_CL_I64 lse_sb, lse_sh, lse_sn;
     FFPA_CL_I64 bias_sb, bias_sh, bias_sn, bias_sd;
     FFPA_CL_I64 alibi_sb, alibi_sh;
+    FFPA_CL_I64 o_split, lse_split; /* splits > 1: elements between split s's partial O and LSE (cl_kv.h) */
     FFPA_CL_U64 dropout_seed, dropout_offset;
     int batch, hq, group, nq, nkv, dqk, dv, q_blocks;
+    int splits; /* work-groups per query block, each an equal share of its key tiles (the KV cache's split) */
+    int o_dt;   /* dtype of the O written: DT, or 2 (fp32) for a split's partial */
     int pack; /* query heads per work-group's rows: 1, or group (packed heads: kernels/cl_kv.h) */
     int causal, has_lse, has_bias, bias_dtype, has_alibi, has_dropout, varlen;
     int window, window_left, window_right; /* bounds < 0: unbounded */

@@ -155,7 +155,7 @@ ffpa_fwd(const ffpa_cl_fwd_params p, __global const uchar *qb, __global const uc
         for (int x = 0; x < DC / TPR; ++x) {
             const int col = chunk * DC + tc + TPR * x;
             if (col < p.dv)
-                store_elem(ob, o_row + (long)col * p.o_sd, l > 0.0f ? o[chunk * (DC / TPR) + x] * inv : 0.0f, DT);
+                store_elem(ob, o_row + (long)col * p.o_sd, l > 0.0f ? o[chunk * (DC / TPR) + x] * inv : 0.0f, p.o_dt);
         }
     if (p.has_lse && tc == 0) {
         lseb[fwd_lse_at(p, w, h, i)] = l > 0.0f ? m + log(l) : -INFINITY;

@@ -136,7 +136,7 @@ ffpa_fwd_mma(const ffpa_cl_fwd_params p, __global const uchar *qb, __global cons
         return; /* the whole work-group */
 
     int tile_begin;
-    const int tile_end = key_tiles(p, w.q0, w.q0 + w.rows - 1, w.diag, w.sg.seqlen_k, BC, &tile_begin);
+    const int tile_end = fwd_key_tiles(p, w, BC, &tile_begin);
     const int nqk = (p.dqk + DC - 1) / DC;
     const int i0 = w.q0 + row0, i1 = i0 + 8;
     /* score() is the scale alone (FFPA_CL_PLAIN_TILES=0: score() everywhere, for A/B runs) */
@@ -334,9 +334,9 @@ ffpa_fwd_mma(const ffpa_cl_fwd_params p, __global const uchar *qb, __global cons
                 const int col = wn * OC + v * VC + n * 8 + 2 * t4;
                 const float a = upper ? o[v][n].z : o[v][n].x, b = upper ? o[v][n].w : o[v][n].y;
                 if (col < p.dv)
-                    store_elem(ob, o_row + (long)col * p.o_sd, a * inv, DT);
+                    store_elem(ob, o_row + (long)col * p.o_sd, a * inv, p.o_dt);
                 if (col + 1 < p.dv)
-                    store_elem(ob, o_row + (long)(col + 1) * p.o_sd, b * inv, DT);
+                    store_elem(ob, o_row + (long)(col + 1) * p.o_sd, b * inv, p.o_dt);
             }
         if (p.has_lse && wn == 0 && t4 == 0)
             lseb[fwd_lse_at(p, w, w.h, i)] = total > 0.0f ? (upper ? m1 : m0) * M_LN2_F + log(total) : -INFINITY;

@@ -210,7 +210,7 @@ ffpa_fwd_tiled(const ffpa_cl_fwd_params p, __global const uchar *qb, __global co
             for (int u = 0; u < 4; ++u) {
                 const int col = ch * DCV + c0 + u;
                 if (col < p.dv)
-                    store_elem(ob, o_row + (long)col * p.o_sd, o[t][ch * 4 + u] * inv, DT);
+                    store_elem(ob, o_row + (long)col * p.o_sd, o[t][ch * 4 + u] * inv, p.o_dt);
             }
         if (p.has_lse && cg == 0) {
             lseb[fwd_lse_at(p, w, qh[t], i)] = total > 0.0f ? m[t] + log(total) : -INFINITY;
