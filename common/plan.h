@@ -227,12 +227,12 @@ int ffpa_plan_static_kv_splits(const ffpa_device_limits *lim, int64_t work_group
  * work-groups by up to the group size and reads a KV head once, but where
  * the unpacked call runs on the matrix kernel (unpacked_on_matrix) a packed
  * work-group on the register-tiled kernel takes FFPA_PACK_MATRIX_COST times
- * as long (H200: 3.0x at D = 128, 5.4x at Dqk 576 / Dv 512;
- * docs/notes/opencl.md). With `splittable` (the KV cache) either side
+ * as long (H200, a query block's key tiles: 3.0x at D = 128 without a
+ * split, 2.9x with one, 5.4x at Dqk 576 / Dv 512; docs/notes/opencl.md). With `splittable` (the KV cache) either side
  * splits its key tiles as ffpa_plan_static_kv_splits would. Packs where its
  * estimate comes below the unpacked one (the same kernel: at or below).
  * Returns the query heads per work-group: hq / hkv, or 1. */
-#define FFPA_PACK_MATRIX_COST 4
+#define FFPA_PACK_MATRIX_COST 3
 int ffpa_plan_packed_heads(const ffpa_device_limits *lim, int64_t batch, int64_t hq, int64_t hkv, int64_t nq,
                            int br_packed, int br_unpacked, int unpacked_on_matrix, int64_t key_tiles,
                            int splittable);
