@@ -492,24 +492,29 @@ int ffpa_plan_static_kv_splits(const ffpa_device_limits *lim, int64_t work_group
     return splits < 1 ? 1 : (int)splits;
 }
 
-/* Waves x key tiles a work-group of a call of `work_groups` (split where splittable). */
-static int64_t grid_time(const ffpa_device_limits *lim, int64_t work_groups, int64_t key_tiles, int splittable)
+/* Waves x key tiles a work-group of a call of `work_groups` (split where
+ * splittable); *launched the work-groups with their splits. */
+static int64_t grid_time(const ffpa_device_limits *lim, int64_t work_groups, int64_t key_tiles, int splittable,
+                         int64_t *launched)
 {
     const int64_t units = lim->sm_count > 0 ? lim->sm_count : 1;
     const int64_t splits = splittable ? ffpa_plan_static_kv_splits(lim, work_groups, key_tiles, 0) : 1;
-    return (work_groups * splits + units - 1) / units * ((key_tiles + splits - 1) / splits);
+    *launched = work_groups * splits;
+    return (*launched + units - 1) / units * ((key_tiles + splits - 1) / splits);
 }
 
 int ffpa_plan_packed_heads(const ffpa_device_limits *lim, int64_t batch, int64_t hq, int64_t hkv, int64_t nq,
-                           int br_packed, int br_unpacked, int unpacked_on_matrix, int64_t key_tiles,
-                           int splittable)
+                           int br_packed, int br_unpacked, int64_t key_tiles, int splittable)
 {
     if (hkv <= 0 || hq <= hkv || nq > 16 || nq <= 0 || batch <= 0 || br_packed <= 0 || br_unpacked <= 0)
         return 1;
     const int64_t group = hq / hkv, tiles = key_tiles > 0 ? key_tiles : 1;
-    const int64_t packed = grid_time(lim, batch * hkv * ((nq * group + br_packed - 1) / br_packed), tiles, splittable);
-    const int64_t unpacked = grid_time(lim, batch * hq * ((nq + br_unpacked - 1) / br_unpacked), tiles, splittable);
-    const int pays = unpacked_on_matrix ? packed * FFPA_PACK_MATRIX_COST < unpacked : packed <= unpacked;
+    int64_t packed_groups, unpacked_groups;
+    const int64_t packed = grid_time(lim, batch * hkv * ((nq * group + br_packed - 1) / br_packed), tiles,
+                                     splittable, &packed_groups);
+    const int64_t unpacked = grid_time(lim, batch * hq * ((nq + br_unpacked - 1) / br_unpacked), tiles, splittable,
+                                       &unpacked_groups);
+    const int pays = packed < unpacked || (packed == unpacked && packed_groups >= lim->sm_count);
     return pays ? (int)group : 1;
 }
 

@@ -221,21 +221,19 @@ int ffpa_plan_static_kv_splits(const ffpa_device_limits *lim, int64_t work_group
 /* Packed heads (the OpenCL forward, kernels/cl_kv.h): whether a forward of
  * nq <= 16 query rows with GQA / MQA / MLA gives each work-group the rows
  * of all hq / hkv query heads of a KV head (br_packed rows a work-group)
- * instead of one query head's (br_unpacked). A work-group walks its share
- * of key_tiles, so the call takes about (its work-groups' waves over
- * lim->sm_count) x (one work-group's tiles): packing divides the
- * work-groups by up to the group size and reads a KV head once, but where
- * the unpacked call runs on the matrix kernel (unpacked_on_matrix) a packed
- * work-group on the register-tiled kernel takes FFPA_PACK_MATRIX_COST times
- * as long (H200, a query block's key tiles: 3.0x at D = 128 without a
- * split, 2.9x with one, 5.4x at Dqk 576 / Dv 512; docs/notes/opencl.md). With `splittable` (the KV cache) either side
- * splits its key tiles as ffpa_plan_static_kv_splits would. Packs where its
- * estimate comes below the unpacked one (the same kernel: at or below).
+ * instead of one query head's (br_unpacked), on the same kernel. A
+ * work-group walks its share of key_tiles, so the call takes about (its
+ * work-groups' waves over lim->sm_count) x (one work-group's tiles);
+ * packing divides the work-groups by up to the group size and reads a KV
+ * head once. With `splittable` (the KV cache) either side splits its key
+ * tiles as ffpa_plan_static_kv_splits would. Packs where its estimate is
+ * below the unpacked one, or equal with the packed grid still covering
+ * every compute unit (within one wave the unpacked grid's extra
+ * work-groups pull from more multiprocessors: H200, dense GQA 32/8 D = 128
+ * B = 4, 0.97 ms unpacked against 1.11 packed; docs/notes/opencl.md).
  * Returns the query heads per work-group: hq / hkv, or 1. */
-#define FFPA_PACK_MATRIX_COST 3
 int ffpa_plan_packed_heads(const ffpa_device_limits *lim, int64_t batch, int64_t hq, int64_t hkv, int64_t nq,
-                           int br_packed, int br_unpacked, int unpacked_on_matrix, int64_t key_tiles,
-                           int splittable);
+                           int br_packed, int br_unpacked, int64_t key_tiles, int splittable);
 
 /* The matrix-instruction forward's geometry (the OpenCL backend's
  * kernels/fwd_mma.cl: NVIDIA mma.sync m16n8k16 through inline PTX). A

@@ -382,38 +382,36 @@ static void test_plan_portable_tiled(void **state)
     assert_int_equal(t.wg, 128);
 }
 
-/* Packed heads (the OpenCL forward): where their waves, weighted by the
- * tiled kernel's cost against the matrix kernel's, come below the unpacked
- * call's; the H200's measured cases (docs/notes/opencl.md) on its 132
- * multiprocessors, and pocl's two cpu threads. */
+/* Packed heads (the OpenCL forward): where their work-groups' waves x key
+ * tiles come below the unpacked call's (or equal, the packed grid covering
+ * every compute unit); the H200's measured cases (docs/notes/opencl.md) on
+ * its 132 multiprocessors, and pocl's two cpu threads. */
 static void test_plan_packed_heads(void **state)
 {
     (void)state;
     ffpa_device_limits h200 = gpu_limits();
     h200.sm_count = 132;
-    /* Without a split (dense decode): GQA, B=8 Hq=32 Hkv=8: 64 packed work-groups (1 wave, x3)
-     * against 256 on mma.sync (2 waves). */
-    assert_int_equal(ffpa_plan_packed_heads(&h200, 8, 32, 8, 1, 16, 64, 1, 128, 0), 1);
-    /* MLA decode, B=16 Hq=128: 64 packed (1 wave, x3) against 2048 (16 waves): packed. */
-    assert_int_equal(ffpa_plan_packed_heads(&h200, 16, 128, 1, 1, 32, 64, 1, 128, 0), 128);
-    /* MLA decode, B=8 Hq=16: 8 packed work-groups against 128 (one wave either way). */
-    assert_int_equal(ffpa_plan_packed_heads(&h200, 8, 16, 1, 1, 16, 64, 1, 128, 0), 1);
-    /* The same kernel both ways: packed wherever it needs no more waves. */
-    assert_int_equal(ffpa_plan_packed_heads(&h200, 8, 32, 8, 1, 16, 16, 0, 128, 0), 4);
+    /* Dense decode (no split), 64-row tiles: GQA 32/8 B=4 is one wave either way, 32 packed work-groups
+     * on 132 multiprocessors: unpacked (0.97 against 1.11 ms); MLA Hq=128 B=32: 64 packed (1 wave)
+     * against 4096 (32 waves): packed (1.16 against 27.8 ms). */
+    assert_int_equal(ffpa_plan_packed_heads(&h200, 4, 32, 8, 1, 64, 64, 128, 0), 1);
+    assert_int_equal(ffpa_plan_packed_heads(&h200, 32, 128, 1, 1, 64, 64, 64, 0), 128);
+    /* The KV cache splits key tiles: GQA 32/8 B=8 (64 x 5 splits: 3 waves of 26 tiles, against 256 x 2:
+     * 4 waves of 64; 0.68 against 1.61 ms), MLA Hq=16 B=8 (8 x 16: 1 wave of 8, against 128 x 3: 3 waves
+     * of 43; 0.31 against 3.33), groups of 2 at B=32 (512 x 1: 4 waves, against 1024: 8; 1.53 against
+     * 3.07): packed. */
+    assert_int_equal(ffpa_plan_packed_heads(&h200, 8, 32, 8, 1, 64, 64, 128, 1), 4);
+    assert_int_equal(ffpa_plan_packed_heads(&h200, 8, 16, 1, 1, 64, 64, 128, 1), 16);
+    assert_int_equal(ffpa_plan_packed_heads(&h200, 32, 32, 16, 1, 64, 64, 64, 1), 2);
     ffpa_device_limits pocl = h200;
     pocl.sm_count = 2;
-    assert_int_equal(ffpa_plan_packed_heads(&pocl, 2, 16, 1, 1, 16, 16, 0, 128, 0), 16);
-    assert_int_equal(ffpa_plan_packed_heads(&pocl, 2, 16, 1, 16, 16, 16, 0, 128, 0), 16); /* 256 rows, 16 blocks */
-    /* The KV cache splits key tiles (128 of them here), so packing fills the device too: MLA Hq=16
-     * B=8 packs (8 work-groups x 16 splits: 1 wave of 8 tiles, x3) against 128 x 3 splits (3 waves of
-     * 43 tiles), and so does GQA 32/8 B=8 (64 x 5: 3 waves of 26, x3, against 256 x 2: 4 waves of 64;
-     * H200: 1.15 against 1.59 ms). */
-    assert_int_equal(ffpa_plan_packed_heads(&h200, 8, 16, 1, 1, 16, 64, 1, 128, 1), 16);
-    assert_int_equal(ffpa_plan_packed_heads(&h200, 8, 32, 8, 1, 16, 64, 1, 128, 1), 4);
+    assert_int_equal(ffpa_plan_packed_heads(&pocl, 2, 16, 1, 1, 16, 16, 64, 0), 16);
+    /* 256 packed rows in 16 blocks against 16 heads' single blocks: a tie, every unit covered. */
+    assert_int_equal(ffpa_plan_packed_heads(&pocl, 2, 16, 1, 16, 16, 16, 64, 0), 16);
     /* Not a grouped-query call, or more than 16 query rows: unpacked. */
-    assert_int_equal(ffpa_plan_packed_heads(&pocl, 2, 16, 16, 1, 16, 16, 0, 128, 0), 1);
-    assert_int_equal(ffpa_plan_packed_heads(&pocl, 2, 16, 1, 17, 16, 16, 0, 128, 0), 1);
-    assert_int_equal(ffpa_plan_packed_heads(&pocl, 0, 16, 1, 1, 16, 16, 0, 128, 0), 1);
+    assert_int_equal(ffpa_plan_packed_heads(&pocl, 2, 16, 16, 1, 16, 16, 64, 0), 1);
+    assert_int_equal(ffpa_plan_packed_heads(&pocl, 2, 16, 1, 17, 16, 16, 64, 0), 1);
+    assert_int_equal(ffpa_plan_packed_heads(&pocl, 0, 16, 1, 1, 16, 16, 64, 0), 1);
 }
 
 /* The OpenCL KV cache's static split: two work-groups per compute unit, at

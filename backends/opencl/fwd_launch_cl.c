@@ -123,22 +123,21 @@ static int packed_heads_knob(void)
     return knob ? strcmp(knob, "0") != 0 : -1;
 }
 
-/* Query heads per work-group (kernels/cl_kv.h, packed heads): the planner's
- * choice between the packed kernel's br_packed rows and the unpacked one's
- * (common/plan.c ffpa_plan_packed_heads), or the knob's. */
-static int packed_heads(const ffpa_gpu_state *st, const ffpa_problem *pb, int br_packed, int br_unpacked,
-                        int unpacked_on_matrix)
+/* Query heads per work-group (kernels/cl_kv.h, packed heads) for a kernel
+ * of br rows a work-group: the planner's choice (common/plan.c
+ * ffpa_plan_packed_heads), or the knob's. */
+static int packed_heads(const ffpa_gpu_state *st, const ffpa_problem *pb, int br_packed, int br_unpacked)
 {
     const int knob = packed_heads_knob();
     if (knob == 0)
         return 1;
     if (knob == 1) {
-        const ffpa_device_limits one_wave = {.sm_count = 1 << 30};
-        return ffpa_plan_packed_heads(&one_wave, pb->batch, pb->hq, pb->hkv, pb->nq, 1, 1, 0, 1, 0);
+        const ffpa_device_limits one_wave = {.sm_count = 1};
+        return ffpa_plan_packed_heads(&one_wave, pb->batch, pb->hq, pb->hkv, pb->nq, 1, 1, 1, 0);
     }
     /* The KV cache splits its key tiles (kv_launch_cl.c); 64-key tiles for the estimate. */
     return ffpa_plan_packed_heads(&st->caps.limits, pb->batch, pb->hq, pb->hkv, pb->nq, br_packed, br_unpacked,
-                                  unpacked_on_matrix, (pb->nkv + 63) / 64, pb->kv != NULL);
+                                  (pb->nkv + 63) / 64, pb->kv != NULL);
 }
 
 /* The launch's rows: pack query heads per block of br rows. */
@@ -159,7 +158,7 @@ ffpa_status ffpa_cl_forward_kernel(const ffpa_gpu_state *st, const ffpa_cl_devic
     in->matrix = 0;
     const ffpa_device_limits *lim = &st->caps.limits;
     /* The portable kernel packed or not: the same kernel either way. */
-    const int portable_pack = packed_heads(st, pb, in->tiles.br, in->tiles.br, 0);
+    const int portable_pack = packed_heads(st, pb, in->tiles.br, in->tiles.br);
     if (want ? strcmp(want, "portable") == 0 : !dev->is_gpu) {
         set_rows(in, pb, portable_pack, in->tiles.br);
         return FFPA_OK;
@@ -181,14 +180,8 @@ ffpa_status ffpa_cl_forward_kernel(const ffpa_gpu_state *st, const ffpa_cl_devic
         if (!why && planned != FFPA_OK)
             why = "its local memory or work-group does not fit the device";
         if (!why) {
-            /* Unforced, packed heads on the tiled kernel where they beat the matrix kernel unpacked. */
-            if (!want && packed_fits && packed_heads(st, pb, packed.br, in->mt.br, 1) > 1) {
-                in->tiles = packed;
-                set_rows(in, pb, (int)group, packed.br);
-                return FFPA_OK;
-            }
             in->matrix = 1;
-            set_rows(in, pb, 1, in->mt.br);
+            set_rows(in, pb, packed_heads(st, pb, in->mt.br, in->mt.br), in->mt.br);
             return FFPA_OK;
         }
         if (want) {
@@ -209,7 +202,7 @@ ffpa_status ffpa_cl_forward_kernel(const ffpa_gpu_state *st, const ffpa_cl_devic
                  tiled.local_bytes, tiled.wg, lim->smem_per_block, lim->max_threads_per_block);
         return FFPA_ERR_UNSUPPORTED;
     }
-    const int pack = packed_fits ? packed_heads(st, pb, packed.br, tiled.br, 0) : 1;
+    const int pack = packed_fits ? packed_heads(st, pb, packed.br, tiled.br) : 1;
     in->tiles = pack > 1 ? packed : tiled;
     set_rows(in, pb, pack, in->tiles.br);
     return FFPA_OK;

@@ -25,8 +25,8 @@
  *
  * The host (fwd_launch_cl.c) sends here only what the copies allow: unit
  * column strides, row strides and offsets in multiples of 8 elements, Dqk
- * and Dv multiples of 8; and never packed heads (p.pack = 1: one query head
- * a work-group).
+ * and Dv multiples of 8. Packed heads (kernels/cl_kv.h) as fwd.cl: each
+ * lane's two rows take their own head and query row.
  */
 #include "cl_kv.h"
 #include "cl_mma_nv.h"
@@ -57,9 +57,9 @@
 #define MMA(c, a, b0, b1) mma_16816(c, a, b0, b1)
 #endif
 #if FFPA_CL_DIAG == 3
-#define SCORE(x, i, j) ((x) * p.scale)
+#define SCORE(x, i, h, slope, j) ((x) * p.scale)
 #else
-#define SCORE(x, i, j) score(p, x, w.b, w.h, i, j, w.sg, biasb, w.slope, 0)
+#define SCORE(x, i, h, slope, j) score(p, x, w.b, h, i, j, w.sg, biasb, slope, 0)
 #endif
 #ifndef FFPA_CL_PLAIN_TILES
 #define FFPA_CL_PLAIN_TILES 1
@@ -93,6 +93,22 @@ static void stage16(__local ushort *slab, int rows, int cols, __global const uch
     }
 }
 
+/* The block's Q rows (stage16 of rows x cols from column d0), through the
+ * packed rows' heads where p.pack > 1 (kernels/cl_kv.h). */
+static void stage16_q(__local ushort *slab, int rows, int cols, __global const uchar *src, const ffpa_cl_fwd_params p,
+                      const fwd_group w, int d0, int tid)
+{
+    const int pieces = cols >> 3, valid = w.sg.seqlen_q * p.pack;
+    for (int e = tid; e < rows * pieces; e += WG) {
+        const int rr = e / pieces, col = d0 + (e % pieces) * 8, r = w.q0 + rr;
+        const long row = r < valid && col < p.dqk
+                             ? w.q_base + (long)(r % p.pack) * p.q_sh + (long)(r / p.pack) * p.q_sn
+                             : -1;
+        copy16_async(lds_addr(slab + slab_at(rr, col - d0, cols)), src + (row >= 0 ? (row + col) * 2 : 0),
+                     row >= 0 ? 16u : 0u);
+    }
+}
+
 /* Step c of key tile `tile` into a ring slot: Q and K chunk c (c < nqk), or
  * every warp's V chunk c - nqk. */
 static void issue_step(__local ushort *slot, int tile, int c, int nqk, const ffpa_cl_fwd_params p,
@@ -104,8 +120,7 @@ static void issue_step(__local ushort *slot, int tile, int c, int nqk, const ffp
         return;
     if (c < nqk) {
         if (FFPA_CL_DIAG != 4)
-            stage16(slot, BR, DC, qb, 0, kv, btb, w.q_base, 0, 0, 0, p.q_sn, w.b, w.h, w.q0, w.sg.seqlen_q, c * DC,
-                    p.dqk, tid);
+            stage16_q(slot, BR, DC, qb, p, w, c * DC, tid);
         stage16(slot + BR * DC, BC, DC, kb, kv.paged, kv, btb, w.k_base, p.k_off, p.k_sb, p.k_sh, p.k_sn, w.b, w.kvh,
                 kv0, w.sg.seqlen_k, c * DC, p.dqk, tid);
         return;
@@ -138,7 +153,12 @@ ffpa_fwd_mma(const ffpa_cl_fwd_params p, __global const uchar *qb, __global cons
     int tile_begin;
     const int tile_end = fwd_key_tiles(p, w, BC, &tile_begin);
     const int nqk = (p.dqk + DC - 1) / DC;
-    const int i0 = w.q0 + row0, i1 = i0 + 8;
+    /* This lane's two rows: query rows i0, i1 of heads h0, h1 (packed heads: kernels/cl_kv.h). */
+    const int i0 = fwd_row_query(p, w.q0 + row0), i1 = fwd_row_query(p, w.q0 + row0 + 8);
+    const int h0 = fwd_row_head(p, w, w.q0 + row0), h1 = fwd_row_head(p, w, w.q0 + row0 + 8);
+    const float slope0 = p.pack == 1 ? w.slope : alibi_slope(p, alibib, w.b, h0);
+    const float slope1 = p.pack == 1 ? w.slope : alibi_slope(p, alibib, w.b, h1);
+    const int q_first = fwd_row_query(p, w.q0), q_last = fwd_row_query(p, w.q0 + BR - 1);
     /* score() is the scale alone (FFPA_CL_PLAIN_TILES=0: score() everywhere, for A/B runs) */
     const int plain = FFPA_CL_PLAIN_TILES && !p.has_bias && !(p.softcap > 0.0f) && !p.has_alibi;
     const float scale_log2 = p.scale * M_LOG2E_F;
@@ -187,8 +207,8 @@ ffpa_fwd_mma(const ffpa_cl_fwd_params p, __global const uchar *qb, __global cons
          * ALiBi, needs only the scale (one multiply); the others go through
          * score() element by element. */
         float mx0 = -INFINITY, mx1 = -INFINITY;
-        const int interior = plain && kv0 + BC <= w.sg.seqlen_k && w.q0 + BR <= w.sg.seqlen_q &&
-                             kv0 >= first_col(p, w.q0 + BR - 1, w.diag) && kv0 + BC - 1 <= last_col(p, w.q0, w.diag);
+        const int interior = plain && kv0 + BC <= w.sg.seqlen_k && w.q0 + BR <= w.sg.seqlen_q * p.pack &&
+                             kv0 >= first_col(p, q_last, w.diag) && kv0 + BC - 1 <= last_col(p, q_first, w.diag);
         if (interior) {
 #pragma unroll
             for (int n = 0; n < KNT; ++n) {
@@ -200,10 +220,10 @@ ffpa_fwd_mma(const ffpa_cl_fwd_params p, __global const uchar *qb, __global cons
 #pragma unroll
             for (int n = 0; n < KNT; ++n) {
                 const int j = kv0 + wn * KW + n * 8 + 2 * t4;
-                s[n].x = SCORE(s[n].x, i0, j) * M_LOG2E_F;
-                s[n].y = SCORE(s[n].y, i0, j + 1) * M_LOG2E_F;
-                s[n].z = SCORE(s[n].z, i1, j) * M_LOG2E_F;
-                s[n].w = SCORE(s[n].w, i1, j + 1) * M_LOG2E_F;
+                s[n].x = SCORE(s[n].x, i0, h0, slope0, j) * M_LOG2E_F;
+                s[n].y = SCORE(s[n].y, i0, h0, slope0, j + 1) * M_LOG2E_F;
+                s[n].z = SCORE(s[n].z, i1, h1, slope1, j) * M_LOG2E_F;
+                s[n].w = SCORE(s[n].w, i1, h1, slope1, j + 1) * M_LOG2E_F;
                 mx0 = fmax(mx0, fmax(s[n].x, s[n].y));
                 mx1 = fmax(mx1, fmax(s[n].z, s[n].w));
             }
@@ -254,11 +274,11 @@ ffpa_fwd_mma(const ffpa_cl_fwd_params p, __global const uchar *qb, __global cons
                     sum1 += s[n].z + s[n].w;
                     if (p.has_dropout) {
                         const int j = kv0 + wn * KW + n * 8 + 2 * t4;
-#define FFPA_KEEP(i, jj) ffpa_dropout_keep(p.dropout_seed, p.dropout_offset, p.dropout_threshold, p.hq, w.b, w.h, i, jj)
-                        s[n].x = FFPA_KEEP(i0, j) ? s[n].x * p.dropout_scale : 0.0f;
-                        s[n].y = FFPA_KEEP(i0, j + 1) ? s[n].y * p.dropout_scale : 0.0f;
-                        s[n].z = FFPA_KEEP(i1, j) ? s[n].z * p.dropout_scale : 0.0f;
-                        s[n].w = FFPA_KEEP(i1, j + 1) ? s[n].w * p.dropout_scale : 0.0f;
+#define FFPA_KEEP(h, i, jj) ffpa_dropout_keep(p.dropout_seed, p.dropout_offset, p.dropout_threshold, p.hq, w.b, h, i, jj)
+                        s[n].x = FFPA_KEEP(h0, i0, j) ? s[n].x * p.dropout_scale : 0.0f;
+                        s[n].y = FFPA_KEEP(h0, i0, j + 1) ? s[n].y * p.dropout_scale : 0.0f;
+                        s[n].z = FFPA_KEEP(h1, i1, j) ? s[n].z * p.dropout_scale : 0.0f;
+                        s[n].w = FFPA_KEEP(h1, i1, j + 1) ? s[n].w * p.dropout_scale : 0.0f;
 #undef FFPA_KEEP
                     }
                 }
@@ -322,11 +342,11 @@ ffpa_fwd_mma(const ffpa_cl_fwd_params p, __global const uchar *qb, __global cons
     }
 #endif
     for (int upper = 0; upper < 2; ++upper) {
-        const int i = upper ? i1 : i0;
+        const int i = upper ? i1 : i0, h = upper ? h1 : h0;
         const float total = upper ? l1 : l0, inv = total > 0.0f ? 1.0f / total : 0.0f;
         if (row0 + 8 * upper >= w.rows)
             break;
-        const long o_row = fwd_o_row(p, w, w.h, i);
+        const long o_row = fwd_o_row(p, w, h, i);
 #pragma unroll
         for (int v = 0; v < OCH; ++v)
 #pragma unroll
@@ -339,6 +359,6 @@ ffpa_fwd_mma(const ffpa_cl_fwd_params p, __global const uchar *qb, __global cons
                     store_elem(ob, o_row + (long)(col + 1) * p.o_sd, b * inv, p.o_dt);
             }
         if (p.has_lse && wn == 0 && t4 == 0)
-            lseb[fwd_lse_at(p, w, w.h, i)] = total > 0.0f ? (upper ? m1 : m0) * M_LN2_F + log(total) : -INFINITY;
+            lseb[fwd_lse_at(p, w, h, i)] = total > 0.0f ? (upper ? m1 : m0) * M_LN2_F + log(total) : -INFINITY;
     }
 }
