@@ -53,7 +53,8 @@ ffpa_status ffpa_cl_forward_program(const ffpa_cl_device *dev, const ffpa_proble
 const char *ffpa_cl_forward_name(const ffpa_cl_inputs_t *in, int paged)
 {
     static const char *const names[3][4] = {
-        {"opencl mma.sync", "opencl mma.sync (paged KV cache)", "opencl mma.sync", "opencl mma.sync (paged KV cache)"},
+        {"opencl mma.sync", "opencl mma.sync (paged KV cache)", "opencl mma.sync (packed heads)",
+         "opencl mma.sync (paged KV cache, packed heads)"},
         {"opencl tiled", "opencl tiled (paged KV cache)", "opencl tiled (packed heads)",
          "opencl tiled (paged KV cache, packed heads)"},
         {"opencl portable", "opencl portable (paged KV cache)", "opencl portable (packed heads)",
@@ -163,10 +164,6 @@ ffpa_status ffpa_cl_forward_kernel(const ffpa_gpu_state *st, const ffpa_cl_devic
         set_rows(in, pb, portable_pack, in->tiles.br);
         return FFPA_OK;
     }
-    /* The register-tiled kernel on the packed rows (nq x the group), where it fits. */
-    const int64_t group = pb->hkv > 0 ? pb->hq / pb->hkv : 1;
-    ffpa_portable_tiles packed;
-    const int packed_fits = ffpa_plan_portable_tiled(lim, pb->dv, pb->nq * group, &packed) == FFPA_OK;
     if (!want || strcmp(want, "mma") == 0) {
         int wm, wn;
         const int malformed = matrix_warps(&wm, &wn);
@@ -202,6 +199,10 @@ ffpa_status ffpa_cl_forward_kernel(const ffpa_gpu_state *st, const ffpa_cl_devic
                  tiled.local_bytes, tiled.wg, lim->smem_per_block, lim->max_threads_per_block);
         return FFPA_ERR_UNSUPPORTED;
     }
+    /* The same kernel on the packed rows (nq x the group), where it fits. */
+    const int64_t group = pb->hkv > 0 ? pb->hq / pb->hkv : 1;
+    ffpa_portable_tiles packed;
+    const int packed_fits = ffpa_plan_portable_tiled(lim, pb->dv, pb->nq * group, &packed) == FFPA_OK;
     const int pack = packed_fits ? packed_heads(st, pb, packed.br, tiled.br) : 1;
     in->tiles = pack > 1 ? packed : tiled;
     set_rows(in, pb, pack, in->tiles.br);

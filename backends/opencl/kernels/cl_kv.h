@@ -41,9 +41,9 @@ static long kv_row(const ffpa_cl_kv_params kv, __global const int *btb, long off
 /* A forward work-group's share (kernels/fwd.cl, fwd_tiled.cl): its
  * (sequence, query head, first query row), the sequence geometry (with a
  * paged cache, the cache length is the key count), where its Q, K and V
- * rows start, its ALiBi slope. Work-group g runs query block g % q_blocks
+ * rows start. Work-group g runs query block g % q_blocks
  * of br rows.
- * Packed heads (p.pack > 1; fwd.cl and fwd_tiled.cl, for a few query rows
+ * Packed heads (p.pack > 1, every forward kernel, for a few query rows
  * with GQA / MQA / MLA: decode): the rows are those of the p.pack query
  * heads that share KV head kvh, row R of the sequence's packed rows being
  * query row R / pack of head h + R % pack (fwd_row_query, fwd_row_head), so
@@ -60,11 +60,10 @@ typedef struct fwd_group {
     int diag; /* seqlen_k - seqlen_q: where the causal diagonal is */
     seq_geom sg;
     long q_base, k_base, v_base;
-    float slope;
 } fwd_group;
 
 static fwd_group fwd_group_of(const ffpa_cl_fwd_params p, const ffpa_cl_kv_params kv, __global const int *cub,
-                              __global const int *lensb, __global const float *alibib, int br)
+                              __global const int *lensb, int br)
 {
     fwd_group w;
     const int heads = p.hq / p.pack; /* head slots: query heads, or KV heads packed */
@@ -82,7 +81,6 @@ static fwd_group fwd_group_of(const ffpa_cl_fwd_params p, const ffpa_cl_kv_param
     w.q_base = p.q_off + (p.varlen ? w.sg.q_start * p.q_sn : (long)w.b * p.q_sb) + (long)w.h * p.q_sh;
     w.k_base = p.k_off + (p.varlen ? w.sg.k_start * p.k_sn : (long)w.b * p.k_sb) + (long)w.kvh * p.k_sh;
     w.v_base = p.v_off + (p.varlen ? w.sg.k_start * p.v_sn : (long)w.b * p.v_sb) + (long)w.kvh * p.v_sh;
-    w.slope = alibi_slope(p, alibib, w.b, w.h);
     return w;
 }
 

@@ -55,7 +55,7 @@ ffpa_fwd(const ffpa_cl_fwd_params p, __global const uchar *qb, __global const uc
 
     const int tid = (int)get_local_id(0);
     const int r = tid / TPR, tc = tid % TPR;
-    const fwd_group w = fwd_group_of(p, kv, cub, lensb, alibib, BR);
+    const fwd_group w = fwd_group_of(p, kv, cub, lensb, BR);
     if (w.rows <= 0)
         return; /* the whole work-group: no barrier is left waiting */
     const int b = w.b, kvh = w.kvh, rows = w.rows;
@@ -63,7 +63,7 @@ ffpa_fwd(const ffpa_cl_fwd_params p, __global const uchar *qb, __global const uc
     const int seqlen_k = sg.seqlen_k;
     /* This work-item's row: query row i of head h. */
     const int i = fwd_row_query(p, w.q0 + r), h = fwd_row_head(p, w, w.q0 + r);
-    const float slope = p.pack == 1 ? w.slope : alibi_slope(p, alibib, b, h);
+    const float slope = alibi_slope(p, alibib, b, h);
 
     /* Key tiles the rows may see (the others are skipped). */
     int tile_begin;

@@ -146,7 +146,7 @@ ffpa_fwd_mma(const ffpa_cl_fwd_params p, __global const uchar *qb, __global cons
     const int tid = (int)get_local_id(0), lane = tid & 31, warp = tid >> 5;
     const int wm = warp / WN, wn = warp % WN, g = lane >> 2, t4 = lane & 3;
     const int row0 = 16 * wm + g; /* this lane's rows in the block: row0 and row0 + 8 */
-    const fwd_group w = fwd_group_of(p, kv, cub, lensb, alibib, BR);
+    const fwd_group w = fwd_group_of(p, kv, cub, lensb, BR);
     if (w.rows <= 0)
         return; /* the whole work-group */
 
@@ -156,8 +156,7 @@ ffpa_fwd_mma(const ffpa_cl_fwd_params p, __global const uchar *qb, __global cons
     /* This lane's two rows: query rows i0, i1 of heads h0, h1 (packed heads: kernels/cl_kv.h). */
     const int i0 = fwd_row_query(p, w.q0 + row0), i1 = fwd_row_query(p, w.q0 + row0 + 8);
     const int h0 = fwd_row_head(p, w, w.q0 + row0), h1 = fwd_row_head(p, w, w.q0 + row0 + 8);
-    const float slope0 = p.pack == 1 ? w.slope : alibi_slope(p, alibib, w.b, h0);
-    const float slope1 = p.pack == 1 ? w.slope : alibi_slope(p, alibib, w.b, h1);
+    const float slope0 = alibi_slope(p, alibib, w.b, h0), slope1 = alibi_slope(p, alibib, w.b, h1);
     const int q_first = fwd_row_query(p, w.q0), q_last = fwd_row_query(p, w.q0 + BR - 1);
     /* score() is the scale alone (FFPA_CL_PLAIN_TILES=0: score() everywhere, for A/B runs) */
     const int plain = FFPA_CL_PLAIN_TILES && !p.has_bias && !(p.softcap > 0.0f) && !p.has_alibi;

@@ -81,7 +81,7 @@ ffpa_fwd_tiled(const ffpa_cl_fwd_params p, __global const uchar *qb, __global co
     const int tid = (int)get_local_id(0);
     const int cg = tid % CG, rg = tid / CG;
     const int r0 = rg * TR, c0 = cg * 4; /* this work-item's rows and keys (or O columns) */
-    const fwd_group w = fwd_group_of(p, kv, cub, lensb, alibib, BR);
+    const fwd_group w = fwd_group_of(p, kv, cub, lensb, BR);
     if (w.rows <= 0)
         return; /* the whole work-group: no barrier is left waiting */
 
@@ -95,7 +95,7 @@ ffpa_fwd_tiled(const ffpa_cl_fwd_params p, __global const uchar *qb, __global co
     for (int t = 0; t < TR; ++t) {
         qi[t] = fwd_row_query(p, w.q0 + r0 + t);
         qh[t] = fwd_row_head(p, w, w.q0 + r0 + t);
-        slope[t] = p.pack == 1 ? w.slope : alibi_slope(p, alibib, w.b, qh[t]);
+        slope[t] = alibi_slope(p, alibib, w.b, qh[t]);
         m[t] = -INFINITY;
         l[t] = 0.0f;
         for (int x = 0; x < OCH * 4; ++x)
