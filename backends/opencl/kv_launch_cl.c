@@ -34,12 +34,19 @@ static int64_t partial_rows(const ffpa_problem *pb)
     return pb->batch * pb->hq * pb->nq;
 }
 
+/* Rows of the largest work-group block any forward kernel forms: the matrix
+ * kernel's 8 warps of 16 rows (FFPA_OPENCL_MMA_TILES=8xN; 4 warps by default),
+ * above the tiled kernel's 32. */
+enum { kLargestBlockRows = 128 };
+
 /* The most splits any kernel choice takes for pb: the fewest work-groups
- * (packed heads on 32-row blocks) and one-key tiles. */
+ * (packed heads on the largest blocks) and one-key tiles. The workspace is
+ * sized for it, so that the planner's count is never clamped. */
 static int splits_bound(const ffpa_gpu_state *st, const ffpa_problem *pb)
 {
     const int64_t group = pb->hkv > 0 ? pb->hq / pb->hkv : 1;
-    const int64_t fewest = pb->batch * pb->hkv * ((pb->nq * group + 31) / 32);
+    const int64_t fewest =
+        pb->batch * pb->hkv * ((pb->nq * group + kLargestBlockRows - 1) / kLargestBlockRows);
     return ffpa_plan_static_kv_splits(&st->caps.limits, fewest, pb->nkv, splits_knob());
 }
 
