@@ -549,6 +549,20 @@ ffpa_status ffpa_plan_matrix_forward(const ffpa_device_limits *lim, int64_t dv, 
                : FFPA_OK;
 }
 
+int ffpa_plan_matrix_few_rows(const ffpa_device_limits *lim, int64_t rows, int64_t work_groups, int64_t key_tiles,
+                              int splittable, int rule_wn, int *wm, int *wn)
+{
+    if (rows <= 0 || rows > 16 || work_groups <= 0)
+        return 0;
+    const int64_t splits = splittable ? ffpa_plan_static_kv_splits(lim, work_groups, key_tiles, 0) : 1;
+    const int64_t units = lim->sm_count > 0 ? lim->sm_count : 1;
+    if (work_groups * splits < 2 * units)
+        return 0;
+    *wm = 1;
+    *wn = rule_wn > 2 ? rule_wn : 2;
+    return 1;
+}
+
 int ffpa_limits_as_arch(ffpa_device_limits *lim, int arch)
 {
     static const struct {

@@ -258,6 +258,21 @@ typedef struct ffpa_matrix_tiles {
 ffpa_status ffpa_plan_matrix_forward(const ffpa_device_limits *lim, int64_t dv, int wm, int wn,
                                      ffpa_matrix_tiles *out);
 
+/* The matrix forward's warps for a call whose work-groups each hold one KV
+ * head's packed rows of a few new tokens (decode with GQA / MQA / MLA:
+ * group x nq <= 16 rows): one warp row (16-row work-groups, at least two
+ * warp columns sharing each key tile), where the call's work-groups of that
+ * size, `work_groups` before the KV cache's split (`splittable`, over
+ * key_tiles as ffpa_plan_static_kv_splits), still give every compute unit
+ * two; the rule's 4-warp rows otherwise, whose extra warps keep more loads
+ * in flight when the work-groups are few. rule_wn is the rule's warp
+ * columns for Dv. Measured, H200 through NVIDIA's OpenCL: GQA decode D =
+ * 128 / 256 9-29% faster on 16-row groups; with 8 work-groups of 16 splits
+ * (B = 1, 8 KV heads) 37% slower (docs/notes/opencl.md). Returns 1 and sets
+ * *wm, *wn, or 0 for the rule. */
+int ffpa_plan_matrix_few_rows(const ffpa_device_limits *lim, int64_t rows, int64_t work_groups, int64_t key_tiles,
+                              int splittable, int rule_wn, int *wm, int *wn);
+
 /* Query block that work item w of a causal-aware schedule runs: with
  * FFPA_ORDER_LONGEST_FIRST, item 0 is the last (longest) query block. */
 static inline int64_t ffpa_plan_q_block(const ffpa_plan *plan, int64_t w)

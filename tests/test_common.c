@@ -431,6 +431,32 @@ static void test_plan_static_kv_splits(void **state)
     assert_int_equal(ffpa_plan_static_kv_splits(&lim, 1, 1, 40), 16);
 }
 
+/* The matrix forward on 16-row work-groups for decode: only where a KV
+ * head's packed rows fit 16 and the work-groups (after the KV split) give
+ * every compute unit two; at least two warp columns, the rule's above. The
+ * cases are the H200 measurements the rule came from. */
+static void test_plan_matrix_few_rows(void **state)
+{
+    (void)state;
+    ffpa_device_limits lim = gpu_limits();
+    lim.sm_count = 132;
+    int wm = 0, wn = 0;
+    /* B = 8, 8 KV heads, group 4, Nkv = 8192: 64 work-groups x 5 splits */
+    assert_int_equal(ffpa_plan_matrix_few_rows(&lim, 4, 64, 128, 1, 1, &wm, &wn), 1);
+    assert_true(wm == 1 && wn == 2);
+    /* MLA B = 64, Hq = 16, Dv = 512 (the rule's two columns) */
+    assert_int_equal(ffpa_plan_matrix_few_rows(&lim, 16, 64, 64, 1, 2, &wm, &wn), 1);
+    assert_true(wm == 1 && wn == 2);
+    assert_int_equal(ffpa_plan_matrix_few_rows(&lim, 16, 300, 64, 0, 4, &wm, &wn), 1); /* no split needed */
+    assert_true(wm == 1 && wn == 4);
+    /* B = 1, 8 KV heads, Nkv = 32768: 8 x 16 splits = 128 < 264: the rule */
+    assert_int_equal(ffpa_plan_matrix_few_rows(&lim, 4, 8, 512, 1, 1, &wm, &wn), 0);
+    assert_int_equal(ffpa_plan_matrix_few_rows(&lim, 16, 100, 512, 0, 1, &wm, &wn), 0); /* dense: no split */
+    assert_int_equal(ffpa_plan_matrix_few_rows(&lim, 4, 64, 8, 1, 1, &wm, &wn), 0);     /* short: 2 splits */
+    assert_int_equal(ffpa_plan_matrix_few_rows(&lim, 17, 1000, 128, 1, 1, &wm, &wn), 0); /* MLA Hq = 128 */
+    assert_int_equal(ffpa_plan_matrix_few_rows(&lim, 0, 1000, 128, 1, 1, &wm, &wn), 0);
+}
+
 /* The matrix forward's geometry: one warp column up to Dv = 256, two up to
  * 512, four (32 rows) above, so O stays at 128 fp32 registers or fewer a
  * work-item; local memory within NVIDIA's 48 KiB; refused where it does not
@@ -1003,6 +1029,7 @@ int main(void)
         cmocka_unit_test(test_plan_packed_heads),
         cmocka_unit_test(test_plan_static_kv_splits),
         cmocka_unit_test(test_plan_matrix_forward),
+        cmocka_unit_test(test_plan_matrix_few_rows),
         cmocka_unit_test(test_plan_q_block_order),
         cmocka_unit_test(test_kv_schedule),
         cmocka_unit_test(test_f16_decode_and_round_trip),

@@ -141,6 +141,19 @@ static int packed_heads(const ffpa_gpu_state *st, const ffpa_problem *pb, int br
                                   (pb->nkv + 63) / 64, pb->kv != NULL);
 }
 
+/* The matrix forward's warps for decode with GQA / MQA / MLA (a KV head's
+ * packed rows fit one 16-row block): ffpa_plan_matrix_few_rows's, or 0, 0
+ * for the rule. */
+static void few_rows_warps(const ffpa_gpu_state *st, const ffpa_problem *pb, int *wm, int *wn)
+{
+    const int64_t group = pb->hkv > 0 ? pb->hq / pb->hkv : 1;
+    ffpa_matrix_tiles rule;
+    if (group < 2 || ffpa_plan_matrix_forward(&st->caps.limits, pb->dv, 0, 0, &rule) != FFPA_OK ||
+        !ffpa_plan_matrix_few_rows(&st->caps.limits, pb->nq * group, pb->batch * pb->hkv, (pb->nkv + 63) / 64,
+                                   pb->kv != NULL, rule.wn, wm, wn))
+        *wm = *wn = 0;
+}
+
 /* The launch's rows: pack query heads per block of br rows. */
 static void set_rows(ffpa_cl_inputs_t *in, const ffpa_problem *pb, int pack, int br)
 {
@@ -167,6 +180,8 @@ ffpa_status ffpa_cl_forward_kernel(const ffpa_gpu_state *st, const ffpa_cl_devic
     if (!want || strcmp(want, "mma") == 0) {
         int wm, wn;
         const int malformed = matrix_warps(&wm, &wn);
+        if (!malformed && !wm && !wn)
+            few_rows_warps(st, pb, &wm, &wn);
         const ffpa_status planned = ffpa_plan_matrix_forward(lim, pb->dv, wm, wn, &in->mt);
         if (malformed || planned == FFPA_ERR_INVALID_ARGUMENT) {
             snprintf(err, err_len, "FFPA_OPENCL_MMA_TILES=%s: expected WMxWN warps, WM 1, 2, 4 or 8 and WN 1, 2 or 4",
