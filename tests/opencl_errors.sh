@@ -2,7 +2,8 @@
 # The opencl backend's process-wide choices fail clearly (one process each,
 # as the device is chosen once per process): no OpenCL platform, a device
 # index or name that does not exist, too little local memory for any tiles,
-# a forward kernel override that is unknown or does not fit, a matrix-forward geometry it does not have.
+# a forward kernel override that is unknown or does not fit, a matrix-forward geometry it does not have,
+# a split count or packed-heads switch it does not take.
 # Usage: opencl_errors.sh FFPA_RUN
 set -u
 run=$1
@@ -41,6 +42,13 @@ expect "FFPA_OPENCL_FORWARD=mma: the matrix forward cannot run this call on" FFP
 # Its warp-count knob, refused before anything runs when it is not a geometry the kernel has.
 for tiles in 3x2 4x8 4 4x2x1 0x0; do
   expect "FFPA_OPENCL_MMA_TILES=$tiles: expected WMxWN warps" FFPA_OPENCL_FORWARD=mma FFPA_OPENCL_MMA_TILES=$tiles
+done
+# The other forward knobs, refused in the same way (a typo would otherwise time the default).
+for splits in 0 17 x 2x; do
+  expect "FFPA_OPENCL_KV_SPLITS=$splits: expected a split count, 1 to 16" FFPA_OPENCL_KV_SPLITS=$splits
+done
+for packed in 2 yes; do
+  expect "FFPA_OPENCL_PACKED_HEADS=$packed: expected 0 or 1" FFPA_OPENCL_PACKED_HEADS=$packed
 done
 echo "$fails failure(s)"
 [ "$fails" -eq 0 ]

@@ -117,11 +117,32 @@ static int matrix_warps(int *wm, int *wn)
 
 /* Tuning knob (not API): FFPA_OPENCL_PACKED_HEADS=0 runs every call unpacked,
  * 1 packs every call ffpa_plan_packed_heads would consider (A/B runs in one
- * build); unset: the planner's choice. Returns -1 when unset. */
+ * build); unset: the planner's choice. Returns -1 when unset, -2 for any
+ * other value (refused by ffpa_cl_forward_kernel). */
 static int packed_heads_knob(void)
 {
     const char *knob = ffpa_env_string("FFPA_OPENCL_PACKED_HEADS");
-    return knob ? strcmp(knob, "0") != 0 : -1;
+    return !knob ? -1 : strcmp(knob, "0") == 0 ? 0 : strcmp(knob, "1") == 0 ? 1 : -2;
+}
+
+/* The forward's tuning knobs other than the kernel and its warps: a value
+ * they do not take is refused before anything runs, as a typo in an A/B run
+ * would otherwise time the default silently. */
+static ffpa_status check_knobs(char *err, size_t err_len)
+{
+    if (packed_heads_knob() == -2) {
+        snprintf(err, err_len, "FFPA_OPENCL_PACKED_HEADS=%s: expected 0 or 1",
+                 ffpa_env_string("FFPA_OPENCL_PACKED_HEADS"));
+        return FFPA_ERR_INVALID_ARGUMENT;
+    }
+    int bad = 0;
+    ffpa_env_long("FFPA_OPENCL_KV_SPLITS", 0, 1, FFPA_MERGE_MAX_PARTS, &bad);
+    if (bad) {
+        snprintf(err, err_len, "FFPA_OPENCL_KV_SPLITS=%s: expected a split count, 1 to %d",
+                 ffpa_env_string("FFPA_OPENCL_KV_SPLITS"), FFPA_MERGE_MAX_PARTS);
+        return FFPA_ERR_INVALID_ARGUMENT;
+    }
+    return FFPA_OK;
 }
 
 /* Query heads per work-group (kernels/cl_kv.h, packed heads) for a kernel
@@ -169,6 +190,9 @@ ffpa_status ffpa_cl_forward_kernel(const ffpa_gpu_state *st, const ffpa_cl_devic
         snprintf(err, err_len, "FFPA_OPENCL_FORWARD=%s: expected mma, tiled or portable", want);
         return FFPA_ERR_INVALID_ARGUMENT;
     }
+    const ffpa_status knobs = check_knobs(err, err_len);
+    if (knobs != FFPA_OK)
+        return knobs;
     in->matrix = 0;
     const ffpa_device_limits *lim = &st->caps.limits;
     /* The portable kernel packed or not: the same kernel either way. */
