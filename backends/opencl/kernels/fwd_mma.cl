@@ -98,6 +98,15 @@ static void stage16(__local ushort *slab, int rows, int cols, __global const uch
 static void stage16_q(__local ushort *slab, int rows, int cols, __global const uchar *src, const ffpa_cl_fwd_params p,
                       const fwd_group w, int d0, int tid)
 {
+    /* One head's rows (every call but packed decode): stage16's row arithmetic,
+     * no division by the pack per copy (those cost the forward 6-13%: H200,
+     * D = 128-1024, docs/notes/opencl.md). */
+    if (p.pack == 1) {
+        const ffpa_cl_kv_params dense = {0};
+        stage16(slab, rows, cols, src, 0, dense, 0, w.q_base, 0, 0, 0, p.q_sn, w.b, w.h, w.q0, w.sg.seqlen_q, d0,
+                p.dqk, tid);
+        return;
+    }
     const int pieces = cols >> 3, valid = w.sg.seqlen_q * p.pack;
     for (int e = tid; e < rows * pieces; e += WG) {
         const int rr = e / pieces, col = d0 + (e % pieces) * 8, r = w.q0 + rr;
