@@ -554,9 +554,9 @@ int ffpa_plan_matrix_few_rows(const ffpa_device_limits *lim, int64_t rows, int64
 {
     if (rows <= 0 || rows > 16 || work_groups <= 0)
         return 0;
-    const int64_t splits = splittable ? ffpa_plan_static_kv_splits(lim, work_groups, key_tiles, 0) : 1;
-    const int64_t units = lim->sm_count > 0 ? lim->sm_count : 1;
-    if (work_groups * splits < 2 * units)
+    int64_t launched; /* the work-groups with the KV split's, as grid_time counts them */
+    grid_time(lim, work_groups, key_tiles, splittable, &launched);
+    if (launched < 2 * (lim->sm_count > 0 ? lim->sm_count : 1))
         return 0;
     *wm = 1;
     *wn = rule_wn > 2 ? rule_wn : 2;
