@@ -325,9 +325,10 @@ static void kv_check(const kv_case *c)
 static void test_decode_awkward_lengths(void **state)
 {
     (void)state;
-    /* 0, 1, page - 1, page + 1, a few pages, across page sizes 16, 64, 256. */
-    const int64_t pages[] = {16, 64, 256};
-    for (int p = 0; p < 3; ++p) {
+    /* 0, 1, page - 1, page + 1, a few pages, across page sizes 16, 64, 256
+     * and 48 (not a power of two: the kernels' division path). */
+    const int64_t pages[] = {16, 64, 256, 48};
+    for (int p = 0; p < 4; ++p) {
         const int64_t ps = pages[p];
         const int64_t lens[] = {0, 1, ps - 1, ps + 1, 3 * ps + 5};
         kv_case c = kv_default(5, 8, 2, 1, 64, ps, lens);

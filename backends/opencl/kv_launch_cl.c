@@ -160,6 +160,10 @@ ffpa_status ffpa_cl_forward_kvcache(ffpa_gpu_state *st, const ffpa_problem *pb, 
     kv.bt_stride = kvp->bt_stride;
     kv.uniform_len = kvp->cache_seqlens ? -1 : kvp->uniform_len;
     kv.page_size = (int)kvp->page_size;
+    kv.page_shift = -1;
+    for (int shift = 0; shift < 31; ++shift)
+        if ((1L << shift) == kvp->page_size)
+            kv.page_shift = shift;
     kv.num_pages = (int)kvp->num_pages;
     kv.capacity = (int)pb->nkv;
 

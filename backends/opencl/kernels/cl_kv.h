@@ -23,10 +23,14 @@ static int kv_seqlen(const ffpa_cl_kv_params kv, __global const int *lensb, int 
 static long kv_row(const ffpa_cl_kv_params kv, __global const int *btb, long off, long sp, long sh, long sn, int b,
                    int h, int j)
 {
-    const long page = kv.has_table ? (long)btb[kv.bt_off + (long)b * kv.bt_stride + j / kv.page_size] : (long)b;
+    /* Every 16-byte copy of a paged key row comes here: a power-of-two page
+     * size (the usual one) takes shifts instead of a division. */
+    const int in_table = kv.page_shift >= 0 ? j >> kv.page_shift : j / kv.page_size;
+    const int in_page = kv.page_shift >= 0 ? j & (kv.page_size - 1) : j % kv.page_size;
+    const long page = kv.has_table ? (long)btb[kv.bt_off + (long)b * kv.bt_stride + in_table] : (long)b;
     if (page < 0 || page >= kv.num_pages)
         return -1;
-    return off + page * sp + (long)h * sh + (long)(j % kv.page_size) * sn;
+    return off + page * sp + (long)h * sh + (long)in_page * sn;
 }
 
 /* The forward kernels' loops over Dv chunks: unrolled on GPUs

@@ -79,7 +79,8 @@ typedef struct ffpa_cl_kv_params {
     FFPA_CL_I64 src_off, src_sb, src_sh, src_sn, src_sd; /* append: k_new or v_new [B, Hkv, Nq, dim] */
     FFPA_CL_I64 dst_off, dst_sp, dst_sh, dst_sn, dst_sd; /* append: the pool it goes into */
     int paged, has_table, page_size, num_pages;
-    int capacity, added, dim, pad; /* keys a sequence can hold; keys this call appends; append's columns */
+    int capacity, added, dim;       /* keys a sequence can hold; keys this call appends; append's columns */
+    int page_shift; /* log2(page_size) where it is a power of two (shifts, not divisions, per copy), else -1 */
 } ffpa_cl_kv_params;
 
 /* ffpa_merge_partials (kernels/merge.cl): the output's offsets and strides
