@@ -82,9 +82,21 @@ static void stage16(__local ushort *slab, int rows, int cols, __global const uch
                     const ffpa_cl_kv_params kv, __global const int *btb, long dense_base, long off, long sp, long sh,
                     long sn, int b, int h, int r0, int valid, int d0, int dim, int tid)
 {
-    const int pieces = cols >> 3;
-    for (int e = tid; e < rows * pieces; e += WG) {
-        const int rr = e / pieces, col = d0 + (e % pieces) * 8;
+    /* In rounds of WG copies: work-item tid takes piece tid % pieces of rows
+     * tid / pieces + k WG / pieces, so its column, the column's bounds test
+     * and the row step are the same in every round, and the rounds are a
+     * compile-time count the compiler unrolls (the form this replaces, one
+     * loop over e = tid, tid + WG, ..., re-derived row and column and tested
+     * the loop bound for every 16-byte copy; the copies' instructions bound
+     * this kernel, docs/notes/opencl.md). The last round is partial only
+     * where the slab has fewer pieces than the work-group has work-items. */
+    const int pieces = cols >> 3, total = rows * pieces, step = WG / pieces;
+    const int rr0 = tid / pieces, col = d0 + (tid % pieces) * 8;
+#pragma unroll
+    for (int k = 0; k < (total + WG - 1) / WG; ++k) {
+        if (total % WG != 0 && k * WG + tid >= total)
+            break;
+        const int rr = rr0 + k * step;
         long row = -1;
         if (r0 + rr < valid && col < dim)
             row = paged ? kv_row(kv, btb, off, sp, sh, sn, b, h, r0 + rr) : dense_base + (long)(r0 + rr) * sn;
