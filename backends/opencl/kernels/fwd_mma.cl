@@ -92,14 +92,30 @@ static void stage16(__local ushort *slab, int rows, int cols, __global const uch
      * where the slab has fewer pieces than the work-group has work-items. */
     const int pieces = cols >> 3, total = rows * pieces, step = WG / pieces;
     const int rr0 = tid / pieces, col = d0 + (tid % pieces) * 8;
+    if (!paged) {
+        /* Dense rows: one source pointer walked by a fixed byte step, the
+         * paged test taken once a call rather than once a copy (ncu of the
+         * replayed kernel, tools/cl_ptx_replay.c: the copies' address
+         * arithmetic was two thirds of the instructions at D = 512). */
+        __global const uchar *from = src + (dense_base + (long)(r0 + rr0) * sn + col) * 2;
+        const long from_step = (long)step * sn * 2;
+        const int col_ok = col < dim;
+#pragma unroll
+        for (int k = 0; k < (total + WG - 1) / WG; ++k) {
+            if (total % WG != 0 && k * WG + tid >= total)
+                break;
+            const int rr = rr0 + k * step, ok = col_ok && r0 + rr < valid;
+            copy16_async(lds_addr(slab + slab_at(rr, col - d0, cols)), ok ? from : src, ok ? 16u : 0u);
+            from += from_step;
+        }
+        return;
+    }
 #pragma unroll
     for (int k = 0; k < (total + WG - 1) / WG; ++k) {
         if (total % WG != 0 && k * WG + tid >= total)
             break;
         const int rr = rr0 + k * step;
-        long row = -1;
-        if (r0 + rr < valid && col < dim)
-            row = paged ? kv_row(kv, btb, off, sp, sh, sn, b, h, r0 + rr) : dense_base + (long)(r0 + rr) * sn;
+        const long row = r0 + rr < valid && col < dim ? kv_row(kv, btb, off, sp, sh, sn, b, h, r0 + rr) : -1;
         copy16_async(lds_addr(slab + slab_at(rr, col - d0, cols)), src + (row >= 0 ? (row + col) * 2 : 0),
                      row >= 0 ? 16u : 0u);
     }
