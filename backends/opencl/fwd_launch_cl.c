@@ -35,8 +35,8 @@ ffpa_status ffpa_cl_forward_program(const ffpa_cl_device *dev, const ffpa_proble
     const ffpa_portable_tiles *t = &in->tiles;
     if (in->matrix) {
         const ffpa_matrix_tiles *m = &in->mt;
-        snprintf(options, sizeof options, "-DDT=%d -DWM=%d -DWN=%d -DDC=%d -DVC=%d -DOC=%d%s", (int)pb->dtype, m->wm,
-                 m->wn, m->dc, m->vc, m->oc, unroll);
+        snprintf(options, sizeof options, "-DDT=%d -DWM=%d -DWN=%d -DDC=%d -DVC=%d -DOC=%d%s%s", (int)pb->dtype,
+                 m->wm, m->wn, m->dc, m->vc, m->oc, unroll, in->tiles_in_pages ? " -DFFPA_CL_TILES_IN_PAGES" : "");
         return ffpa_cl_program(dev, ffpa_cl_fwd_mma_source, options, program, err, err_len);
     }
     if (t->tr) {

@@ -74,6 +74,39 @@ static int slab_at(int r, int c, int cols)
     return r * cols + ((((c >> 3) ^ (r >> shift)) & (pieces - 1)) << 3) + (c & 7);
 }
 
+/* In rounds of WG copies: work-item tid takes piece tid % pieces of rows
+ * tid / pieces + k WG / pieces, so its column, the column's bounds test and
+ * the row step are the same in every round, and the rounds are a
+ * compile-time count the compiler unrolls (a loop over e = tid, tid + WG,
+ * ... that re-derived row and column per 16-byte copy cost 25% at D = 512:
+ * the copies' instructions bound this kernel, docs/notes/opencl.md). The
+ * last round is partial only where the slab has fewer pieces than the
+ * work-group has work-items. */
+#define STAGE_ROUNDS(rows, cols) (((rows) * ((cols) >> 3) + WG - 1) / WG)
+#define STAGE_ROUND_OFF(rows, cols, k, tid) ((rows) * ((cols) >> 3) % WG != 0 && (k) * WG + (tid) >= (rows) * ((cols) >> 3))
+
+/* rows x cols of rows laid out densely (row r0 + rr at element
+ * base + (r0 + rr) sn) into a slab: one source pointer walked by a fixed
+ * byte step (per-copy 64-bit row arithmetic was two thirds of the kernel's
+ * instructions at D = 512: ncu of the replayed kernel, tools/cl_ptx_replay.c);
+ * zeros past `valid` rows or past column `dim`. */
+static void stage16_rows(__local ushort *slab, int rows, int cols, __global const uchar *src, long base, long sn, int r0,
+                         int valid, int d0, int dim, int tid)
+{
+    const int pieces = cols >> 3, step = WG / pieces;
+    const int rr0 = tid / pieces, col = d0 + (tid % pieces) * 8, col_ok = col < dim;
+    __global const uchar *from = src + (base + (long)(r0 + rr0) * sn + col) * 2;
+    const long from_step = (long)step * sn * 2;
+#pragma unroll
+    for (int k = 0; k < STAGE_ROUNDS(rows, cols); ++k) {
+        if (STAGE_ROUND_OFF(rows, cols, k, tid))
+            break;
+        const int rr = rr0 + k * step, ok = col_ok && r0 + rr < valid;
+        copy16_async(lds_addr(slab + slab_at(rr, col - d0, cols)), ok ? from : src, ok ? 16u : 0u);
+        from += from_step;
+    }
+}
+
 /* rows x cols of a 16-bit tensor into a slab by cp.async, 16 bytes a copy:
  * row r0 + rr from dense_base + (r0 + rr) sn, or (paged) through the pages
  * of the pool (off, sp, sh, sn) of head h; zeros past `valid` rows, past
@@ -82,43 +115,31 @@ static void stage16(__local ushort *slab, int rows, int cols, __global const uch
                     const ffpa_cl_kv_params kv, __global const int *btb, long dense_base, long off, long sp, long sh,
                     long sn, int b, int h, int r0, int valid, int d0, int dim, int tid)
 {
-    /* In rounds of WG copies: work-item tid takes piece tid % pieces of rows
-     * tid / pieces + k WG / pieces, so its column, the column's bounds test
-     * and the row step are the same in every round, and the rounds are a
-     * compile-time count the compiler unrolls (the form this replaces, one
-     * loop over e = tid, tid + WG, ..., re-derived row and column and tested
-     * the loop bound for every 16-byte copy; the copies' instructions bound
-     * this kernel, docs/notes/opencl.md). The last round is partial only
-     * where the slab has fewer pieces than the work-group has work-items. */
-    const int pieces = cols >> 3, total = rows * pieces, step = WG / pieces;
-    const int rr0 = tid / pieces, col = d0 + (tid % pieces) * 8;
     if (!paged) {
-        /* Dense rows: one source pointer walked by a fixed byte step, the
-         * paged test taken once a call rather than once a copy (ncu of the
-         * replayed kernel, tools/cl_ptx_replay.c: the copies' address
-         * arithmetic was two thirds of the instructions at D = 512). */
-        __global const uchar *from = src + (dense_base + (long)(r0 + rr0) * sn + col) * 2;
-        const long from_step = (long)step * sn * 2;
-        const int col_ok = col < dim;
-#pragma unroll
-        for (int k = 0; k < (total + WG - 1) / WG; ++k) {
-            if (total % WG != 0 && k * WG + tid >= total)
-                break;
-            const int rr = rr0 + k * step, ok = col_ok && r0 + rr < valid;
-            copy16_async(lds_addr(slab + slab_at(rr, col - d0, cols)), ok ? from : src, ok ? 16u : 0u);
-            from += from_step;
-        }
+        stage16_rows(slab, rows, cols, src, dense_base, sn, r0, valid, d0, dim, tid);
         return;
     }
+#ifdef FFPA_CL_TILES_IN_PAGES
+    /* Pages hold whole key tiles (the host's build option: page size a
+     * multiple of BC, and the slabs are key tiles): one block-table read for
+     * the slab's rows, then the dense copies; a page outside the pool reads
+     * as zeros. A build option, not a test in the kernel: with both paths
+     * compiled in, decode on pages of 16 ran 5-11% slower (H200). */
+    const long first = kv_row(kv, btb, off, sp, sh, sn, b, h, r0);
+    stage16_rows(slab, rows, cols, src, first - (long)r0 * sn, sn, r0, first >= 0 ? valid : r0, d0, dim, tid);
+#else
+    const int pieces = cols >> 3, step = WG / pieces;
+    const int rr0 = tid / pieces, col = d0 + (tid % pieces) * 8;
 #pragma unroll
-    for (int k = 0; k < (total + WG - 1) / WG; ++k) {
-        if (total % WG != 0 && k * WG + tid >= total)
+    for (int k = 0; k < STAGE_ROUNDS(rows, cols); ++k) {
+        if (STAGE_ROUND_OFF(rows, cols, k, tid))
             break;
         const int rr = rr0 + k * step;
         const long row = r0 + rr < valid && col < dim ? kv_row(kv, btb, off, sp, sh, sn, b, h, r0 + rr) : -1;
         copy16_async(lds_addr(slab + slab_at(rr, col - d0, cols)), src + (row >= 0 ? (row + col) * 2 : 0),
                      row >= 0 ? 16u : 0u);
     }
+#endif
 }
 
 /* The block's Q rows (stage16 of rows x cols from column d0), through the
@@ -130,9 +151,7 @@ static void stage16_q(__local ushort *slab, int rows, int cols, __global const u
      * no division by the pack per copy (those cost the forward 6-13%: H200,
      * D = 128-1024, docs/notes/opencl.md). */
     if (p.pack == 1) {
-        const ffpa_cl_kv_params dense = {0};
-        stage16(slab, rows, cols, src, 0, dense, 0, w.q_base, 0, 0, 0, p.q_sn, w.b, w.h, w.q0, w.sg.seqlen_q, d0,
-                p.dqk, tid);
+        stage16_rows(slab, rows, cols, src, w.q_base, p.q_sn, w.q0, w.sg.seqlen_q, d0, p.dqk, tid);
         return;
     }
     const int pieces = cols >> 3, valid = w.sg.seqlen_q * p.pack;
