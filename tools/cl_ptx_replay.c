@@ -112,6 +112,14 @@ int main(int argc, char **argv)
     CHECK(cuCtxSetCurrent(ctx));
     CHECK(cuModuleLoadData(&mod, ptx));
     CHECK(cuModuleGetFunction(&fn, mod, kernel));
+    /* FFPA_REPLAY_CARVEOUT=percent (the shared-memory share of L1 asked
+     * for) and FFPA_REPLAY_PREFER_L1=1: to find which configuration the
+     * OpenCL driver's launch matches where the replay's time differs. */
+    const char *carveout = getenv("FFPA_REPLAY_CARVEOUT");
+    if (carveout)
+        CHECK(cuFuncSetAttribute(fn, CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT, atoi(carveout)));
+    if (getenv("FFPA_REPLAY_PREFER_L1"))
+        CHECK(cuFuncSetCacheConfig(fn, CU_FUNC_CACHE_PREFER_L1));
     int regs, smem;
     CHECK(cuFuncGetAttribute(&regs, CU_FUNC_ATTRIBUTE_NUM_REGS, fn));
     CHECK(cuFuncGetAttribute(&smem, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, fn));
