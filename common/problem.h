@@ -154,6 +154,13 @@ static inline int ffpa_problem_has_variants(const ffpa_problem *p)
     return p->has_bias || p->dropout_p > 0.0f || p->softcap > 0.0f || p->alibi != NULL;
 }
 
+/* Query heads per KV head (GQA / MQA group; validation makes hq a multiple
+ * of hkv); 1 where there is no KV head (zero-size problems). */
+static inline int64_t ffpa_query_group(const ffpa_problem *p)
+{
+    return p->hkv > 0 ? p->hq / p->hkv : 1;
+}
+
 /* Query / key rows of sequence b (host offsets, or the cpu backend's own memory). */
 static inline int64_t ffpa_seqlen_q(const ffpa_problem *p, int64_t b)
 {

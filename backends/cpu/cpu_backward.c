@@ -235,7 +235,7 @@ static void dkdv_block(const ffpa_problem *pb, const ffpa_plan *pl, const bwd_sc
         return; /* varlen: this sequence is shorter */
     const int cols = (int)(seq_k - j0 < pl->bc ? seq_k - j0 : pl->bc);
     const int br = pl->br, bc = pl->bc, dqk = (int)pb->dqk, dv = (int)pb->dv;
-    const int64_t group = pb->hq / pb->hkv;
+    const int64_t group = ffpa_query_group(pb);
     const int round_each = pb->grad_accum == FFPA_GRAD_ACCUM_OUTPUT;
 
     const int64_t k_off = ffpa_row_offset(&pb->k, pb->cu_k, b, hk) + j0 * pb->k.sn;
@@ -315,7 +315,7 @@ static void dq_block(const ffpa_problem *pb, const ffpa_plan *pl, const bwd_scra
         return;
     const int rows = (int)(seq_q - i0 < pl->br ? seq_q - i0 : pl->br);
     const int bc = pl->bc, dqk = (int)pb->dqk, dv = (int)pb->dv;
-    const int64_t hk = h / (pb->hq / pb->hkv);
+    const int64_t hk = h / ffpa_query_group(pb);
     const int64_t k_base = ffpa_row_offset(&pb->k, pb->cu_k, b, hk);
     const int64_t v_base = ffpa_row_offset(&pb->v, pb->cu_k, b, hk);
     const int round_each = pb->grad_accum == FFPA_GRAD_ACCUM_OUTPUT;

@@ -129,7 +129,7 @@ static void forward_block(const ffpa_problem *pb, const ffpa_plan *pl, const fwd
         return; /* varlen: this sequence is shorter */
     const int rows = (int)(seq_q - i0 < pl->br ? seq_q - i0 : pl->br);
     const int bc = pl->bc, dqk = (int)pb->dqk, dv = (int)pb->dv;
-    const int64_t hk = h / (pb->hq / pb->hkv);
+    const int64_t hk = h / ffpa_query_group(pb);
     const int dropout = pb->dropout_p > 0.0f;
 
     cpu_load_tile(fs->q, dqk, pb->q.data, pb->dtype,

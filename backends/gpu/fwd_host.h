@@ -164,7 +164,7 @@ inline ffpa_gpu_fwd_params params_of(const ffpa_problem *pb, const ffpa_plan &pl
     p.batch = (int)pb->batch;
     p.hq = (int)pb->hq;
     p.hkv = (int)pb->hkv;
-    p.group = (int)(pb->hq / pb->hkv);
+    p.group = (int)ffpa_query_group(pb);
     p.nq = (int)pb->nq;
     p.nkv = (int)pb->nkv;
     p.dqk = (int)pb->dqk;

@@ -36,7 +36,7 @@ ffpa_cl_fwd_params ffpa_cl_params_of(const ffpa_problem *pb, int rows_per_block)
     p.lse_sb = pb->lse.sb, p.lse_sh = pb->lse.sh, p.lse_sn = pb->lse.sn;
     p.batch = (int)pb->batch;
     p.hq = (int)pb->hq;
-    p.group = (int)(pb->hq / pb->hkv);
+    p.group = (int)ffpa_query_group(pb);
     p.nq = (int)pb->nq;
     p.nkv = (int)pb->nkv;
     p.dqk = (int)pb->dqk;

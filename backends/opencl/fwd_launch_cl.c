@@ -167,7 +167,7 @@ static int packed_heads(const ffpa_gpu_state *st, const ffpa_problem *pb, int br
  * for the rule. */
 static void few_rows_warps(const ffpa_gpu_state *st, const ffpa_problem *pb, int *wm, int *wn)
 {
-    const int64_t group = pb->hkv > 0 ? pb->hq / pb->hkv : 1;
+    const int64_t group = ffpa_query_group(pb);
     ffpa_matrix_tiles rule;
     if (group < 2 || ffpa_plan_matrix_forward(&st->caps.limits, pb->dv, 0, 0, &rule) != FFPA_OK ||
         !ffpa_plan_matrix_few_rows(&st->caps.limits, pb->nq * group, pb->batch * pb->hkv, (pb->nkv + 63) / 64,
@@ -239,7 +239,7 @@ ffpa_status ffpa_cl_forward_kernel(const ffpa_gpu_state *st, const ffpa_cl_devic
         return FFPA_ERR_UNSUPPORTED;
     }
     /* The same kernel on the packed rows (nq x the group), where it fits. */
-    const int64_t group = pb->hkv > 0 ? pb->hq / pb->hkv : 1;
+    const int64_t group = ffpa_query_group(pb);
     ffpa_portable_tiles packed;
     const int packed_fits = ffpa_plan_portable_tiled(lim, pb->dv, pb->nq * group, &packed) == FFPA_OK;
     const int pack = packed_fits ? packed_heads(st, pb, packed.br, tiled.br) : 1;

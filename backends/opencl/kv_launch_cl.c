@@ -44,7 +44,7 @@ enum { kLargestBlockRows = 128 };
  * sized for it, so that the planner's count is never clamped. */
 static int splits_bound(const ffpa_gpu_state *st, const ffpa_problem *pb)
 {
-    const int64_t group = pb->hkv > 0 ? pb->hq / pb->hkv : 1;
+    const int64_t group = ffpa_query_group(pb);
     const int64_t fewest =
         pb->batch * pb->hkv * ((pb->nq * group + kLargestBlockRows - 1) / kLargestBlockRows);
     return ffpa_plan_static_kv_splits(&st->caps.limits, fewest, pb->nkv, splits_knob());

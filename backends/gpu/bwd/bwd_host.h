@@ -539,7 +539,7 @@ inline void fill_params(const ffpa_problem *pb, unsigned char *base, const Layou
     p.batch = (int)pb->batch;
     p.hq = (int)pb->hq;
     p.hkv = (int)pb->hkv;
-    p.group = (int)(pb->hq / pb->hkv);
+    p.group = (int)ffpa_query_group(pb);
     p.nq = (int)pb->nq;
     p.nkv = (int)pb->nkv;
     p.dqk = (int)pb->dqk;

@@ -82,7 +82,7 @@ template <class K> struct Choice {
 template <class K>
 bool choose(const ffpa_problem *pb, const K *table, int n, const ffpa_device_limits &lim, Choice<K> &c)
 {
-    c.rows = pb->nq * (pb->hq / pb->hkv);
+    c.rows = pb->nq * ffpa_query_group(pb);
     c.kernel = NULL;
     for (int i = 0; i < n && !c.kernel; ++i)
         if (table[i].accepts && table[i].dtype == pb->dtype && !table[i].accepts(pb, lim))
@@ -184,7 +184,7 @@ template <class K> ffpa_gpu_kv_params params(const ffpa_problem *pb, const Choic
     p.batch = (int)pb->batch;
     p.hq = (int)pb->hq;
     p.hkv = (int)pb->hkv;
-    p.group = (int)(pb->hq / pb->hkv);
+    p.group = (int)ffpa_query_group(pb);
     p.nq = (int)pb->nq;
     p.dqk = (int)pb->dqk;
     p.dv = (int)pb->dv;
