@@ -79,6 +79,14 @@ int th_backend_unavailable_exit(void)
 {
     if (shared_ctx)
         return -1;
+    /* FFPA_TEST_FILTER / FFPA_TEST_SKIP: only the tests whose names match, or
+     * all but those (cmocka's * and ? patterns), for suites that run a costly
+     * setting on part of a program. */
+    const char *only = getenv("FFPA_TEST_FILTER"), *skip = getenv("FFPA_TEST_SKIP");
+    if (only && *only)
+        cmocka_set_test_filter(only);
+    if (skip && *skip)
+        cmocka_set_skip_filter(skip);
     ffpa_status status = ffpa_create(&shared_ctx, th_backend());
     if (status == FFPA_OK) {
         atexit(destroy_shared_ctx);

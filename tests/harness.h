@@ -30,6 +30,7 @@ ffpa_context *th_ctx(void);
  * CMOCKA_MESSAGE_OUTPUT=TAP, else 77). Per-test skip() is avoided because
  * cmocka 1.1.5 writes skips as "not ok ... # SKIP", which meson counts as failures. */
 int th_backend_unavailable_exit(void);
+/* (It also applies FFPA_TEST_FILTER and FFPA_TEST_SKIP, cmocka name patterns, when set.) */
 
 /* Random-combination tests: how many cases (FFPA_TEST_RANDOM_CASES, else
  * `default_cases`) from which seed (FFPA_TEST_RANDOM_SEED, else 1): the

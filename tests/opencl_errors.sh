@@ -50,5 +50,8 @@ done
 for packed in 2 yes; do
   expect "FFPA_OPENCL_PACKED_HEADS=$packed: expected 0 or 1" FFPA_OPENCL_PACKED_HEADS=$packed
 done
+for emulate in 2 on; do
+  expect "FFPA_OPENCL_MMA_EMULATE=$emulate: expected 0 or 1" FFPA_OPENCL_MMA_EMULATE=$emulate
+done
 echo "$fails failure(s)"
 [ "$fails" -eq 0 ]

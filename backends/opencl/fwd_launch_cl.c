@@ -24,6 +24,17 @@ size_t ffpa_cl_forward_workspace(const ffpa_gpu_state *state, const ffpa_problem
     return pb->cu_q ? 2 * (size_t)(pb->batch + 1) * sizeof(int32_t) : 0;
 }
 
+/* Testing knob (not API): FFPA_OPENCL_MMA_EMULATE=1 runs the matrix forward
+ * on any device with its matrix layer in portable OpenCL C
+ * (kernels/cl_mma_emu.h), chosen wherever the inputs allow it as on NVIDIA,
+ * so that CI checks the kernel's logic on pocl. Returns 1 when set to 1, 0
+ * when unset, -1 for any other value (refused by ffpa_cl_forward_kernel). */
+static int mma_emulated(void)
+{
+    const char *knob = ffpa_env_string("FFPA_OPENCL_MMA_EMULATE");
+    return !knob ? 0 : strcmp(knob, "1") == 0 ? 1 : strcmp(knob, "0") == 0 ? 0 : -1;
+}
+
 /* The forward program for pb's dtype and Dv: GPUs get O's registers sized to
  * Dv and the Dv loop unrolled; CPUs one program per dtype (kernels/fwd.cl
  * says why; the tiled kernel's O holds 512 or 1024 columns there). */
@@ -35,8 +46,9 @@ ffpa_status ffpa_cl_forward_program(const ffpa_cl_device *dev, const ffpa_proble
     const ffpa_portable_tiles *t = &in->tiles;
     if (in->matrix) {
         const ffpa_matrix_tiles *m = &in->mt;
-        snprintf(options, sizeof options, "-DDT=%d -DWM=%d -DWN=%d -DDC=%d -DVC=%d -DOC=%d%s%s", (int)pb->dtype,
-                 m->wm, m->wn, m->dc, m->vc, m->oc, unroll, in->tiles_in_pages ? " -DFFPA_CL_TILES_IN_PAGES" : "");
+        snprintf(options, sizeof options, "-DDT=%d -DWM=%d -DWN=%d -DDC=%d -DVC=%d -DOC=%d%s%s%s", (int)pb->dtype,
+                 m->wm, m->wn, m->dc, m->vc, m->oc, unroll, in->tiles_in_pages ? " -DFFPA_CL_TILES_IN_PAGES" : "",
+                 mma_emulated() == 1 ? " -DFFPA_CL_MMA_EMULATED" : "");
         return ffpa_cl_program(dev, ffpa_cl_fwd_mma_source, options, program, err, err_len);
     }
     if (t->tr) {
@@ -86,7 +98,7 @@ ffpa_status ffpa_cl_forward_launch(cl_command_queue queue, cl_program program, c
  * pieces. */
 static const char *matrix_refusal(const ffpa_cl_device *dev, const ffpa_problem *pb, const ffpa_cl_fwd_params *p)
 {
-    if (dev->nv_cc < 80)
+    if (dev->nv_cc < 80 && mma_emulated() != 1)
         return "it needs an NVIDIA device of compute capability 8.0 or later (mma.sync through inline PTX)";
     if (pb->dtype != FFPA_F16 && pb->dtype != FFPA_BF16)
         return "it takes f16 or bf16 inputs";
@@ -130,6 +142,10 @@ static int packed_heads_knob(void)
  * would otherwise time the default silently. */
 static ffpa_status check_knobs(char *err, size_t err_len)
 {
+    if (mma_emulated() == -1) {
+        snprintf(err, err_len, "FFPA_OPENCL_MMA_EMULATE=%s: expected 0 or 1", ffpa_env_string("FFPA_OPENCL_MMA_EMULATE"));
+        return FFPA_ERR_INVALID_ARGUMENT;
+    }
     if (packed_heads_knob() == -2) {
         snprintf(err, err_len, "FFPA_OPENCL_PACKED_HEADS=%s: expected 0 or 1",
                  ffpa_env_string("FFPA_OPENCL_PACKED_HEADS"));
@@ -197,7 +213,7 @@ ffpa_status ffpa_cl_forward_kernel(const ffpa_gpu_state *st, const ffpa_cl_devic
     const ffpa_device_limits *lim = &st->caps.limits;
     /* The portable kernel packed or not: the same kernel either way. */
     const int portable_pack = packed_heads(st, pb, in->tiles.br, in->tiles.br);
-    if (want ? strcmp(want, "portable") == 0 : !dev->is_gpu) {
+    if (want ? strcmp(want, "portable") == 0 : !dev->is_gpu && mma_emulated() != 1) {
         set_rows(in, pb, portable_pack, in->tiles.br);
         return FFPA_OK;
     }

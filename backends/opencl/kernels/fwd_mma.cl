@@ -1,6 +1,7 @@
 /*
  * Forward of the OpenCL backend on matrix instructions (the matrix layer:
- * cl_mma_nv.h, NVIDIA mma.sync m16n8k16 through inline PTX; 16-bit inputs).
+ * cl_mma.h, NVIDIA mma.sync m16n8k16 through inline PTX, or its portable
+ * emulation for tests; 16-bit inputs).
  * The algorithm and the epilogue are fwd_tiled.cl's: Split-D over Dqk in
  * 64-column chunks, online softmax in base 2, every option through
  * cl_score.h's score() (masks, softcap, bias, ALiBi) and common/philox.h
@@ -29,7 +30,7 @@
  * lane's two rows take their own head and query row.
  */
 #include "cl_kv.h"
-#include "cl_mma_nv.h"
+#include "cl_mma.h"
 #include "cl_score.h"
 #include "philox.h"
 
@@ -97,7 +98,7 @@ static void stage16_rows(__local ushort *slab, int rows, int cols, __global cons
     const int rr0 = tid / pieces, col = d0 + (tid % pieces) * 8, col_ok = col < dim;
     __global const uchar *from = src + (base + (long)(r0 + rr0) * sn + col) * 2;
     const long from_step = (long)step * sn * 2;
-#pragma unroll
+FFPA_UNROLL
     for (int k = 0; k < STAGE_ROUNDS(rows, cols); ++k) {
         if (STAGE_ROUND_OFF(rows, cols, k, tid))
             break;
@@ -130,7 +131,7 @@ static void stage16(__local ushort *slab, int rows, int cols, __global const uch
 #else
     const int pieces = cols >> 3, step = WG / pieces;
     const int rr0 = tid / pieces, col = d0 + (tid % pieces) * 8;
-#pragma unroll
+FFPA_UNROLL
     for (int k = 0; k < STAGE_ROUNDS(rows, cols); ++k) {
         if (STAGE_ROUND_OFF(rows, cols, k, tid))
             break;
@@ -198,6 +199,7 @@ ffpa_fwd_mma(const ffpa_cl_fwd_params p, __global const uchar *qb, __global cons
     __local ushort pbuf[BR * BC] __attribute__((aligned(128))); /* P of the tile, a 64-column slab */
 #endif
     __local float red[BR * WN]; /* per (row, warp column): the row's max over the warp's keys, at the end its sum */
+    FFPA_MMA_SCRATCH;           /* the emulated matrix layer's (cl_mma.h); nothing on NVIDIA */
 
     const int tid = (int)get_local_id(0), lane = tid & 31, warp = tid >> 5;
     const int wm = warp / WN, wn = warp % WN, g = lane >> 2, t4 = lane & 3;
@@ -219,9 +221,9 @@ ffpa_fwd_mma(const ffpa_cl_fwd_params p, __global const uchar *qb, __global cons
     const float scale_log2 = p.scale * M_LOG2E_F;
 
     float4 o[OCH][ONT];
-#pragma unroll
+FFPA_UNROLL
     for (int v = 0; v < OCH; ++v)
-#pragma unroll
+FFPA_UNROLL
         for (int n = 0; n < ONT; ++n)
             o[v][n] = (float4)(0.0f);
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f; /* running max (log2 units), lane's partial sums */
@@ -233,7 +235,7 @@ ffpa_fwd_mma(const ffpa_cl_fwd_params p, __global const uchar *qb, __global cons
     for (int tile = tile_begin; tile < tile_end; ++tile) {
         const int kv0 = tile * BC;
         float4 s[KNT];
-#pragma unroll
+FFPA_UNROLL
         for (int n = 0; n < KNT; ++n)
             s[n] = (float4)(0.0f);
 
@@ -243,10 +245,10 @@ ffpa_fwd_mma(const ffpa_cl_fwd_params p, __global const uchar *qb, __global cons
             issue_step(ring + (slot ^ 1) * SLOT, tile, c + 1, nqk, p, kv, btb, w, qb, kb, vb, tid);
             copy_async_commit();
             __local ushort *qs = ring + slot * SLOT, *ks = qs + BR * DC;
-#pragma unroll
+FFPA_UNROLL
             for (int kk = 0; kk < DC / 16; ++kk) {
                 const uint4 a = ldsm_x4(lds_addr(qs + slab_at(16 * wm + (lane & 15), 16 * kk + (lane >> 4) * 8, DC)));
-#pragma unroll
+FFPA_UNROLL
                 for (int np = 0; np < KNT / 2; ++np) {
                     const uint4 bk = ldsm_x4(lds_addr(ks + slab_at(wn * KW + np * 16 + (lane & 7) + ((lane >> 4) << 3),
                                                                    16 * kk + ((lane >> 3) & 1) * 8, DC)));
@@ -265,14 +267,14 @@ ffpa_fwd_mma(const ffpa_cl_fwd_params p, __global const uchar *qb, __global cons
         const int interior = plain && kv0 + BC <= w.sg.seqlen_k && w.q0 + BR <= w.sg.seqlen_q * p.pack &&
                              kv0 >= first_col(p, q_last, w.diag) && kv0 + BC - 1 <= last_col(p, q_first, w.diag);
         if (interior) {
-#pragma unroll
+FFPA_UNROLL
             for (int n = 0; n < KNT; ++n) {
                 s[n] *= scale_log2;
                 mx0 = fmax(mx0, fmax(s[n].x, s[n].y));
                 mx1 = fmax(mx1, fmax(s[n].z, s[n].w));
             }
         } else {
-#pragma unroll
+FFPA_UNROLL
             for (int n = 0; n < KNT; ++n) {
                 const int j = kv0 + wn * KW + n * 8 + 2 * t4;
                 s[n].x = SCORE(s[n].x, i0, h0, slope0, j) * M_LOG2E_F;
@@ -295,7 +297,7 @@ ffpa_fwd_mma(const ffpa_cl_fwd_params p, __global const uchar *qb, __global cons
 #endif
         uint4 pa[BC / 16]; /* P as A fragments, one per 16 keys */
 
-#pragma unroll
+FFPA_UNROLL
         for (int v = 0; v < OCH; ++v) {
             copy_async_wait_all();
             barrier(CLK_LOCAL_MEM_FENCE); /* V chunk v landed (and, at v = 0, every warp's row maxima) */
@@ -319,7 +321,7 @@ ffpa_fwd_mma(const ffpa_cl_fwd_params p, __global const uchar *qb, __global cons
                 m0 = new0;
                 m1 = new1;
                 float sum0 = 0.0f, sum1 = 0.0f;
-#pragma unroll
+FFPA_UNROLL
                 for (int n = 0; n < KNT; ++n) {
                     s[n].x = exp2(s[n].x - ref0);
                     s[n].y = exp2(s[n].y - ref0);
@@ -339,34 +341,34 @@ ffpa_fwd_mma(const ffpa_cl_fwd_params p, __global const uchar *qb, __global cons
                 }
                 l0 = l0 * alpha0 + sum0;
                 l1 = l1 * alpha1 + sum1;
-#pragma unroll
+FFPA_UNROLL
                 for (int vv = 0; vv < OCH; ++vv)
-#pragma unroll
+FFPA_UNROLL
                     for (int n = 0; n < ONT; ++n)
                         o[vv][n] *= (float4)(alpha0, alpha0, alpha1, alpha1);
 #if WN == 1
-#pragma unroll
+FFPA_UNROLL
                 for (int kk = 0; kk < BC / 16; ++kk)
                     pa[kk] = (uint4)(pack_pair(s[2 * kk].x, s[2 * kk].y), pack_pair(s[2 * kk].z, s[2 * kk].w),
                                      pack_pair(s[2 * kk + 1].x, s[2 * kk + 1].y),
                                      pack_pair(s[2 * kk + 1].z, s[2 * kk + 1].w));
 #else
-#pragma unroll
+FFPA_UNROLL
                 for (int n = 0; n < KNT; ++n) {
                     const int col = wn * KW + n * 8 + 2 * t4;
                     *(__local uint *)(pbuf + slab_at(row0, col, BC)) = pack_pair(s[n].x, s[n].y);
                     *(__local uint *)(pbuf + slab_at(row0 + 8, col, BC)) = pack_pair(s[n].z, s[n].w);
                 }
                 barrier(CLK_LOCAL_MEM_FENCE); /* the whole tile's P */
-#pragma unroll
+FFPA_UNROLL
                 for (int kk = 0; kk < BC / 16; ++kk)
                     pa[kk] = ldsm_x4(lds_addr(pbuf + slab_at(16 * wm + (lane & 15), 16 * kk + (lane >> 4) * 8, BC)));
 #endif
             }
             __local ushort *vs = ring + slot * SLOT + wn * BC * VC;
-#pragma unroll
+FFPA_UNROLL
             for (int kk = 0; kk < BC / 16; ++kk)
-#pragma unroll
+FFPA_UNROLL
                 for (int np = 0; np < ONT / 2; ++np) {
                     const uint4 bv = ldsm_x4_trans(lds_addr(
                         vs + slab_at(16 * kk + (lane & 7) + ((lane >> 3) & 1) * 8, np * 16 + (lane >> 4) * 8, VC)));
@@ -402,9 +404,9 @@ ffpa_fwd_mma(const ffpa_cl_fwd_params p, __global const uchar *qb, __global cons
         if (row0 + 8 * upper >= w.rows)
             break;
         const long o_row = fwd_o_row(p, w, h, i);
-#pragma unroll
+FFPA_UNROLL
         for (int v = 0; v < OCH; ++v)
-#pragma unroll
+FFPA_UNROLL
             for (int n = 0; n < ONT; ++n) {
                 const int col = wn * OC + v * VC + n * 8 + 2 * t4;
                 const float a = upper ? o[v][n].z : o[v][n].x, b = upper ? o[v][n].w : o[v][n].y;
