@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "../backends/opencl/kernels/cl_params.h"
+#include "dtype.h"
 
 #define CHECK(call)                                                                                                \
     do {                                                                                                           \
@@ -39,21 +40,6 @@
             exit(1);                                                                                               \
         }                                                                                                          \
     } while (0)
-
-static uint16_t to_bf16(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
-}
-
-static double from_bf16(uint16_t h)
-{
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
 
 static char *read_text(const char *path)
 {
@@ -132,7 +118,7 @@ int main(int argc, char **argv)
     uint16_t *host = malloc(3 * elems * sizeof *host);
     srand(12345);
     for (size_t i = 0; i < 3 * elems; ++i)
-        host[i] = to_bf16((float)rand() / RAND_MAX * 2.0f - 1.0f);
+        host[i] = ffpa_f32_to_bf16((float)rand() / RAND_MAX * 2.0f - 1.0f);
     CUdeviceptr qkv, o, dummy;
     CHECK(cuMemAlloc(&qkv, 3 * elems * 2));
     CHECK(cuMemAlloc(&o, elems * 2));
@@ -185,7 +171,7 @@ int main(int argc, char **argv)
             for (long j = 0; j < n; ++j) {
                 double dot = 0.0;
                 for (long c = 0; c < d; ++c)
-                    dot += from_bf16(q[c]) * from_bf16(k[j * d + c]);
+                    dot += ffpa_bf16_to_f32(q[c]) * ffpa_bf16_to_f32(k[j * d + c]);
                 s[j] = dot * p.scale;
                 mx = fmax(mx, s[j]);
             }
@@ -194,8 +180,8 @@ int main(int argc, char **argv)
             for (long c = 0; c < d; ++c) {
                 double ref = 0.0;
                 for (long j = 0; j < n; ++j)
-                    ref += s[j] * from_bf16(v[j * d + c]);
-                const double got = from_bf16(out[(size_t)(head * n + i) * d + c]), err = fabs(got - ref / sum);
+                    ref += s[j] * ffpa_bf16_to_f32(v[j * d + c]);
+                const double got = ffpa_bf16_to_f32(out[(size_t)(head * n + i) * d + c]), err = fabs(got - ref / sum);
                 worst = isnan(got) ? INFINITY : fmax(worst, err);
             }
         }

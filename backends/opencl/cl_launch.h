@@ -27,7 +27,7 @@ typedef struct ffpa_cl_inputs_t {
     ffpa_matrix_tiles mt;
     ffpa_cl_fwd_params p;
     cl_mem q, k, v, o, lse, bias, alibi, cu;
-    int tiles_in_pages; /* a paged KV cache whose pages hold whole 64-key tiles (fwd_mma.cl's copies) */
+    int tiles_in_pages; /* a paged KV cache whose pages hold whole key tiles of mt (fwd_mma.cl's copies) */
 } ffpa_cl_inputs_t;
 
 /* Resolves q, k, v, o (out), lse, bias and ALiBi slopes into in (in->p

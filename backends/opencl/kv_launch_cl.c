@@ -166,13 +166,13 @@ ffpa_status ffpa_cl_forward_kvcache(ffpa_gpu_state *st, const ffpa_problem *pb, 
             kv.page_shift = shift;
     kv.num_pages = (int)kvp->num_pages;
     kv.capacity = (int)pb->nkv;
-    /* Pages of a multiple of the matrix forward's 64-key tiles: each tile's
-     * rows in one page, one block-table read a tile (kernels/fwd_mma.cl). */
-    in.tiles_in_pages = kvp->page_size % 64 == 0;
-
     cl_program program;
-    if ((s = ffpa_cl_forward_kernel(st, dev, pb, &in, err, err_len)) != FFPA_OK ||
-        (s = ffpa_cl_forward_program(dev, pb, &in, &program, err, err_len)) != FFPA_OK)
+    if ((s = ffpa_cl_forward_kernel(st, dev, pb, &in, err, err_len)) != FFPA_OK)
+        return s;
+    /* Pages of a multiple of the matrix forward's key tiles: each tile's rows
+     * in one page, one block-table read a tile (kernels/fwd_mma.cl). */
+    in.tiles_in_pages = in.matrix && kvp->page_size % in.mt.bc == 0;
+    if ((s = ffpa_cl_forward_program(dev, pb, &in, &program, err, err_len)) != FFPA_OK)
         return s;
     if (kvp->append && pb->batch > 0 && pb->hkv > 0 && pb->nq > 0) {
         s = append(queue, program, pb, kv, &kvp->k_new, &pb->k, pb->dqk, btm, lensm, err, err_len);
