@@ -467,9 +467,11 @@ ffpa_status ffpa_plan_portable_tiled(const ffpa_device_limits *lim, int64_t dv, 
 {
     const int tr = dv <= 512 && rows > 16 ? 4 : 2, wg = 128, groups = 16, bc = 4 * groups, dc = 32, dcv = 4 * groups;
     ffpa_portable_tiles t = {wg, (wg / groups) * tr, bc, dc, 0, tr};
-    /* Q chunk, K chunk, P^T, V chunk, one float per (row, column group) */
-    t.local_bytes = sizeof(float) * ((size_t)t.br * dc + (size_t)bc * dc + (size_t)bc * t.br + (size_t)bc * dcv +
-                                     (size_t)t.br * groups);
+    /* The Q chunk and the K chunk (dc / 4 planes of bc + 1 four-float rows)
+     * share their memory with the V chunk (another phase, barriers between),
+     * then P^T (row pitch br + 4) and one float per (row, column group). */
+    const size_t qk = (size_t)t.br * dc + (size_t)dc / 4 * (bc + 1) * 4, v = (size_t)bc * dcv;
+    t.local_bytes = sizeof(float) * ((qk > v ? qk : v) + (size_t)bc * (t.br + 4) + (size_t)t.br * groups);
     *out = t; /* either way: on failure, what the device lacks */
     return (size_t)wg > (size_t)lim->max_threads_per_block || t.local_bytes > lim->smem_per_block
                ? FFPA_ERR_UNSUPPORTED

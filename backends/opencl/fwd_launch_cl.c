@@ -35,6 +35,19 @@ static int mma_emulated(void)
     return !knob ? 0 : strcmp(knob, "1") == 0 ? 1 : strcmp(knob, "0") == 0 ? 0 : -1;
 }
 
+/* Whether every row of q, k and v (dense, or a paged cache's pool: its
+ * page stride is k_sb) starts on an n-element boundary: offsets and
+ * strides, head-dim strides aside, in multiples of n. */
+static int rows_aligned(const ffpa_cl_fwd_params *p, int64_t n)
+{
+    const int64_t at[] = {p->q_off, p->q_sb, p->q_sh, p->q_sn, p->k_off, p->k_sb,
+                          p->k_sh,  p->k_sn, p->v_off, p->v_sb, p->v_sh, p->v_sn};
+    for (size_t i = 0; i < sizeof at / sizeof at[0]; ++i)
+        if (at[i] % n)
+            return 0;
+    return 1;
+}
+
 /* The forward program for pb's dtype and Dv: GPUs get O's registers sized to
  * Dv and the Dv loop unrolled; CPUs one program per dtype (kernels/fwd.cl
  * says why; the tiled kernel's O holds 512 or 1024 columns there). */
@@ -53,7 +66,10 @@ ffpa_status ffpa_cl_forward_program(const ffpa_cl_device *dev, const ffpa_proble
     }
     if (t->tr) {
         const int dvb = dev->is_gpu ? (int)((pb->dv + 63) / 64 * 64) : pb->dv <= 512 ? 512 : FFPA_MAX_HEAD_DIM;
-        snprintf(options, sizeof options, "-DTR=%d -DDT=%d -DDVB=%d%s", t->tr, (int)pb->dtype, dvb, unroll);
+        /* Rows on 4-element boundaries: the tiled kernel's 4-column copies
+         * (columns d0 + 4 c) are one vector load each (cl_score.h). */
+        snprintf(options, sizeof options, "-DTR=%d -DDT=%d -DDVB=%d%s%s", t->tr, (int)pb->dtype, dvb, unroll,
+                 rows_aligned(&in->p, 4) ? " -DFFPA_CL_ALIGNED_QUADS" : "");
         return ffpa_cl_program(dev, ffpa_cl_fwd_tiled_source, options, program, err, err_len);
     }
     ffpa_cl_tile_options(t, tiles, sizeof tiles);
@@ -106,11 +122,8 @@ static const char *matrix_refusal(const ffpa_cl_device *dev, const ffpa_problem 
         return "it needs Dqk and Dv multiples of 8";
     if (p->q_sd != 1 || p->k_sd != 1 || p->v_sd != 1)
         return "it needs unit head-dim strides on q, k and v";
-    const int64_t at[] = {p->q_off, p->q_sb, p->q_sh, p->q_sn, p->k_off, p->k_sb,
-                          p->k_sh,  p->k_sn, p->v_off, p->v_sb, p->v_sh, p->v_sn};
-    for (size_t i = 0; i < sizeof at / sizeof at[0]; ++i)
-        if (at[i] % 8)
-            return "it needs q, k and v offsets and strides in multiples of 8 elements (16-byte rows)";
+    if (!rows_aligned(p, 8))
+        return "it needs q, k and v offsets and strides in multiples of 8 elements (16-byte rows)";
     return NULL;
 }
 

@@ -42,35 +42,53 @@ static void store_elem(__global uchar *base, long idx, float v, int dt)
     }
 }
 
-/* How stage() lays a tile out and loads it (flags): STAGE_SWIZZLE, the
- * groups of 4 columns XOR-ed with the row's group of 4 (mod 8), so that
- * 4-column reads (vload4) of 8 row groups at one column hit different banks;
- * STAGE_QUADS, 4 contiguous columns per load where the source allows (a load
- * and its index arithmetic per element cost the register-tiled forward as
- * much as its FMAs). Both for kernels/fwd_tiled.cl: on the H200 the quads
- * made fwd.cl 13-18% slower at D >= 512 (its odd-pitch K chunk), so fwd.cl
- * and bwd.cl stage element by element (docs/notes/opencl.md). */
-#define STAGE_SWIZZLE 1
+/* How stage() lays a tile out and loads it (flags): STAGE_PLANES, the
+ * tile's 4-column groups in planes of ld floats, 4 floats a row, so that
+ * 4-column reads (vload4) of consecutive rows are consecutive 16-byte
+ * pieces (kernels/fwd_tiled.cl's K chunk: its work-items read keys
+ * cg + 16 u); STAGE_QUADS, 4 contiguous columns per load where the source
+ * allows (a load and its index arithmetic per element cost the
+ * register-tiled forward as much as its FMAs). Both for kernels/fwd_tiled.cl:
+ * on the H200 the quads made fwd.cl 13-18% slower at D >= 512 (its odd-pitch
+ * K chunk), so fwd.cl and bwd.cl stage element by element
+ * (docs/notes/opencl.md). */
+#define STAGE_PLANES 1
 #define STAGE_QUADS 2
 
 /* Where element (rr, cc) of a staged tile lives in local memory: row pitch
- * ld, swizzled with STAGE_SWIZZLE in layout. */
+ * ld, or with STAGE_PLANES in layout, plane pitch ld. */
 static int local_at(int rr, int cc, int ld, int layout)
 {
-    if (!(layout & STAGE_SWIZZLE))
-        return rr * ld + cc;
-    const int group = cc >> 2;
-    return rr * ld + ((group & ~7) | ((group ^ (rr >> 2)) & 7)) * 4 + (cc & 3);
+    if (layout & STAGE_PLANES)
+        return (cc >> 2) * ld + rr * 4 + (cc & 3);
+    return rr * ld + cc;
+}
+
+/* The 4 elements of dtype dt at byte address at, as load_elem. Built with
+ * FFPA_CL_ALIGNED_QUADS (the host's promise: every quad the program loads
+ * starts on a 4-element boundary), one vector load; otherwise element
+ * loads, which is what the compilers emit for vload4 of 2-byte alignment. */
+static float4 load_quad_at(__global const uchar *at, int dt)
+{
+#ifdef FFPA_CL_ALIGNED_QUADS
+    if (dt == 2)
+        return *(__global const float4 *)at;
+    if (dt == 0)
+        return vloada_half4(0, (__global const half *)at);
+    return as_float4(convert_uint4(*(__global const ushort4 *)at) << 16);
+#else
+    if (dt == 2)
+        return vload4(0, (__global const float *)at);
+    if (dt == 0)
+        return vload_half4(0, (__global const half *)at);
+    return as_float4(convert_uint4(vload4(0, (__global const ushort *)at)) << 16);
+#endif
 }
 
 /* Elements idx..idx + 3 of a buffer of dtype dt, as load_elem. */
 static float4 load_quad(__global const uchar *base, long idx, int dt)
 {
-    if (dt == 2)
-        return vload4(0, (__global const float *)base + idx);
-    if (dt == 0)
-        return vload_half4(0, (__global const half *)base + idx);
-    return as_float4(convert_uint4(vload4(0, (__global const ushort *)base + idx)) << 16);
+    return load_quad_at(base + idx * (dt == 2 ? 4 : 2), dt);
 }
 
 /* Whether a staged chunk goes 4 columns at a time: asked for, unit column

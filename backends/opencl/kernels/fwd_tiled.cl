@@ -9,11 +9,14 @@
  * groups owns BR = 8 TR query rows of one (sequence, query head), or of the
  * query heads sharing one KV head (packed heads, kernels/cl_kv.h); work-item
  * (rg, cg) holds rows rg TR.. and, of each key tile of BC = 64, keys
- * 4 cg..4 cg + 3:
- *   S = Q K^T       over Dqk in DC = 32-column chunks, Q and K row-major in
- *                   local memory (K's 4-column groups swizzled, local_at), a
- *                   work-item's row or key read 4 columns at a time (vload4):
- *                   TR + 4 reads per 16 TR FMAs;
+ * cg + 16 u (u < 4):
+ *   S = Q K^T       over Dqk in DC = 32-column chunks, Q row-major and K in
+ *                   planes of 4 columns (STAGE_PLANES: a work-item's 4 keys
+ *                   at fixed offsets from one address, the 16 column groups'
+ *                   reads consecutive), rows and keys read 4 columns at a
+ *                   time (vload4): TR + 4 reads per 16 TR FMAs, the FMAs
+ *                   spelt out (dot() compiled to a multiply, 3 FMAs and an
+ *                   add);
  *   score epilogue  cl_score.h's score(), the masks and variants as fwd.cl;
  *   online softmax  each row's max over the 16 column groups through local
  *                   memory (each group's partial max), the same value in
@@ -24,8 +27,18 @@
  *                   one read), V in 64-column chunks (its 4 columns: one
  *                   vload4): 2 reads per 4 TR FMAs; O's registers: TR rows x
  *                   4 columns of each 64-column chunk up to DVB.
+ * O's registers are an array the compiler keeps in memory (a 640-byte stack
+ * frame at TR 4, Dv 512: the loops over rows it leaves rolled index it), in L1:
+ * 128 registers, 4 work-groups a multiprocessor by the CUDA driver's
+ * occupancy; with every row loop unrolled it is in 255 registers and 2
+ * work-groups run, slower (H200: 21.5 against 26.7 TFLOP/s replayed, 14.0
+ * against 14.5 through NVIDIA's OpenCL at D = 512; docs/notes/opencl.md).
+ * Q and K chunks share their local memory with the V chunk (other phases,
+ * barriers between); common/plan.c's ffpa_plan_portable_tiled counts the
+ * same bytes. Dense chunks are copied in compile-time rounds (stage_dense).
  * Build options: TR (2 or 4), DT (dtype), DVB (a multiple of 64 >= Dv),
- * FFPA_CL_UNROLL (the Dv chunk loop unrolled so O stays in registers; GPUs).
+ * FFPA_CL_UNROLL (the Dv chunk loop unrolled; GPUs),
+ * FFPA_CL_ALIGNED_QUADS (cl_score.h's load_quad_at).
  * The paged KV cache (kv.paged) as in fwd.cl.
  */
 #include "cl_kv.h"
@@ -43,6 +56,14 @@
 #define DC 32
 #define DCV (4 * CG)
 #define OCH (DVB / DCV)
+/* K's plane pitch: BC 16-byte rows and a spare one, so that the planes a
+ * copy round writes start on different banks. */
+#define KLD ((BC + 1) * 4)
+/* P^T's row pitch: the 16 column groups' stores of one row fall on 8 banks,
+ * not 1. */
+#define PTLD (BR + 4)
+#define QK_FLOATS (BR * DC + DC / 4 * KLD)
+#define V_FLOATS (BC * DCV)
 
 #if TR == 4
 #define LOAD_ROWS(at) vload4(0, at)
@@ -66,21 +87,70 @@ static float f4(float4 v, int u)
     return u == 0 ? v.s0 : u == 1 ? v.s1 : u == 2 ? v.s2 : v.s3;
 }
 
+/* rows x cols (cols / 4 dividing WG, rows x cols / 4 a multiple of WG) of
+ * dense rows (row r0 + rr at element base + (r0 + rr) sn, unit column
+ * stride, columns d0.. all below the head dim) into local memory at
+ * local_at(ld, layout), zeros past `valid` rows: work-item tid copies
+ * columns 4 (tid % quads) of rows tid / quads + k WG / quads in
+ * compile-time rounds, its source pointer walked by a fixed byte step (a
+ * copy loop re-deriving row, column and 64-bit index per copy was a sixth
+ * of the kernel's instructions: ncu of the replayed kernel, H200). */
+static void stage_dense(__local float *dst, int ld, int layout, int rows, int cols, __global const uchar *src,
+                        long base, long sn, int r0, int valid, int d0, int dt, int tid)
+{
+    const int quads = cols >> 2, step = WG / quads, rr0 = tid / quads, c = (tid % quads) << 2;
+    const long esize = dt == 2 ? 4 : 2;
+    __global const uchar *from = src + (base + (long)(r0 + rr0) * sn + d0 + c) * esize;
+    const long from_step = (long)step * sn * esize;
+#pragma unroll
+    for (int k = 0; k < rows * (cols >> 2) / WG; ++k) {
+        const int rr = rr0 + k * step;
+        vstore4(r0 + rr < valid ? load_quad_at(from, dt) : (float4)(0.0f), 0, dst + local_at(rr, c, ld, layout));
+        from += from_step;
+    }
+}
+
+/* The block's Q chunk from column d0: stage_dense where it can, else
+ * cl_kv.h's stage_q (packed heads, strided or partial chunks). */
+static void stage_q_chunk(__local float *dst, __global const uchar *src, const ffpa_cl_fwd_params p, fwd_group w,
+                          int d0, int tid)
+{
+    if (p.pack == 1 && quads_fit(STAGE_QUADS, DC, p.q_sd, DC, d0, p.dqk))
+        stage_dense(dst, DC, STAGE_QUADS, BR, DC, src, w.q_base, p.q_sn, w.q0, w.sg.seqlen_q, d0, DT, tid);
+    else
+        stage_q(dst, DC, STAGE_QUADS, BR, DC, src, p, w, d0, DT, tid, WG);
+}
+
+/* A K or V chunk (BC keys from key kv0, cols columns from d0, pool or
+ * tensor (off, sp, sh, sn, sd)): stage_dense where it can, else cl_kv.h's
+ * stage_keys (pages, strided or partial chunks). */
+static void stage_kv_chunk(__local float *dst, int ld, int layout, int cols, __global const uchar *src,
+                           const ffpa_cl_kv_params kv, __global const int *btb, long dense_base, long off, long sp,
+                           long sh, long sn, long sd, fwd_group w, int kv0, int d0, int dim, int tid)
+{
+    if (!kv.paged && quads_fit(layout, ld, sd, cols, d0, dim))
+        stage_dense(dst, ld, layout, BC, cols, src, dense_base, sn, kv0, w.sg.seqlen_k, d0, DT, tid);
+    else
+        stage_keys(dst, ld, layout, BC, cols, src, kv, btb, dense_base, off, sp, sh, sn, sd, w.b, w.kvh, kv0,
+                   w.sg.seqlen_k, d0, dim, DT, tid, WG);
+}
+
 __kernel __attribute__((reqd_work_group_size(WG, 1, 1))) void
 ffpa_fwd_tiled(const ffpa_cl_fwd_params p, __global const uchar *qb, __global const uchar *kb,
                __global const uchar *vb, __global uchar *ob, __global float *lseb, __global const uchar *biasb,
                __global const float *alibib, __global const int *cub, const ffpa_cl_kv_params kv,
                __global const int *btb, __global const int *lensb)
 {
-    __local float qs[BR * DC];   /* Q chunk, row-major */
-    __local float ks[BC * DC];   /* K chunk, row-major, swizzled */
-    __local float pt[BC * BR];   /* P^T of the tile */
-    __local float vs[BC * DCV];  /* V chunk, row-major */
-    __local float red[BR * CG];  /* per column group: a row's partial max, at the end its partial sum */
+    __local float slab[QK_FLOATS > V_FLOATS ? QK_FLOATS : V_FLOATS];
+    __local float *const qs = slab;           /* Q chunk, row-major */
+    __local float *const ks = slab + BR * DC; /* K chunk in planes of 4 columns */
+    __local float *const vs = slab;           /* V chunk, row-major */
+    __local float pt[BC * PTLD];              /* P^T of the tile */
+    __local float red[BR * CG]; /* per column group: a row's partial max, at the end its partial sum */
 
     const int tid = (int)get_local_id(0);
     const int cg = tid % CG, rg = tid / CG;
-    const int r0 = rg * TR, c0 = cg * 4; /* this work-item's rows and keys (or O columns) */
+    const int r0 = rg * TR, c0 = cg * 4; /* this work-item's rows and O columns (keys: cg + 16 u) */
     const fwd_group w = fwd_group_of(p, kv, cub, lensb, BR);
     if (w.rows <= 0)
         return; /* the whole work-group: no barrier is left waiting */
@@ -109,20 +179,24 @@ ffpa_fwd_tiled(const ffpa_cl_fwd_params p, __global const uchar *qb, __global co
             for (int u = 0; u < 4; ++u)
                 s[t][u] = 0.0f;
         for (int d0 = 0; d0 < p.dqk; d0 += DC) {
-            stage_q(qs, DC, STAGE_QUADS, BR, DC, qb, p, w, d0, DT, tid, WG);
-            stage_keys(ks, DC, STAGE_SWIZZLE | STAGE_QUADS, BC, DC, kb, kv, btb, w.k_base, p.k_off, p.k_sb, p.k_sh,
-                       p.k_sn, p.k_sd, w.b, w.kvh, kv0, w.sg.seqlen_k, d0, p.dqk, DT, tid, WG);
+            stage_q_chunk(qs, qb, p, w, d0, tid);
+            stage_kv_chunk(ks, KLD, STAGE_PLANES | STAGE_QUADS, DC, kb, kv, btb, w.k_base, p.k_off, p.k_sb, p.k_sh,
+                           p.k_sn, p.k_sd, w, kv0, d0, p.dqk, tid);
             barrier(CLK_LOCAL_MEM_FENCE);
 #pragma unroll
             for (int cc = 0; cc < DC; cc += 4) {
                 float4 kc[4], qc[TR];
                 for (int u = 0; u < 4; ++u)
-                    kc[u] = vload4(0, ks + local_at(c0 + u, cc, DC, STAGE_SWIZZLE));
+                    kc[u] = vload4(0, ks + local_at(cg + 16 * u, cc, KLD, STAGE_PLANES));
                 for (int t = 0; t < TR; ++t)
                     qc[t] = vload4(0, qs + (r0 + t) * DC + cc);
                 for (int t = 0; t < TR; ++t)
-                    for (int u = 0; u < 4; ++u)
-                        s[t][u] += dot(qc[t], kc[u]);
+                    for (int u = 0; u < 4; ++u) {
+                        s[t][u] = fma(qc[t].s0, kc[u].s0, s[t][u]);
+                        s[t][u] = fma(qc[t].s1, kc[u].s1, s[t][u]);
+                        s[t][u] = fma(qc[t].s2, kc[u].s2, s[t][u]);
+                        s[t][u] = fma(qc[t].s3, kc[u].s3, s[t][u]);
+                    }
             }
             barrier(CLK_LOCAL_MEM_FENCE);
         }
@@ -132,7 +206,7 @@ ffpa_fwd_tiled(const ffpa_cl_fwd_params p, __global const uchar *qb, __global co
         for (int t = 0; t < TR; ++t) {
             float mx = -INFINITY;
             for (int u = 0; u < 4; ++u) {
-                s[t][u] = score(p, s[t][u], w.b, qh[t], qi[t], kv0 + c0 + u, w.sg, biasb, slope[t], 0);
+                s[t][u] = score(p, s[t][u], w.b, qh[t], qi[t], kv0 + cg + 16 * u, w.sg, biasb, slope[t], 0);
                 mx = fmax(mx, s[t][u]);
             }
             red[(r0 + t) * CG + cg] = mx;
@@ -149,8 +223,8 @@ ffpa_fwd_tiled(const ffpa_cl_fwd_params p, __global const uchar *qb, __global co
             for (int u = 0; u < 4; ++u) {
                 const float pr = exp(s[t][u] - ref);
                 sum += pr; /* before dropout: the LSE is that of the scores */
-                const int i = qi[t], j = kv0 + c0 + u;
-                pt[(c0 + u) * BR + r0 + t] =
+                const int i = qi[t], j = kv0 + cg + 16 * u;
+                pt[(cg + 16 * u) * PTLD + r0 + t] =
                     p.has_dropout ? (ffpa_dropout_keep(p.dropout_seed, p.dropout_offset, p.dropout_threshold, p.hq,
                                                        w.b, qh[t], i, j)
                                          ? pr * p.dropout_scale
@@ -169,8 +243,8 @@ ffpa_fwd_tiled(const ffpa_cl_fwd_params p, __global const uchar *qb, __global co
             const int d0 = ch * DCV;
             if (d0 >= p.dv)
                 break; /* uniform: every work-item leaves at the same chunk */
-            stage_keys(vs, DCV, STAGE_QUADS, BC, DCV, vb, kv, btb, w.v_base, p.v_off, p.v_sb, p.v_sh, p.v_sn, p.v_sd,
-                       w.b, w.kvh, kv0, w.sg.seqlen_k, d0, p.dv, DT, tid, WG);
+            stage_kv_chunk(vs, DCV, STAGE_QUADS, DCV, vb, kv, btb, w.v_base, p.v_off, p.v_sb, p.v_sh, p.v_sn, p.v_sd,
+                           w, kv0, d0, p.dv, tid);
             barrier(CLK_LOCAL_MEM_FENCE);
             float acc[TR][4];
             for (int t = 0; t < TR; ++t)
@@ -179,7 +253,7 @@ ffpa_fwd_tiled(const ffpa_cl_fwd_params p, __global const uchar *qb, __global co
 #pragma unroll 8
             for (int j = 0; j < BC; ++j) {
                 const float4 vj = vload4(0, vs + j * DCV + c0);
-                const rowvec pj = LOAD_ROWS(pt + j * BR + r0);
+                const rowvec pj = LOAD_ROWS(pt + j * PTLD + r0);
                 for (int t = 0; t < TR; ++t)
                     for (int u = 0; u < 4; ++u)
                         acc[t][u] = fma(rv(pj, t), f4(vj, u), acc[t][u]);
