@@ -34,7 +34,7 @@ expect "the smallest tiles need 960 bytes and 32" FFPA_OPENCL_LOCAL_MEM=959
 # The forward kernel's override: a value it does not know; the tiled kernel where it does not fit (8 query
 # rows: its 16-row tiles, common/plan.c).
 expect "FFPA_OPENCL_FORWARD=bogus: expected mma, tiled or portable" FFPA_OPENCL_FORWARD=bogus
-expect "FFPA_OPENCL_FORWARD=tiled: the tiled forward needs 31744 bytes" FFPA_OPENCL_FORWARD=tiled FFPA_OPENCL_LOCAL_MEM=20000
+expect "FFPA_OPENCL_FORWARD=tiled: the tiled forward needs 22528 bytes" FFPA_OPENCL_FORWARD=tiled FFPA_OPENCL_LOCAL_MEM=20000
 # The matrix forward where it cannot run: pocl's CPU device has no mma.sync; an NVIDIA device refuses
 # f32 (16-bit inputs only).
 dtype=f32

@@ -67,9 +67,11 @@ ffpa_status ffpa_cl_forward_program(const ffpa_cl_device *dev, const ffpa_proble
     if (t->tr) {
         const int dvb = dev->is_gpu ? (int)((pb->dv + 63) / 64 * 64) : pb->dv <= 512 ? 512 : FFPA_MAX_HEAD_DIM;
         /* Rows on 4-element boundaries: the tiled kernel's 4-column copies
-         * (columns d0 + 4 c) are one vector load each (cl_score.h). */
+         * (columns d0 + 4 c) are one vector load each (cl_score.h). GPUs
+         * only: a CPU loads unaligned vectors as fast, and each program
+         * variant costs pocl ~15 s to compile (CI's time). */
         snprintf(options, sizeof options, "-DTR=%d -DDT=%d -DDVB=%d%s%s", t->tr, (int)pb->dtype, dvb, unroll,
-                 rows_aligned(&in->p, 4) ? " -DFFPA_CL_ALIGNED_QUADS" : "");
+                 dev->is_gpu && rows_aligned(&in->p, 4) ? " -DFFPA_CL_ALIGNED_QUADS" : "");
         return ffpa_cl_program(dev, ffpa_cl_fwd_tiled_source, options, program, err, err_len);
     }
     ffpa_cl_tile_options(t, tiles, sizeof tiles);
