@@ -66,8 +66,8 @@ static int local_at(int rr, int cc, int ld, int layout)
 
 /* The 4 elements of dtype dt at byte address at, as load_elem. Built with
  * FFPA_CL_ALIGNED_QUADS (the host's promise: every quad the program loads
- * starts on a 4-element boundary), one vector load; otherwise element
- * loads, which is what the compilers emit for vload4 of 2-byte alignment. */
+ * starts on a 4-element boundary), one vector load; otherwise vload4,
+ * which NVIDIA's compiler turns into 4 element loads at 2-byte alignment. */
 static float4 load_quad_at(__global const uchar *at, int dt)
 {
 #ifdef FFPA_CL_ALIGNED_QUADS
