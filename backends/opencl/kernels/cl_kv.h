@@ -126,8 +126,8 @@ static int fwd_key_tiles(const ffpa_cl_fwd_params p, fwd_group w, int bc, int *b
     return end;
 }
 
-/* stage() of the block's Q rows (layout without STAGE_SWIZZLE), through the
- * packed rows' heads where p.pack > 1. */
+/* stage() of the block's Q rows, through the packed rows' heads where
+ * p.pack > 1. */
 static void stage_q(__local float *dst, int ld, int layout, int rows, int cols, __global const uchar *src,
                     const ffpa_cl_fwd_params p, fwd_group w, int d0, int dt, int tid, int nthreads)
 {
