@@ -122,16 +122,17 @@ FFPA_DEV void consumer(const ffpa_gpu_fwd_params &p, uint8_t *smem, RingBarriers
         if (consumer_idx == kLast)
             named_barrier_arrive(bar_other, 256); /* consumer 0 issues first */
         mbar_wait(&bars->q_full, 0);
-        mbar_wait(&bars->full[R::slot(0)], R::parity(0));
+        const int k0 = R::k_slab(0);
+        mbar_wait(&bars->full[R::slot(k0)], R::parity(k0));
         named_barrier_sync(bar_mine, 256);
         fence_operands(s);
         wgmma_fence();
-        ConsumerGemms<Cfg>::qk_issue(s, q_addr, R::addr(smem, 0));
+        ConsumerGemms<Cfg>::qk_issue(s, q_addr, R::addr(smem, k0));
         wgmma_commit();
         named_barrier_arrive(bar_other, 256);
         wgmma_wait<0>();
         fence_operands(s);
-        release(0);
+        release(k0);
         if constexpr (Cfg::kCluster > 1) {
             xch.scatter(s);
             xch.reduce(s, 0);
@@ -153,10 +154,11 @@ FFPA_DEV void consumer(const ffpa_gpu_fwd_params &p, uint8_t *smem, RingBarriers
 #endif
         /* Steady state (straight-line wgmma batches: no branch around them). */
         for (int t = 0; t + 1 < n; ++t) {
-            const int k_next = 2 * t + 2, v_cur = 2 * t + 1;
+            const int k_next = R::k_slab(t + 1), v_cur = R::v_slab(t, n);
             FFPA_SM90_DIAG_MARK(7);
             mbar_wait(&bars->full[R::slot(k_next)], R::parity(k_next));
-            mbar_wait(&bars->full[R::slot(v_cur)], R::parity(v_cur));
+            if constexpr (!R::kLateV)
+                mbar_wait(&bars->full[R::slot(v_cur)], R::parity(v_cur));
             FFPA_SM90_DIAG_MARK(0);
             named_barrier_sync(bar_mine, 256);
             FFPA_SM90_DIAG_MARK(1);
@@ -165,6 +167,11 @@ FFPA_DEV void consumer(const ffpa_gpu_fwd_params &p, uint8_t *smem, RingBarriers
             wgmma_fence();
             ConsumerGemms<Cfg>::qk_issue(s, q_addr, R::addr(smem, k_next));
             wgmma_commit(); /* group 1: QK(t+1) */
+            if constexpr (R::kLateV) {
+                /* V(t) may still be landing (a 3-slot ring): QK(t+1) runs meanwhile. */
+                mbar_wait(&bars->full[R::slot(v_cur)], R::parity(v_cur));
+                wgmma_fence(); /* ours, after the wait: one ptxas injects inside it serialises the wgmmas (C7520) */
+            }
             ConsumerGemms<Cfg>::pv_issue(o, pf, R::addr(smem, v_cur));
             wgmma_commit(); /* group 2: PV(t) */
             named_barrier_arrive(bar_other, 256);
@@ -194,7 +201,7 @@ FFPA_DEV void consumer(const ffpa_gpu_fwd_params &p, uint8_t *smem, RingBarriers
                    diag[3] / (n - 1), diag[4] / (n - 1), diag[5] / (n - 1), diag[6] / (n - 1), diag[7] / (n - 1));
 #endif
         /* Last phase: PV of the last tile (the turn after the last consumer's has no taker). */
-        const int v_last = 2 * n - 1;
+        const int v_last = R::v_slab(n - 1, n);
         mbar_wait(&bars->full[R::slot(v_last)], R::parity(v_last));
         named_barrier_sync(bar_mine, 256);
         fence_operands(o);

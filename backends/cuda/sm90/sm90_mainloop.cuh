@@ -4,8 +4,10 @@
  *   S(64 x kBc)      = Q_slice K_slice^T   (wgmma SS, both K-major)
  *   O(64 x kSliceV) += P V_slice           (wgmma RS: P from registers, V MN-major)
  *
- * Ring of slabs (slab 2t = K slice of key tile t, 2t+1 = its V slice); slab
- * i sits in slot i % kSlots, use u = i / kSlots:
+ * Ring of slabs in the order K0 K1 V0 K2 V1 ... K(n-1) V(n-2) V(n-1): K one
+ * tile ahead of V, the order in which the GEMM phases use them (phase t:
+ * QK^T of tile t+1, then PV of tile t; Ring says why). Slab i sits in slot
+ * i % kSlots, use u = i / kSlots:
  *   full[slot]:  the producer's arrive.expect_tx + TMA bytes; consumers wait parity u & 1;
  *   empty[slot]: one arrival per consumer warp once its wgmma read the slab;
  *                the producer waits parity (u - 1) & 1 before refilling.
@@ -44,6 +46,19 @@ struct TileCoords {
 };
 
 template <class Cfg> struct Ring {
+    /* Why K ahead of V: on a 3-slot ring (d192/128, d320, d256x3, d256x4,
+     * the MLA pair) the order K0 V0 K1 V1 ... can load K(t+2) only into
+     * V(t)'s slot, freed when the last consumer's PV(t) completes, right
+     * before the next phase needs it: a TMA round trip with the tensor cores
+     * idle on every phase (H200, D = 320: 550 -> 690 TFLOP/s without it).
+     * With K ahead the next phase's K is resident a phase early and only its
+     * V loads under the last consumer's PV; kLateV: the consumer then waits
+     * for V after issuing QK^T, so that runs meanwhile. Deeper rings hold
+     * both in time; the late wait cost them 1.5-2% (D = 512). */
+    static constexpr bool kLateV = Cfg::kSlots < 4;
+    /* Ring positions of key tile j's K and V slices in a loop of n tiles. */
+    static FFPA_DEV int k_slab(int j) { return j == 0 ? 0 : 2 * j - 1; }
+    static FFPA_DEV int v_slab(int j, int n) { return j + 1 == n ? 2 * j + 1 : 2 * j + 2; }
     static FFPA_DEV uint32_t slot(int slab) { return (uint32_t)slab % Cfg::kSlots; }
     static FFPA_DEV uint32_t parity(int slab) { return ((uint32_t)slab / Cfg::kSlots) & 1; }
     static FFPA_DEV uint32_t addr(uint8_t *smem, int slab)
@@ -65,9 +80,9 @@ template <class Cfg> struct Producer {
             for (int box = 0; box < Cfg::kBoxes; ++box)
                 tma_load_4d(smem + L::q + (size_t)(c * Cfg::kBoxes + box) * kBoxBytes, &maps.q, &bars->q_full,
                             tc.col0 + box * kBoxCols, tc.q_row0 + c * 64, tc.h, tc.b);
-        for (int i = 0; i < 2 * n_tiles; ++i) {
-            const bool is_v = i & 1;
-            const int key = tc.k_row0 + (i >> 1) * Cfg::kBc;
+        /* Slab i: the K (is_v false) or V slice of key tile j (Ring's order). */
+        auto load = [&](int i, bool is_v, int j) {
+            const int key = tc.k_row0 + j * Cfg::kBc;
             const uint32_t slot = Ring<Cfg>::slot(i);
             if (i >= Cfg::kSlots)
                 mbar_wait(&bars->empty[slot], Ring<Cfg>::parity(i) ^ 1);
@@ -79,6 +94,13 @@ template <class Cfg> struct Producer {
                     tma_load_4d(dst + (size_t)box * Cfg::kColBytes + (size_t)r * 128, is_v ? &maps.v : &maps.k,
                                 &bars->full[slot], (is_v ? tc.col0_v : tc.col0) + box * kBoxCols, key + r, tc.kvh,
                                 tc.b);
+        };
+        int i = 0;
+        load(i++, false, 0);
+        for (int j = 0; j < n_tiles; ++j) {
+            if (j + 1 < n_tiles)
+                load(i++, false, j + 1);
+            load(i++, true, j);
         }
     }
 };
