@@ -96,7 +96,8 @@ template <class Cfg> struct Producer {
                                 tc.b);
         };
         int i = 0;
-        load(i++, false, 0);
+        if (n_tiles > 0)
+            load(i++, false, 0);
         for (int j = 0; j < n_tiles; ++j) {
             if (j + 1 < n_tiles)
                 load(i++, false, j + 1);

@@ -187,8 +187,10 @@ template <class Cfg> struct TileSoftmax {
      * (after ClusterExchange::reduce), the other blocks are free. Every CTA
      * runs the same arithmetic on the same values and references, so all
      * hold the same P, row sums and maxima. */
+    template <class BeforeFinish>
     FFPA_DEV void cluster(float (&s)[Cfg::kSAcc], float (&o)[Cfg::kOAcc], uint32_t (&pf)[Cfg::kPSteps][4],
-                          const ClusterExchange<Cfg> &x, const ffpa_gpu_fwd_params &p, int lane, int t)
+                          const ClusterExchange<Cfg> &x, const ffpa_gpu_fwd_params &p, int lane, int t,
+                          BeforeFinish before_finish)
     {
         float mb[kC][2];
         own_block_of_rank<0>(s, mb, x, p, lane, t);
@@ -240,16 +242,24 @@ template <class Cfg> struct TileSoftmax {
                 sm.m[half] = mx;
             }
         }
+        before_finish();
         finish_tile(s, o, pf, alpha, p, lane, t);
     }
 
+    /* before_finish: called before O or P is written (the caller's wait
+     * for the PV GEMM still reading them); the single-CTA kernels' caller
+     * has waited already. */
+    template <class BeforeFinish>
     FFPA_DEV void run(float (&s)[Cfg::kSAcc], float (&o)[Cfg::kOAcc], uint32_t (&pf)[Cfg::kPSteps][4],
-                      const ClusterExchange<Cfg> &x, const ffpa_gpu_fwd_params &p, int lane, int t)
+                      const ClusterExchange<Cfg> &x, const ffpa_gpu_fwd_params &p, int lane, int t,
+                      BeforeFinish before_finish)
     {
-        if constexpr (kC > 1)
-            cluster(s, o, pf, x, p, lane, t);
-        else
+        if constexpr (kC > 1) {
+            cluster(s, o, pf, x, p, lane, t, before_finish);
+        } else {
+            before_finish();
             whole_tile(s, o, pf, p, lane, t);
+        }
     }
 };
 
