@@ -6,7 +6,7 @@
  *
  * Ring of slabs in the order K0 K1 V0 K2 V1 ... K(n-1) V(n-2) V(n-1): K one
  * tile ahead of V, the order in which the GEMM phases use them (phase t:
- * QK^T of tile t+1, then PV of tile t; Ring says why). Slab i sits in slot
+ * QK^T of tile t+1, then PV of tile t; RingOrder says why). Slab i sits in slot
  * i % kSlots, use u = i / kSlots:
  *   full[slot]:  the producer's arrive.expect_tx + TMA bytes; consumers wait parity u & 1;
  *   empty[slot]: one arrival per consumer warp once its wgmma read the slab;
@@ -45,20 +45,43 @@ struct TileCoords {
                       are zero-filled by TMA */
 };
 
-template <class Cfg> struct Ring {
-    /* Why K ahead of V: on a 3-slot ring (d192/128, d320, d256x3, d256x4,
-     * the MLA pair) the order K0 V0 K1 V1 ... can load K(t+2) only into
-     * V(t)'s slot, freed when the last consumer's PV(t) completes, right
-     * before the next phase needs it: a TMA round trip with the tensor cores
-     * idle on every phase (H200, D = 320: 550 -> 690 TFLOP/s without it).
-     * With K ahead the next phase's K is resident a phase early and only its
-     * V loads under the last consumer's PV; kLateV: the consumer then waits
-     * for V after issuing QK^T, so that runs meanwhile. Deeper rings hold
-     * both in time; the late wait cost them 1.5-2% (D = 512). */
-    static constexpr bool kLateV = Cfg::kSlots < 4;
+/* The ring's order, K one tile ahead of V. Why: on a 3-slot ring (d192/128,
+ * d320, d256x3, d256x4, the MLA pair) the order K0 V0 K1 V1 ... can load
+ * K(t+2) only into V(t)'s slot, freed when the last consumer's PV(t)
+ * completes, right before the next phase needs it: a TMA round trip with the
+ * tensor cores idle on every phase (H200, D = 320: 550 -> 690 TFLOP/s
+ * without it). With K ahead the next phase's K is resident a phase early and
+ * only its V loads under the last consumer's PV (Ring::kLateV). */
+struct RingOrder {
     /* Ring positions of key tile j's K and V slices in a loop of n tiles. */
-    static FFPA_DEV int k_slab(int j) { return j == 0 ? 0 : 2 * j - 1; }
-    static FFPA_DEV int v_slab(int j, int n) { return j + 1 == n ? 2 * j + 1 : 2 * j + 2; }
+    static constexpr __host__ __device__ int k_slab(int j) { return j == 0 ? 0 : 2 * j - 1; }
+    static constexpr __host__ __device__ int v_slab(int j, int n) { return j + 1 == n ? 2 * j + 1 : 2 * j + 2; }
+    /* The consumers wait for the slabs in the order the producer fills them
+     * (slab 0, 1, 2, ...: a skipped or repeated position would hang the
+     * ring): K0, then per phase K(t+1) and V(t), then V(n-1). */
+    static constexpr bool consumers_walk_in_order(int max_tiles)
+    {
+        for (int n = 1; n <= max_tiles; ++n) {
+            int next = 0;
+            if (k_slab(0) != next++)
+                return false;
+            for (int t = 0; t + 1 < n; ++t)
+                if (k_slab(t + 1) != next++ || v_slab(t, n) != next++)
+                    return false;
+            if (v_slab(n - 1, n) != next++ || next != 2 * n)
+                return false;
+        }
+        return true;
+    }
+};
+static_assert(RingOrder::consumers_walk_in_order(16), "the consumers' slab order is the producer's");
+
+template <class Cfg> struct Ring : RingOrder {
+    /* On 3 slots a phase's V may still be landing when its turn comes: the
+     * consumer waits for it after issuing QK^T, so that runs meanwhile.
+     * Deeper rings hold both in time; the late wait cost them 1.5-2%
+     * (D = 512). */
+    static constexpr bool kLateV = Cfg::kSlots < 4;
     static FFPA_DEV uint32_t slot(int slab) { return (uint32_t)slab % Cfg::kSlots; }
     static FFPA_DEV uint32_t parity(int slab) { return ((uint32_t)slab / Cfg::kSlots) & 1; }
     static FFPA_DEV uint32_t addr(uint8_t *smem, int slab)
@@ -95,6 +118,7 @@ template <class Cfg> struct Producer {
                                 &bars->full[slot], (is_v ? tc.col0_v : tc.col0) + box * kBoxCols, key + r, tc.kvh,
                                 tc.b);
         };
+        /* RingOrder's order (consumers_walk_in_order holds k_slab / v_slab to it). */
         int i = 0;
         if (n_tiles > 0)
             load(i++, false, 0);
