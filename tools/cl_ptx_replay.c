@@ -5,7 +5,7 @@
  * API, so that Nsight Compute (which does not see OpenCL launches) can
  * profile the very code the OpenCL run executes.
  *
- *   cl_ptx_replay PTX KERNEL BR B,H,N,D [reps]
+ *   [FFPA_REPLAY_OPENCL=1|2] cl_ptx_replay PTX KERNEL BR B,H,N,D [reps]
  *
  * PTX: a cache file of FFPA_OPENCL_CACHE with its NULs removed (the driver
  * stores the program's PTX text), built for the D given; KERNEL: its entry;
@@ -16,10 +16,19 @@
  * times `reps` launches (CUDA events) and prints TFLOP/s, to be set beside
  * the OpenCL run's.
  *
+ * FFPA_REPLAY_OPENCL=1 launches the same PTX through OpenCL instead (the
+ * NVIDIA platform's clCreateProgramWithBinary, these arguments and one
+ * buffer for q, k and v as here); =2 with q, k and v in three buffers, as
+ * ffpa's launch has them. Where the OpenCL run is slower than the replay,
+ * that tells NVIDIA's OpenCL with this kernel (1 slow) from ffpa's launch
+ * and buffers (1 fast) apart (docs/notes/opencl.md).
+ *
  * Built as tools/cl-ptx-replay where both the CUDA toolkit and the OpenCL
  * plugin are (GPU machines; tools/meson.build). The params struct is the
  * OpenCL host's (cl_params.h), so it cannot drift from the kernel's layout.
  */
+#define CL_TARGET_OPENCL_VERSION 300
+#include <CL/cl.h>
 #include <cuda.h>
 #include <math.h>
 #include <stdint.h>
@@ -37,6 +46,15 @@
             const char *s_ = "?";                                                                                  \
             cuGetErrorString(r_, &s_);                                                                             \
             fprintf(stderr, "cl_ptx_replay: %s: %s\n", #call, s_);                                                 \
+            exit(1);                                                                                               \
+        }                                                                                                          \
+    } while (0)
+
+#define CL_CHECK(call)                                                                                             \
+    do {                                                                                                           \
+        cl_int e_ = (call);                                                                                        \
+        if (e_ != CL_SUCCESS) {                                                                                    \
+            fprintf(stderr, "cl_ptx_replay: %s: OpenCL error %d\n", #call, (int)e_);                              \
             exit(1);                                                                                               \
         }                                                                                                          \
     } while (0)
@@ -69,6 +87,133 @@ static int reqntid(const char *ptx, const char *kernel)
     const char *e = strstr(ptx, entry);
     const char *r = e ? strstr(e, ".reqntid") : NULL;
     return r ? atoi(r + strlen(".reqntid")) : 0;
+}
+
+/* Rows of the first and last head of out against float64; prints and
+ * returns the largest error (infinite where a NaN, the poison, is left). */
+static double check_rows(const uint16_t *host, const uint16_t *out, long b, long h, long n, long d, float scale)
+{
+    const size_t elems = (size_t)(b * h * n * d);
+    double worst = 0.0;
+    const long rows[] = {0, 1, n / 2 + 3, n - 1};
+    double *s = malloc((size_t)n * sizeof *s);
+    for (int hh = 0; hh < 2; ++hh)
+        for (int r = 0; r < 4; ++r) {
+            const long head = hh ? b * h - 1 : 0, i = rows[r];
+            const uint16_t *q = host + (size_t)(head * n + i) * d, *k = host + elems + (size_t)head * n * d,
+                           *v = host + 2 * elems + (size_t)head * n * d;
+            double mx = -INFINITY, sum = 0.0;
+            for (long j = 0; j < n; ++j) {
+                double dot = 0.0;
+                for (long c = 0; c < d; ++c)
+                    dot += ffpa_bf16_to_f32(q[c]) * ffpa_bf16_to_f32(k[j * d + c]);
+                s[j] = dot * scale;
+                mx = fmax(mx, s[j]);
+            }
+            for (long j = 0; j < n; ++j)
+                sum += s[j] = exp(s[j] - mx);
+            for (long c = 0; c < d; ++c) {
+                double ref = 0.0;
+                for (long j = 0; j < n; ++j)
+                    ref += s[j] * ffpa_bf16_to_f32(v[j * d + c]);
+                const double got = ffpa_bf16_to_f32(out[(size_t)(head * n + i) * d + c]), err = fabs(got - ref / sum);
+                worst = isnan(got) ? INFINITY : fmax(worst, err);
+            }
+        }
+    free(s);
+    printf("check: 8 rows x %ld columns, max |error| %.3g: %s\n", d, worst, worst < 2e-2 ? "ok" : "FAIL");
+    return worst;
+}
+
+/* FFPA_REPLAY_OPENCL: the PTX through NVIDIA's OpenCL, the same arguments;
+ * separate: q, k and v in three buffers. Returns the check's error. */
+static double opencl_replay(const char *ptx, const char *kernel, int wg, size_t groups, ffpa_cl_fwd_params p,
+                            const ffpa_cl_kv_params *kv, const uint16_t *host, long b, long h, long n, long d,
+                            int reps, int separate)
+{
+    cl_platform_id pl[8];
+    cl_uint np = 0;
+    CL_CHECK(clGetPlatformIDs(8, pl, &np));
+    cl_device_id dev = 0;
+    for (cl_uint i = 0; i < np && !dev; ++i) {
+        char name[256] = "";
+        clGetPlatformInfo(pl[i], CL_PLATFORM_NAME, sizeof name, name, NULL);
+        if (!strstr(name, "NVIDIA") || clGetDeviceIDs(pl[i], CL_DEVICE_TYPE_GPU, 1, &dev, NULL) != CL_SUCCESS)
+            dev = 0;
+    }
+    if (!dev) {
+        fprintf(stderr, "cl_ptx_replay: no NVIDIA OpenCL GPU (an .icd in OCL_ICD_VENDORS?)\n");
+        exit(1);
+    }
+    cl_int e;
+    cl_context ctx = clCreateContext(NULL, 1, &dev, NULL, NULL, &e);
+    CL_CHECK(e);
+    cl_command_queue q = clCreateCommandQueueWithProperties(
+        ctx, dev, (cl_queue_properties[]){CL_QUEUE_PROPERTIES, CL_QUEUE_PROFILING_ENABLE, 0}, &e);
+    CL_CHECK(e);
+    const size_t len = strlen(ptx) + 1;
+    const unsigned char *bin = (const unsigned char *)ptx;
+    cl_int status;
+    cl_program prog = clCreateProgramWithBinary(ctx, 1, &dev, &len, &bin, &status, &e);
+    CL_CHECK(e);
+    CL_CHECK(clBuildProgram(prog, 1, &dev, "", NULL, NULL));
+    cl_kernel k = clCreateKernel(prog, kernel, &e);
+    CL_CHECK(e);
+
+    const size_t elems = (size_t)(b * h * n * d);
+    cl_mem qkv[3], o, dummy;
+    const int nbuf = separate ? 3 : 1;
+    for (int i = 0; i < nbuf; ++i) {
+        const size_t count = separate ? elems : 3 * elems;
+        qkv[i] = clCreateBuffer(ctx, CL_MEM_READ_WRITE | CL_MEM_COPY_HOST_PTR, count * 2,
+                                (void *)(host + (size_t)i * elems), &e);
+        CL_CHECK(e);
+    }
+    if (!separate)
+        qkv[1] = qkv[2] = qkv[0];
+    else
+        p.k_off = p.v_off = 0;
+    o = clCreateBuffer(ctx, CL_MEM_READ_WRITE, elems * 2, NULL, &e);
+    CL_CHECK(e);
+    dummy = clCreateBuffer(ctx, CL_MEM_READ_WRITE, 256, NULL, &e);
+    CL_CHECK(e);
+    const uint8_t poison = 0xff, zero = 0;
+    CL_CHECK(clEnqueueFillBuffer(q, o, &poison, 1, 0, elems * 2, 0, NULL, NULL));
+    CL_CHECK(clEnqueueFillBuffer(q, dummy, &zero, 1, 0, 256, 0, NULL, NULL));
+    const struct {
+        size_t size;
+        const void *value;
+    } args[] = {{sizeof p, &p},        {sizeof(cl_mem), &qkv[0]}, {sizeof(cl_mem), &qkv[1]}, {sizeof(cl_mem), &qkv[2]},
+                {sizeof(cl_mem), &o},  {sizeof(cl_mem), &dummy},  {sizeof(cl_mem), &dummy},  {sizeof(cl_mem), &dummy},
+                {sizeof(cl_mem), &dummy}, {sizeof *kv, kv},       {sizeof(cl_mem), &dummy},  {sizeof(cl_mem), &dummy}};
+    for (cl_uint i = 0; i < sizeof args / sizeof args[0]; ++i)
+        CL_CHECK(clSetKernelArg(k, i, args[i].size, args[i].value));
+    const size_t local = (size_t)wg, global = groups * local;
+    CL_CHECK(clEnqueueNDRangeKernel(q, k, 1, NULL, &global, &local, 0, NULL, NULL));
+    uint16_t *out = malloc(elems * 2);
+    CL_CHECK(clEnqueueReadBuffer(q, o, CL_TRUE, 0, elems * 2, out, 0, NULL, NULL));
+    const double worst = check_rows(host, out, b, h, n, d, p.scale);
+    free(out);
+
+    cl_event first = NULL, last = NULL;
+    for (int r = 0; r < reps; ++r) {
+        cl_event ev;
+        CL_CHECK(clEnqueueNDRangeKernel(q, k, 1, NULL, &global, &local, 0, NULL, &ev));
+        if (!first)
+            first = ev;
+        else if (last)
+            clReleaseEvent(last);
+        if (ev != first)
+            last = ev;
+    }
+    CL_CHECK(clFinish(q));
+    cl_ulong t0 = 0, t1 = 0;
+    CL_CHECK(clGetEventProfilingInfo(first, CL_PROFILING_COMMAND_START, sizeof t0, &t0, NULL));
+    CL_CHECK(clGetEventProfilingInfo(last ? last : first, CL_PROFILING_COMMAND_END, sizeof t1, &t1, NULL));
+    const double ms = (double)(t1 - t0) / 1e6 / (reps > 0 ? reps : 1);
+    printf("time (OpenCL, %s): %.3f ms, %.1f TFLOP/s (B=%ld H=%ld N=%ld D=%ld)\n",
+           separate ? "three buffers" : "one buffer", ms, 4.0 * b * h * n * n * d / (ms * 1e9), b, h, n, d);
+    return worst;
 }
 
 int main(int argc, char **argv)
@@ -156,36 +301,9 @@ int main(int argc, char **argv)
     CHECK(cuLaunchKernel(fn, grid, 1, 1, (unsigned)wg, 1, 1, 0, NULL, args, NULL));
     CHECK(cuCtxSynchronize());
 
-    /* Rows of the first and last head against float64. */
     uint16_t *out = malloc(elems * 2);
     CHECK(cuMemcpyDtoH(out, o, elems * 2));
-    double worst = 0.0;
-    const long check_rows[] = {0, 1, n / 2 + 3, n - 1};
-    double *s = malloc((size_t)n * sizeof *s);
-    for (int hh = 0; hh < 2; ++hh)
-        for (int r = 0; r < 4; ++r) {
-            const long head = hh ? b * h - 1 : 0, i = check_rows[r];
-            const uint16_t *q = host + (size_t)(head * n + i) * d, *k = host + elems + (size_t)head * n * d,
-                           *v = host + 2 * elems + (size_t)head * n * d;
-            double mx = -INFINITY, sum = 0.0;
-            for (long j = 0; j < n; ++j) {
-                double dot = 0.0;
-                for (long c = 0; c < d; ++c)
-                    dot += ffpa_bf16_to_f32(q[c]) * ffpa_bf16_to_f32(k[j * d + c]);
-                s[j] = dot * p.scale;
-                mx = fmax(mx, s[j]);
-            }
-            for (long j = 0; j < n; ++j)
-                sum += s[j] = exp(s[j] - mx);
-            for (long c = 0; c < d; ++c) {
-                double ref = 0.0;
-                for (long j = 0; j < n; ++j)
-                    ref += s[j] * ffpa_bf16_to_f32(v[j * d + c]);
-                const double got = ffpa_bf16_to_f32(out[(size_t)(head * n + i) * d + c]), err = fabs(got - ref / sum);
-                worst = isnan(got) ? INFINITY : fmax(worst, err);
-            }
-        }
-    printf("check: 8 rows x %ld columns, max |error| %.3g: %s\n", d, worst, worst < 2e-2 ? "ok" : "FAIL");
+    const double worst = check_rows(host, out, b, h, n, d, p.scale);
 
     CUevent t0, t1;
     CHECK(cuEventCreate(&t0, 0));
@@ -200,5 +318,10 @@ int main(int argc, char **argv)
     ms /= (float)(reps > 0 ? reps : 1);
     printf("time: %.3f ms, %.1f TFLOP/s (B=%ld H=%ld N=%ld D=%ld)\n", ms, 4.0 * b * h * n * n * d / (ms * 1e9), b, h,
            n, d);
+    const char *via_opencl = getenv("FFPA_REPLAY_OPENCL");
+    if (via_opencl && *via_opencl && strcmp(via_opencl, "0") != 0) {
+        const double ocl = opencl_replay(ptx, kernel, wg, grid, p, &kv, host, b, h, n, d, reps, atoi(via_opencl) == 2);
+        return worst < 2e-2 && ocl < 2e-2 ? 0 : 1;
+    }
     return worst < 2e-2 ? 0 : 1;
 }
