@@ -202,17 +202,18 @@ FFPA_DEV void consumer(const ffpa_gpu_fwd_params &p, uint8_t *smem, RingBarriers
             if constexpr (Cfg::kCluster > 1)
                 xch.reduce(s, t + 1);
             FFPA_SM90_DIAG_MARK(6);
-            if constexpr (kLatePv)
-                ts.run(s, o, pf, xch, p, lane, t + 1, pv_done);
-            else
-                ts.run(s, o, pf, xch, p, lane, t + 1, [] {});
+            ts.run(s, o, pf, xch, p, lane, t + 1, [&] {
+                if constexpr (kLatePv)
+                    pv_done();
+            });
         }
 #ifdef FFPA_SM90_DIAG_TIMELINE
         if (ctid == 0 && blockIdx.x < Cfg::kCluster && n > 1)
             printf("diag slice %d cta %u consumer %d tiles %d cycles/tile: data %lld turn %lld issue %lld "
-                   "qk-wait %lld scatter %lld pv-wait %lld reduce %lld softmax+gather %lld\n",
+                   "qk-wait %lld scatter %lld pv-wait %lld reduce %lld softmax+gather %lld%s\n",
                    Cfg::kSlice, rank, consumer_idx, n - 1, diag[0] / (n - 1), diag[1] / (n - 1), diag[2] / (n - 1),
-                   diag[3] / (n - 1), diag[4] / (n - 1), diag[5] / (n - 1), diag[6] / (n - 1), diag[7] / (n - 1));
+                   diag[3] / (n - 1), diag[4] / (n - 1), diag[5] / (n - 1), diag[6] / (n - 1), diag[7] / (n - 1),
+                   kLatePv ? " (late PV: its wait is in softmax+gather)" : "");
 #endif
         /* Last phase: PV of the last tile (the turn after the last consumer's has no taker). */
         const int v_last = R::v_slab(n - 1, n);
