@@ -11,8 +11,9 @@
  *      the words are P's A fragments as they stand), with r to every peer
  *      (gather_send, gather). Every CTA then holds the same blocks and
  *      references and rescales them (only where the references differ) by
- *      the same arithmetic (sm90_softmax.cuh), so all hold bit-identical P,
- *      row sums and LSE.
+ *      the same arithmetic (sm90_softmax.cuh), so all hold bit-identical P
+ *      and row maxima (and row sums, unless the blocks sit own block first:
+ *      own_first; then the sums' order differs by the last bit).
  * Why not sum the whole S in every CTA (the butterfly all-reduce of v1-v8):
  * DSMEM moves about 8-11 bytes per cycle per SM on the H100
  * (backends/cuda/sm90/dsmem_probe.cu), and the exchange is on the consumer's critical
@@ -105,8 +106,8 @@ template <class Cfg> struct ClusterExchange {
     }
 
     /* 1b. Adds the peers' partials of our block (peer distance order): block
-     * `rank` of s becomes the full S. */
-    FFPA_DEV void reduce(float (&s)[32], int tile) const
+     * `rank` of s becomes the full S (kOwnFirst: block 0, see own_first). */
+    template <bool kOwnFirst = false> FFPA_DEV void reduce(float (&s)[32], int tile) const
     {
 #ifndef FFPA_SM90_DIAG_SKIP_EXCHANGE
         if (tid == 0)
@@ -114,7 +115,7 @@ template <class Cfg> struct ClusterExchange {
         mbar_wait_cluster(rs_full, tile & 1);
 #pragma unroll
         for (int b = 0; b < kC; ++b) {
-            if (b != (int)rank)
+            if (b != (kOwnFirst ? 0 : (int)rank))
                 continue;
 #pragma unroll
             for (int d = 1; d < kC; ++d) {
@@ -133,6 +134,28 @@ template <class Cfg> struct ClusterExchange {
             }
         }
 #endif
+    }
+
+    /* Own block first (clusters of 2 and 4; the plain pairs' and fours'
+     * QK^T-two-ahead loop): the blocks of the tile sit in s in the order
+     * rank ^ 0, rank ^ 1, ..., so our block is block 0 and peer rank ^ d's is
+     * block d, all at compile-time positions, and the registers of the peers'
+     * blocks are dead from the scatter to the gather (with s in key order the
+     * run-time rank kept all of them live). P stays in that order; the PV
+     * GEMM takes V's k16 steps in the same order (pv_issue's step_xor).
+     * Copies our block of the partial S sn (key order) into block 0 of s. */
+    FFPA_DEV void own_first(const float (&sn)[32], float (&s)[32]) const
+    {
+        static_assert(kXor, "own block first: clusters of 2 and 4");
+        constexpr int kW = 4 * kBlockNT;
+#pragma unroll
+        for (int i = 0; i < kW; ++i) {
+            float v = sn[i];
+#pragma unroll
+            for (int b = 1; b < kC; ++b)
+                v = (int)rank == b ? sn[b * kW + i] : v;
+            s[i] = v;
+        }
     }
 
     /* 2a. Our block's probabilities (T pairs, n8-block major; kNb
@@ -162,9 +185,11 @@ template <class Cfg> struct ClusterExchange {
 
     /* 2b. The peers' blocks into s (fp32, exact, each still relative to
      * its own reference) and their references into mb[b]; mb[rank] is left
-     * to the caller. */
-    FFPA_DEV void gather(float (&s)[32], float (&mb)[kC][2], int tile) const
+     * to the caller. kOwnFirst: peer rank ^ d's block goes to block d (see
+     * own_first), its reference to mb[d]. */
+    template <bool kOwnFirst = false> FFPA_DEV void gather(float (&s)[32], float (&mb)[kC][2], int tile) const
     {
+        static_assert(!kOwnFirst || kXor, "own block first: clusters of 2 and 4");
 #ifndef FFPA_SM90_DIAG_SKIP_EXCHANGE
         if (tid == 0)
             mbar_arrive_expect_tx(ag_full,
@@ -173,15 +198,15 @@ template <class Cfg> struct ClusterExchange {
 #endif
 #pragma unroll
         for (int b = 0; b < kC; ++b) {
-            if (b == (int)rank)
+            if (kOwnFirst ? b == 0 : b == (int)rank)
                 continue;
 #ifdef FFPA_SM90_DIAG_SKIP_EXCHANGE
             /* Diagnostic builds only (wrong results): the peers' blocks count as empty. */
             mb[b][0] = mb[b][1] = -INFINITY;
 #else
-            const int d = dist_here(b);
+            const int d = kOwnFirst ? b : dist_here(b);
             uint4 *slot = ag_slot(d);
-            const int nb = Cfg::blocks_of(b);
+            const int nb = Cfg::blocks_of(b); /* kOwnFirst: every block is kBlockNT */
 #pragma unroll
             for (int q = 0; q < kBlockNT / 2; ++q) {
                 if (q >= nb / 2)

@@ -78,7 +78,9 @@ template <class Cfg> FFPA_DEV bool cta_work(const ffpa_gpu_fwd_params &p, uint32
  * k-1 back to back, as two wgmma groups (phase 0: QK^T only; phase n: PV
  * only); the partial S leaves for the peer CTAs as soon as its group is done,
  * and between phases the warpgroup completes the exchange and the softmax of
- * tile k. The consumers take turns issuing, round robin on named barriers
+ * tile k. The plain clusters of 4 and the 4-slot pairs run QK^T one tile
+ * further ahead (kQkTwoAhead: PV of tile k-1 and QK^T of tile k+1, the
+ * exchange and softmax of tile k under both). The consumers take turns issuing, round robin on named barriers
  * 1 .. kConsumers (consumer c waits on barrier 1 + c, then arrives on the
  * next one), so one warpgroup's softmax and DSMEM exchange overlap the
  * others' tensor-core work.
@@ -100,6 +102,18 @@ FFPA_DEV void consumer(const ffpa_gpu_fwd_params &p, uint8_t *smem, RingBarriers
      * Clusters of 3 and 4 keep the early wait: P live through the softmax
      * spills them (16 -> 64 bytes of stores) and D = 768 lost 3%. */
     constexpr bool kLatePv = Cfg::kCluster == 2;
+    /* QK^T two tiles ahead (plain clusters of 4, and pairs on rings of 4+ slots):
+     * phase t issues PV(t) and QK(t+2); tile t+1's partial S left for the
+     * peers at the end of the phase before, so the exchange's DSMEM round
+     * trips run under this consumer's own GEMMs as well as the other
+     * consumer's. The second S costs 32 registers, paid back by keeping our
+     * column block first (ClusterExchange::own_first) and waiting for PV(t)
+     * before the all-gather, which frees P (H200: D = 512 +4%, 1024 +9%).
+     * Not the MLA pair (3 slots of 40 KiB: -3%), nor clusters of 3 (uneven
+     * blocks), nor the variants' code (their dropout follows the key order). */
+    constexpr bool kQkTwoAhead =
+        Cfg::kPlain && (Cfg::kCluster == 4 || (Cfg::kCluster == 2 && Cfg::kSlots >= 4));
+    const int step_xor = kQkTwoAhead ? (int)rank * (Cfg::kBlockNT / 2) : 0;
 
     float o[Cfg::kOAcc];
 #pragma unroll
@@ -131,97 +145,176 @@ FFPA_DEV void consumer(const ffpa_gpu_fwd_params &p, uint8_t *smem, RingBarriers
         const int k0 = R::k_slab(0);
         mbar_wait(&bars->full[R::slot(k0)], R::parity(k0));
         named_barrier_sync(bar_mine, 256);
-        fence_operands(s);
-        wgmma_fence();
-        ConsumerGemms<Cfg>::qk_issue(s, q_addr, R::addr(smem, k0));
-        wgmma_commit();
-        named_barrier_arrive(bar_other, 256);
-        wgmma_wait<0>();
-        fence_operands(s);
-        release(k0);
-        if constexpr (Cfg::kCluster > 1) {
-            xch.scatter(s);
-            xch.reduce(s, 0);
-        }
-        ts.run(s, o, pf, xch, p, lane, 0, [] {}); /* no PV in flight yet */
-
+        if constexpr (kQkTwoAhead) {
+            float sn[Cfg::kSAcc]; /* the next tile's partial S (key order), in flight under this tile's softmax */
+            /* The next tile's partial S is done: its peers' blocks leave, ours moves to block 0 of s. */
+            auto take_next = [&](int k_slab) {
+                wgmma_wait<0>();
+                fence_operands(sn);
+                release(k_slab);
+                xch.scatter(sn);
+                xch.own_first(sn, s);
+            };
+            fence_operands(sn);
+            wgmma_fence();
+            ConsumerGemms<Cfg>::qk_issue(sn, q_addr, R::addr(smem, k0));
+            wgmma_commit();
+            named_barrier_arrive(bar_other, 256);
+            take_next(k0);
+            /* Phase -1: QK(1) alone; tile 0's exchange and softmax under it. */
+            const int k1 = R::k_slab(1);
+            if (n > 1) {
+                mbar_wait(&bars->full[R::slot(k1)], R::parity(k1));
+                named_barrier_sync(bar_mine, 256);
+                fence_operands(sn);
+                wgmma_fence();
+                ConsumerGemms<Cfg>::qk_issue(sn, q_addr, R::addr(smem, k1));
+                wgmma_commit();
+                named_barrier_arrive(bar_other, 256);
+            }
+            xch.template reduce<true>(s, 0);
+            ts.template run<true>(s, o, pf, xch, p, lane, 0, [] {}); /* no PV in flight yet */
+            if (n > 1)
+                take_next(k1);
+            /* Phase t: PV(t), then QK(t+2) (wgmma groups in that order, so
+             * waiting for all but one is PV(t) done); tile t+1's exchange and
+             * softmax run under both. */
+            for (int t = 0; t + 2 < n; ++t) {
+                const int v_cur = R::v_slab(t, n), k_next = R::k_slab(t + 2);
+                mbar_wait(&bars->full[R::slot(v_cur)], R::parity(v_cur));
+                if constexpr (!R::kLateV)
+                    mbar_wait(&bars->full[R::slot(k_next)], R::parity(k_next));
+                named_barrier_sync(bar_mine, 256);
+                fence_operands(o);
+                fence_operands(sn);
+                wgmma_fence();
+                ConsumerGemms<Cfg>::pv_issue(o, pf, R::addr(smem, v_cur), step_xor);
+                wgmma_commit(); /* group 1: PV(t) */
+                if constexpr (R::kLateV) {
+                    /* K(t+2) may still be landing in V(t-1)'s slot (3 slots): PV(t) runs meanwhile. */
+                    mbar_wait(&bars->full[R::slot(k_next)], R::parity(k_next));
+                    wgmma_fence();
+                }
+                ConsumerGemms<Cfg>::qk_issue(sn, q_addr, R::addr(smem, k_next));
+                wgmma_commit(); /* group 2: QK(t+2) */
+                named_barrier_arrive(bar_other, 256);
+                xch.template reduce<true>(s, t + 1);
+                ts.template run<true>(s, o, pf, xch, p, lane, t + 1, [&] {
+                    wgmma_wait<1>();
+                    fence_operands(o);
+                    release(v_cur);
+                });
+                take_next(k_next);
+            }
+            /* Phase n-2: PV(n-2) alone; the last tile's exchange and softmax under it. */
+            if (n > 1) {
+                const int v_cur = R::v_slab(n - 2, n);
+                mbar_wait(&bars->full[R::slot(v_cur)], R::parity(v_cur));
+                named_barrier_sync(bar_mine, 256);
+                fence_operands(o);
+                wgmma_fence();
+                ConsumerGemms<Cfg>::pv_issue(o, pf, R::addr(smem, v_cur), step_xor);
+                wgmma_commit();
+                named_barrier_arrive(bar_other, 256);
+                xch.template reduce<true>(s, n - 1);
+                ts.template run<true>(s, o, pf, xch, p, lane, n - 1, [&] {
+                    wgmma_wait<0>();
+                    fence_operands(o);
+                    release(v_cur);
+                });
+            }
+        } else {
+            fence_operands(s);
+            wgmma_fence();
+            ConsumerGemms<Cfg>::qk_issue(s, q_addr, R::addr(smem, k0));
+            wgmma_commit();
+            named_barrier_arrive(bar_other, 256);
+            wgmma_wait<0>();
+            fence_operands(s);
+            release(k0);
+            if constexpr (Cfg::kCluster > 1)
+                xch.scatter(s);
+            if constexpr (Cfg::kCluster > 1)
+                xch.reduce(s, 0);
+            ts.run(s, o, pf, xch, p, lane, 0, [] {}); /* no PV in flight yet */
 #ifdef FFPA_SM90_DIAG_TIMELINE
-        /* Diagnostic builds only: mean cycles per tile of each step of the
-         * steady loop, printed by the first cluster's consumers. */
-        long long diag[8] = {0, 0, 0, 0, 0, 0, 0, 0}, diag_t = clock64();
+            /* Diagnostic builds only: mean cycles per tile of each step of the
+             * steady loop, printed by the first cluster's consumers. */
+            long long diag[8] = {0, 0, 0, 0, 0, 0, 0, 0}, diag_t = clock64();
 #define FFPA_SM90_DIAG_MARK(i)                                                                         \
-    do {                                                                                               \
-        const long long now = clock64();                                                               \
-        diag[i] += now - diag_t;                                                                       \
-        diag_t = now;                                                                                  \
-    } while (0)
+        do {                                                                                               \
+            const long long now = clock64();                                                               \
+            diag[i] += now - diag_t;                                                                       \
+            diag_t = now;                                                                                  \
+        } while (0)
 #else
 #define FFPA_SM90_DIAG_MARK(i) ((void)0)
 #endif
-        /* Steady state (straight-line wgmma batches: no branch around them). */
-        for (int t = 0; t + 1 < n; ++t) {
-            const int k_next = R::k_slab(t + 1), v_cur = R::v_slab(t, n);
-            FFPA_SM90_DIAG_MARK(7);
-            mbar_wait(&bars->full[R::slot(k_next)], R::parity(k_next));
-            if constexpr (!R::kLateV)
-                mbar_wait(&bars->full[R::slot(v_cur)], R::parity(v_cur));
-            FFPA_SM90_DIAG_MARK(0);
-            named_barrier_sync(bar_mine, 256);
-            FFPA_SM90_DIAG_MARK(1);
-            fence_operands(s);
-            fence_operands(o);
-            wgmma_fence();
-            ConsumerGemms<Cfg>::qk_issue(s, q_addr, R::addr(smem, k_next));
-            wgmma_commit(); /* group 1: QK(t+1) */
-            if constexpr (R::kLateV) {
-                /* V(t) may still be landing (a 3-slot ring): QK(t+1) runs meanwhile. */
-                mbar_wait(&bars->full[R::slot(v_cur)], R::parity(v_cur));
-                wgmma_fence(); /* ours, after the wait: one ptxas injects inside it serialises the wgmmas (C7520) */
-            }
-            ConsumerGemms<Cfg>::pv_issue(o, pf, R::addr(smem, v_cur));
-            wgmma_commit(); /* group 2: PV(t) */
-            named_barrier_arrive(bar_other, 256);
-            FFPA_SM90_DIAG_MARK(2);
-            /* The partial S leaves for the peer CTAs while PV(t) still runs. */
-            wgmma_wait<1>();
-            fence_operands(s);
-            release(k_next);
-            FFPA_SM90_DIAG_MARK(3);
-            if constexpr (Cfg::kCluster > 1)
-                xch.scatter(s);
-            FFPA_SM90_DIAG_MARK(4);
-            /* PV(t) done: O may be rescaled, P rewritten, V's slot reused. */
-            auto pv_done = [&]() {
-                wgmma_wait<0>();
+            /* Steady state (straight-line wgmma batches: no branch around them). */
+            for (int t = 0; t + 1 < n; ++t) {
+                const int k_next = R::k_slab(t + 1), v_cur = R::v_slab(t, n);
+                FFPA_SM90_DIAG_MARK(7);
+                mbar_wait(&bars->full[R::slot(k_next)], R::parity(k_next));
+                if constexpr (!R::kLateV)
+                    mbar_wait(&bars->full[R::slot(v_cur)], R::parity(v_cur));
+                FFPA_SM90_DIAG_MARK(0);
+                named_barrier_sync(bar_mine, 256);
+                FFPA_SM90_DIAG_MARK(1);
+                fence_operands(s);
                 fence_operands(o);
-                release(v_cur);
-            };
-            if constexpr (!kLatePv)
-                pv_done();
-            FFPA_SM90_DIAG_MARK(5);
-            if constexpr (Cfg::kCluster > 1)
-                xch.reduce(s, t + 1);
-            FFPA_SM90_DIAG_MARK(6);
-            ts.run(s, o, pf, xch, p, lane, t + 1, [&] {
-                if constexpr (kLatePv)
+                wgmma_fence();
+                ConsumerGemms<Cfg>::qk_issue(s, q_addr, R::addr(smem, k_next));
+                wgmma_commit(); /* group 1: QK(t+1) */
+                if constexpr (R::kLateV) {
+                    /* V(t) may still be landing (a 3-slot ring): QK(t+1) runs meanwhile. */
+                    mbar_wait(&bars->full[R::slot(v_cur)], R::parity(v_cur));
+                    wgmma_fence(); /* ours, after the wait: one ptxas injects inside it serialises the wgmmas (C7520) */
+                }
+                ConsumerGemms<Cfg>::pv_issue(o, pf, R::addr(smem, v_cur));
+                wgmma_commit(); /* group 2: PV(t) */
+                named_barrier_arrive(bar_other, 256);
+                FFPA_SM90_DIAG_MARK(2);
+                /* The partial S leaves for the peer CTAs while PV(t) still runs. */
+                wgmma_wait<1>();
+                fence_operands(s);
+                release(k_next);
+                FFPA_SM90_DIAG_MARK(3);
+                if constexpr (Cfg::kCluster > 1)
+                    xch.scatter(s);
+                FFPA_SM90_DIAG_MARK(4);
+                /* PV(t) done: O may be rescaled, P rewritten, V's slot reused. */
+                auto pv_done = [&]() {
+                    wgmma_wait<0>();
+                    fence_operands(o);
+                    release(v_cur);
+                };
+                if constexpr (!kLatePv)
                     pv_done();
-            });
-        }
+                FFPA_SM90_DIAG_MARK(5);
+                if constexpr (Cfg::kCluster > 1)
+                    xch.reduce(s, t + 1);
+                FFPA_SM90_DIAG_MARK(6);
+                ts.run(s, o, pf, xch, p, lane, t + 1, [&] {
+                    if constexpr (kLatePv)
+                        pv_done();
+                });
+            }
 #ifdef FFPA_SM90_DIAG_TIMELINE
-        if (ctid == 0 && blockIdx.x < Cfg::kCluster && n > 1)
-            printf("diag slice %d cta %u consumer %d tiles %d cycles/tile: data %lld turn %lld issue %lld "
-                   "qk-wait %lld scatter %lld pv-wait %lld reduce %lld softmax+gather %lld%s\n",
-                   Cfg::kSlice, rank, consumer_idx, n - 1, diag[0] / (n - 1), diag[1] / (n - 1), diag[2] / (n - 1),
-                   diag[3] / (n - 1), diag[4] / (n - 1), diag[5] / (n - 1), diag[6] / (n - 1), diag[7] / (n - 1),
-                   kLatePv ? " (late PV: its wait is in softmax+gather)" : "");
+            if (ctid == 0 && blockIdx.x < Cfg::kCluster && n > 1)
+                printf("diag slice %d cta %u consumer %d tiles %d cycles/tile: data %lld turn %lld issue %lld "
+                       "qk-wait %lld scatter %lld pv-wait %lld reduce %lld softmax+gather %lld%s\n",
+                       Cfg::kSlice, rank, consumer_idx, n - 1, diag[0] / (n - 1), diag[1] / (n - 1), diag[2] / (n - 1),
+                       diag[3] / (n - 1), diag[4] / (n - 1), diag[5] / (n - 1), diag[6] / (n - 1), diag[7] / (n - 1),
+                       kLatePv ? " (late PV: its wait is in softmax+gather)" : "");
 #endif
+        }
         /* Last phase: PV of the last tile (the turn after the last consumer's has no taker). */
         const int v_last = R::v_slab(n - 1, n);
         mbar_wait(&bars->full[R::slot(v_last)], R::parity(v_last));
         named_barrier_sync(bar_mine, 256);
         fence_operands(o);
         wgmma_fence();
-        ConsumerGemms<Cfg>::pv_issue(o, pf, R::addr(smem, v_last));
+        ConsumerGemms<Cfg>::pv_issue(o, pf, R::addr(smem, v_last), step_xor);
         wgmma_commit();
         if (consumer_idx != kLast)
             named_barrier_arrive(bar_other, 256);

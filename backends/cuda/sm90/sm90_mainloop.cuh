@@ -160,18 +160,20 @@ template <class Cfg> struct ConsumerGemms {
      * 256 + the rest, when the slice is wider than wgmma's N of 256); V rows
      * are 128 bytes apart, so 16 keys = 2048 bytes; the slice's boxes are
      * kColBytes apart (the descriptor's leading byte offset). */
-    static FFPA_DEV void pv_issue(float (&o)[Cfg::kOAcc], const uint32_t (&pf)[Cfg::kPSteps][4], uint32_t v_addr)
+    static FFPA_DEV void pv_issue(float (&o)[Cfg::kOAcc], const uint32_t (&pf)[Cfg::kPSteps][4], uint32_t v_addr,
+                                  int step_xor = 0)
     {
         constexpr int kN0 = Cfg::kSliceV < 256 ? Cfg::kSliceV : 256;
         constexpr int kN1 = Cfg::kSliceV - kN0;
 #pragma unroll
         for (int kk = 0; kk < Cfg::kPSteps; ++kk) {
+            /* P's step kk holds keys 16 (kk ^ step_xor) .. + 15 (ClusterExchange::own_first's order). */
+            const uint32_t v_step = v_addr + (uint32_t)(kk ^ step_xor) * 2048;
             wgmma_rs<T, kN0>(reinterpret_cast<float(&)[kN0 / 2]>(o[0]), pf[kk],
-                             make_desc_sw128(v_addr + kk * 2048, Cfg::kColBytes, 1024), 1);
+                             make_desc_sw128(v_step, Cfg::kColBytes, 1024), 1);
             if constexpr (kN1 > 0)
                 wgmma_rs<T, kN1>(reinterpret_cast<float(&)[kN1 / 2]>(o[kN0 / 2]), pf[kk],
-                                 make_desc_sw128(v_addr + (kN0 / kBoxCols) * Cfg::kColBytes + kk * 2048,
-                                                 Cfg::kColBytes, 1024),
+                                 make_desc_sw128(v_step + (kN0 / kBoxCols) * Cfg::kColBytes, Cfg::kColBytes, 1024),
                                  1);
         }
     }

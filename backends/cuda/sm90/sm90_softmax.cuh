@@ -129,10 +129,10 @@ template <class Cfg> struct TileSoftmax {
      * then the block's row max, as a first tile needs. */
     template <int b>
     FFPA_DEV void own_block(float (&s)[Cfg::kSAcc], uint32_t (&ph)[2 * kBlockNT], float (&r)[2],
-                            const ffpa_gpu_fwd_params &p, int lane, int t)
+                            const ffpa_gpu_fwd_params &p, int lane, int t, int key_block = b)
     {
         constexpr int kNb = Cfg::blocks_of(b);
-        mask<kNb>(s, b * kBlockNT, t, b * 8 * kBlockNT, p, lane);
+        mask<kNb>(s, b * kBlockNT, t, key_block * 8 * kBlockNT, p, lane);
         float mx[2];
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
@@ -186,15 +186,31 @@ template <class Cfg> struct TileSoftmax {
     /* Split-D across the cluster: our block of s holds its full S of tile t
      * (after ClusterExchange::reduce), the other blocks are free. Every CTA
      * runs the same arithmetic on the same values and references, so all
-     * hold the same P, row sums and maxima. */
-    template <class BeforeFinish>
+     * hold the same P, row sums and maxima. kOwnFirst: the blocks in
+     * ClusterExchange::own_first's order (ours is block 0), and the
+     * caller's PV wait before the all-gather, not after: P's registers are
+     * free while the peers' blocks arrive (the QK^T-two-ahead loop holds a
+     * second S then; d256x2 spills 36 -> 12 bytes, d256x4 28 -> 0). The
+     * row sums then add the blocks in a rank-dependent order: the CTAs'
+     * sums may differ in the last bit; P and the maxima stay identical. */
+    template <bool kOwnFirst, class BeforeFinish>
     FFPA_DEV void cluster(float (&s)[Cfg::kSAcc], float (&o)[Cfg::kOAcc], uint32_t (&pf)[Cfg::kPSteps][4],
                           const ClusterExchange<Cfg> &x, const ffpa_gpu_fwd_params &p, int lane, int t,
                           BeforeFinish before_finish)
     {
         float mb[kC][2];
-        own_block_of_rank<0>(s, mb, x, p, lane, t);
-        x.gather(s, mb, t);
+        if constexpr (kOwnFirst) {
+            /* Blocks in ClusterExchange::own_first's order: ours is block 0. */
+            static_assert(Cfg::kPlain, "dropout's keep bits follow the key order");
+            uint32_t ph[2 * kBlockNT];
+            own_block<0>(s, ph, mb[0], p, lane, t, (int)x.rank);
+            x.template gather_send<kBlockNT>(ph, mb[0]);
+            before_finish();
+            x.template gather<true>(s, mb, t);
+        } else {
+            own_block_of_rank<0>(s, mb, x, p, lane, t);
+            x.gather(s, mb, t);
+        }
         bool settled = true; /* every block of the warp's rows relative to the running max */
 #pragma unroll
         for (int b = 0; b < kC; ++b)
@@ -242,20 +258,21 @@ template <class Cfg> struct TileSoftmax {
                 sm.m[half] = mx;
             }
         }
-        before_finish();
+        if constexpr (!kOwnFirst)
+            before_finish();
         finish_tile(s, o, pf, alpha, p, lane, t);
     }
 
     /* before_finish: called before O or P is written (the caller's wait
-     * for the PV GEMM still reading them); the single-CTA kernels' caller
-     * has waited already. */
-    template <class BeforeFinish>
+     * for the PV GEMM still reading them; kOwnFirst: before the
+     * all-gather); the single-CTA kernels' caller has waited already. */
+    template <bool kOwnFirst = false, class BeforeFinish>
     FFPA_DEV void run(float (&s)[Cfg::kSAcc], float (&o)[Cfg::kOAcc], uint32_t (&pf)[Cfg::kPSteps][4],
                       const ClusterExchange<Cfg> &x, const ffpa_gpu_fwd_params &p, int lane, int t,
                       BeforeFinish before_finish)
     {
         if constexpr (kC > 1) {
-            cluster(s, o, pf, x, p, lane, t, before_finish);
+            cluster<kOwnFirst>(s, o, pf, x, p, lane, t, before_finish);
         } else {
             before_finish();
             whole_tile(s, o, pf, p, lane, t);
