@@ -80,10 +80,10 @@ template <class Cfg> FFPA_DEV bool cta_work(const ffpa_gpu_fwd_params &p, uint32
  * and between phases the warpgroup completes the exchange and the softmax of
  * tile k. The plain clusters of 4 and the 4-slot pairs run QK^T one tile
  * further ahead (kQkTwoAhead: PV of tile k-1 and QK^T of tile k+1, the
- * exchange and softmax of tile k under both). The consumers take turns issuing, round robin on named barriers
- * 1 .. kConsumers (consumer c waits on barrier 1 + c, then arrives on the
- * next one), so one warpgroup's softmax and DSMEM exchange overlap the
- * others' tensor-core work.
+ * exchange and softmax of tile k under both). The consumers take turns
+ * issuing, round robin on named barriers 1 .. kConsumers (consumer c waits
+ * on barrier 1 + c, then arrives on the next one), so one warpgroup's
+ * softmax and DSMEM exchange overlap the others' tensor-core work.
  */
 template <class Cfg>
 FFPA_DEV void consumer(const ffpa_gpu_fwd_params &p, uint8_t *smem, RingBarriers *bars, const CtaWork &cw,
@@ -109,8 +109,11 @@ FFPA_DEV void consumer(const ffpa_gpu_fwd_params &p, uint8_t *smem, RingBarriers
      * consumer's. The second S costs 32 registers, paid back by keeping our
      * column block first (ClusterExchange::own_first) and waiting for PV(t)
      * before the all-gather, which frees P (H200: D = 512 +4%, 1024 +9%).
-     * Not the MLA pair (3 slots of 40 KiB: -3%), nor clusters of 3 (uneven
-     * blocks), nor the variants' code (their dropout follows the key order). */
+     * Not the MLA pair (3 slots of 40 KiB: -3%), nor the variants' code
+     * (their dropout follows the key order), nor clusters of 3: blocks of 3,
+     * 3 and 2 n8-blocks cannot go first (P's k16 steps would straddle them),
+     * and per-rank copies of the consumer (constant block positions) still
+     * spill 420 bytes (1912 with the rank at run time). */
     constexpr bool kQkTwoAhead =
         Cfg::kPlain && (Cfg::kCluster == 4 || (Cfg::kCluster == 2 && Cfg::kSlots >= 4));
     const int step_xor = kQkTwoAhead ? (int)rank * (Cfg::kBlockNT / 2) : 0;
