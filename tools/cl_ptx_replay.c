@@ -19,7 +19,8 @@
  * FFPA_REPLAY_OPENCL=1 launches the same PTX through OpenCL instead (the
  * NVIDIA platform's clCreateProgramWithBinary, these arguments and one
  * buffer for q, k and v as here); =2 with q, k and v in three buffers, as
- * ffpa's launch has them. Where the OpenCL run is slower than the replay,
+ * ffpa's launch has them. FFPA_REPLAY_OPENCL_OPTIONS: the build options of
+ * that binary (default -cl-nv-verbose: the JIT's ptxas figures printed). Where the OpenCL run is slower than the replay,
  * that tells NVIDIA's OpenCL with this kernel (1 slow) from ffpa's launch
  * and buffers (1 fast) apart (docs/notes/opencl.md).
  *
@@ -156,9 +157,27 @@ static double opencl_replay(const char *ptx, const char *kernel, int wg, size_t 
     cl_int status;
     cl_program prog = clCreateProgramWithBinary(ctx, 1, &dev, &len, &bin, &status, &e);
     CL_CHECK(e);
-    CL_CHECK(clBuildProgram(prog, 1, &dev, "", NULL, NULL));
+    /* NVIDIA's JIT of the PTX happens here: -cl-nv-verbose makes its build
+     * log carry ptxas's registers, stack and spills for the OpenCL build,
+     * to set beside the CUDA driver's; -cl-nv-maxrregcount=N or
+     * -cl-nv-opt-level=N (cl_nv_compiler_options) test what it chose. */
+    const char *opts = getenv("FFPA_REPLAY_OPENCL_OPTIONS");
+    if (!opts)
+        opts = "-cl-nv-verbose";
+    const cl_int built = clBuildProgram(prog, 1, &dev, opts, NULL, NULL);
+    char log[4096] = "";
+    clGetProgramBuildInfo(prog, dev, CL_PROGRAM_BUILD_LOG, sizeof log - 1, log, NULL);
+    printf("OpenCL build (%s): %s\n", opts, log[0] ? log : "(empty log)");
+    CL_CHECK(built);
     cl_kernel k = clCreateKernel(prog, kernel, &e);
     CL_CHECK(e);
+    cl_ulong local_bytes = 0, private_bytes = 0;
+    size_t wg_max = 0;
+    clGetKernelWorkGroupInfo(k, dev, CL_KERNEL_LOCAL_MEM_SIZE, sizeof local_bytes, &local_bytes, NULL);
+    clGetKernelWorkGroupInfo(k, dev, CL_KERNEL_PRIVATE_MEM_SIZE, sizeof private_bytes, &private_bytes, NULL);
+    clGetKernelWorkGroupInfo(k, dev, CL_KERNEL_WORK_GROUP_SIZE, sizeof wg_max, &wg_max, NULL);
+    printf("OpenCL kernel: %llu bytes local, %llu bytes private a work-item, at most %zu work-items a group\n",
+           (unsigned long long)local_bytes, (unsigned long long)private_bytes, wg_max);
 
     const size_t elems = (size_t)(b * h * n * d);
     cl_mem qkv[3], o, dummy;
