@@ -116,7 +116,13 @@ FFPA_DEV void consumer(const ffpa_gpu_fwd_params &p, uint8_t *smem, RingBarriers
      * spill 420 bytes (1912 with the rank at run time). */
     constexpr bool kQkTwoAhead =
         Cfg::kPlain && (Cfg::kCluster == 4 || (Cfg::kCluster == 2 && Cfg::kSlots >= 4));
-    const int step_xor = kQkTwoAhead ? (int)rank * (Cfg::kBlockNT / 2) : 0;
+    /* P in own_first's order: its k16 step kk holds the keys of step kk ^ step_xor. That holds when the
+     * column blocks are equal, whole k16 steps, a power of two of them each (pairs: 2, fours: 1). */
+    constexpr int kStepsPerBlock = Cfg::kBlockNT / 2;
+    static_assert(!kQkTwoAhead || (Cfg::kNT == Cfg::kCluster * Cfg::kBlockNT && Cfg::kBlockNT % 2 == 0 &&
+                                   (kStepsPerBlock & (kStepsPerBlock - 1)) == 0),
+                  "own block first: equal column blocks of a power of two of k16 steps");
+    const int step_xor = kQkTwoAhead ? (int)rank * kStepsPerBlock : 0;
 
     float o[Cfg::kOAcc];
 #pragma unroll
