@@ -152,7 +152,7 @@ FFPA_DEV void consumer(const ffpa_gpu_fwd_params &p, uint8_t *smem, RingBarriers
             named_barrier_arrive(bar_other, 256); /* consumer 0 issues first */
         mbar_wait(&bars->q_full, 0);
         const int k0 = R::k_slab(0);
-        mbar_wait(&bars->full[R::slot(k0)], R::parity(k0));
+        R::wait_full(bars, k0);
         named_barrier_sync(bar_mine, 256);
         if constexpr (kQkTwoAhead) {
             float sn[Cfg::kSAcc]; /* the next tile's partial S (key order), in flight under this tile's softmax */
@@ -173,7 +173,7 @@ FFPA_DEV void consumer(const ffpa_gpu_fwd_params &p, uint8_t *smem, RingBarriers
             /* Phase -1: QK(1) alone; tile 0's exchange and softmax under it. */
             const int k1 = R::k_slab(1);
             if (n > 1) {
-                mbar_wait(&bars->full[R::slot(k1)], R::parity(k1));
+                R::wait_full(bars, k1);
                 named_barrier_sync(bar_mine, 256);
                 fence_operands(sn);
                 wgmma_fence();
@@ -190,9 +190,9 @@ FFPA_DEV void consumer(const ffpa_gpu_fwd_params &p, uint8_t *smem, RingBarriers
              * softmax run under both. */
             for (int t = 0; t + 2 < n; ++t) {
                 const int v_cur = R::v_slab(t, n), k_next = R::k_slab(t + 2);
-                mbar_wait(&bars->full[R::slot(v_cur)], R::parity(v_cur));
+                R::wait_full(bars, v_cur);
                 if constexpr (!R::kLateV)
-                    mbar_wait(&bars->full[R::slot(k_next)], R::parity(k_next));
+                    R::wait_full(bars, k_next);
                 named_barrier_sync(bar_mine, 256);
                 fence_operands(o);
                 fence_operands(sn);
@@ -201,7 +201,7 @@ FFPA_DEV void consumer(const ffpa_gpu_fwd_params &p, uint8_t *smem, RingBarriers
                 wgmma_commit(); /* group 1: PV(t) */
                 if constexpr (R::kLateV) {
                     /* K(t+2) may still be landing in V(t-1)'s slot (3 slots): PV(t) runs meanwhile. */
-                    mbar_wait(&bars->full[R::slot(k_next)], R::parity(k_next));
+                    R::wait_full(bars, k_next);
                     wgmma_fence();
                 }
                 ConsumerGemms<Cfg>::qk_issue(sn, q_addr, R::addr(smem, k_next));
@@ -218,7 +218,7 @@ FFPA_DEV void consumer(const ffpa_gpu_fwd_params &p, uint8_t *smem, RingBarriers
             /* Phase n-2: PV(n-2) alone; the last tile's exchange and softmax under it. */
             if (n > 1) {
                 const int v_cur = R::v_slab(n - 2, n);
-                mbar_wait(&bars->full[R::slot(v_cur)], R::parity(v_cur));
+                R::wait_full(bars, v_cur);
                 named_barrier_sync(bar_mine, 256);
                 fence_operands(o);
                 wgmma_fence();
@@ -241,10 +241,10 @@ FFPA_DEV void consumer(const ffpa_gpu_fwd_params &p, uint8_t *smem, RingBarriers
             wgmma_wait<0>();
             fence_operands(s);
             release(k0);
-            if constexpr (Cfg::kCluster > 1)
+            if constexpr (Cfg::kCluster > 1) {
                 xch.scatter(s);
-            if constexpr (Cfg::kCluster > 1)
                 xch.reduce(s, 0);
+            }
             ts.run(s, o, pf, xch, p, lane, 0, [] {}); /* no PV in flight yet */
 #ifdef FFPA_SM90_DIAG_TIMELINE
             /* Diagnostic builds only: mean cycles per tile of each step of the
@@ -263,9 +263,9 @@ FFPA_DEV void consumer(const ffpa_gpu_fwd_params &p, uint8_t *smem, RingBarriers
             for (int t = 0; t + 1 < n; ++t) {
                 const int k_next = R::k_slab(t + 1), v_cur = R::v_slab(t, n);
                 FFPA_SM90_DIAG_MARK(7);
-                mbar_wait(&bars->full[R::slot(k_next)], R::parity(k_next));
+                R::wait_full(bars, k_next);
                 if constexpr (!R::kLateV)
-                    mbar_wait(&bars->full[R::slot(v_cur)], R::parity(v_cur));
+                    R::wait_full(bars, v_cur);
                 FFPA_SM90_DIAG_MARK(0);
                 named_barrier_sync(bar_mine, 256);
                 FFPA_SM90_DIAG_MARK(1);
@@ -276,7 +276,7 @@ FFPA_DEV void consumer(const ffpa_gpu_fwd_params &p, uint8_t *smem, RingBarriers
                 wgmma_commit(); /* group 1: QK(t+1) */
                 if constexpr (R::kLateV) {
                     /* V(t) may still be landing (a 3-slot ring): QK(t+1) runs meanwhile. */
-                    mbar_wait(&bars->full[R::slot(v_cur)], R::parity(v_cur));
+                    R::wait_full(bars, v_cur);
                     wgmma_fence(); /* ours, after the wait: one ptxas injects inside it serialises the wgmmas (C7520) */
                 }
                 ConsumerGemms<Cfg>::pv_issue(o, pf, R::addr(smem, v_cur));
@@ -319,7 +319,7 @@ FFPA_DEV void consumer(const ffpa_gpu_fwd_params &p, uint8_t *smem, RingBarriers
         }
         /* Last phase: PV of the last tile (the turn after the last consumer's has no taker). */
         const int v_last = R::v_slab(n - 1, n);
-        mbar_wait(&bars->full[R::slot(v_last)], R::parity(v_last));
+        R::wait_full(bars, v_last);
         named_barrier_sync(bar_mine, 256);
         fence_operands(o);
         wgmma_fence();

@@ -84,6 +84,8 @@ template <class Cfg> struct Ring : RingOrder {
     static constexpr bool kLateV = Cfg::kSlots < 4;
     static FFPA_DEV uint32_t slot(int slab) { return (uint32_t)slab % Cfg::kSlots; }
     static FFPA_DEV uint32_t parity(int slab) { return ((uint32_t)slab / Cfg::kSlots) & 1; }
+    /* A consumer waits until the producer's TMA filled the slab. */
+    static FFPA_DEV void wait_full(RingBarriers *bars, int slab) { mbar_wait(&bars->full[slot(slab)], parity(slab)); }
     static FFPA_DEV uint32_t addr(uint8_t *smem, int slab)
     {
         return smem_u32(smem + FwdSmemLayout<Cfg>::ring + (size_t)slot(slab) * Cfg::kSlabBytes);
