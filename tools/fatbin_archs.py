@@ -49,8 +49,8 @@ ARCH_SPECIFIC = 1 << 20
 
 
 def images(section):
-    """(translation unit index, kind, arch name such as '90a') of every image."""
-    pos, unit = 0, 0
+    """(kind, arch name such as '90a') of every image."""
+    pos = 0
     while pos + 16 <= len(section):
         magic, _version, header_size, size = struct.unpack_from("<IHHQ", section, pos)
         if magic != FATBIN_MAGIC:
@@ -59,9 +59,9 @@ def images(section):
         entry, end = pos + header_size, pos + header_size + size
         while entry + 64 <= end:
             words = struct.unpack_from("<16I", section, entry)
-            yield unit, words[0] & 0xFFFF, f"{words[7]}{'a' if words[10] & ARCH_SPECIFIC else ''}"
+            yield words[0] & 0xFFFF, f"{words[7]}{'a' if words[10] & ARCH_SPECIFIC else ''}"
             entry += words[1] + words[2]
-        pos, unit = end, unit + 1
+        pos = end
 
 
 def main():
@@ -72,7 +72,7 @@ def main():
     args = ap.parse_args()
 
     found = Counter()
-    for _unit, kind, arch in images(fatbin_section(args.lib)):
+    for kind, arch in images(fatbin_section(args.lib)):
         label = {KIND_PTX: "PTX", KIND_ELF: "SASS"}.get(kind, f"kind {kind}")
         found[(label, arch)] += 1
     for (label, arch), n in sorted(found.items()):
