@@ -100,8 +100,11 @@ FFPA_DEV void consumer(const ffpa_gpu_fwd_params &p, uint8_t *smem, RingBarriers
      * (which touch neither O nor P); the wait moves to just before O's
      * rescale and P's packing (H200: D = 512 +1.5-2%, MLA 576/512 +4%).
      * Clusters of 3 and 4 keep the early wait: P live through the softmax
-     * spills them (16 -> 64 bytes of stores) and D = 768 lost 3%. */
-    constexpr bool kLatePv = Cfg::kCluster == 2;
+     * spills them (16 -> 64 bytes of stores) and D = 768 lost 3%. The
+     * single-CTA plain kernels wait late too (FlashAttention-3's
+     * intra-warpgroup overlap: their softmax under their own PV as well as
+     * the other consumer's GEMMs; H200: D = 128 +3.5%, D = 64 +4%). */
+    constexpr bool kLatePv = Cfg::kCluster == 2 || (Cfg::kCluster == 1 && Cfg::kPlain);
     /* QK^T two tiles ahead (plain clusters of 4, and pairs on rings of 4+ slots):
      * phase t issues PV(t) and QK(t+2); tile t+1's partial S left for the
      * peers at the end of the phase before, so the exchange's DSMEM round

@@ -97,8 +97,8 @@ extern "C" ffpa_status ffpa_cuda_sm90_forward(struct ffpa_cuda_state *st, const 
     const bool variants = !ffpa_gpu_fwd_no_variants(base);
     if (kd->slice == 64 && kd->cluster == 1 && base->has_dropout)
         kd = pb->dtype == FFPA_F16 ? &ffpa::sm90::fwd_f16_d64_dropout : &ffpa::sm90::fwd_bf16_d64_dropout;
-    else if (!variants && ffpa_env_bool("FFPA_SM90_PLAIN", 1, NULL))
-        kd = plain_kernel(kd, pb, st->prop.multiProcessorCount);
+    else if (!variants && (kd->cluster > 1 || base->scale_log2 > 0.0f) && ffpa_env_bool("FFPA_SM90_PLAIN", 1, NULL))
+        kd = plain_kernel(kd, pb, st->prop.multiProcessorCount); /* single-CTA twins fold a positive scale */
     if ((size_t)kd->smem_bytes > st->prop.sharedMemPerBlockOptin)
         return unsupported(err, err_len, "the sm90 kernel needs more shared memory than this device has");
 

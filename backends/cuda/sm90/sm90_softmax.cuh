@@ -39,21 +39,23 @@ template <class Cfg> struct TileSoftmax {
     OnlineSoftmax sm;
     /* Masks the n8-blocks [nt0, nt0 + kN) of loop tile t's scores, at key
      * column col0 of that tile. */
-    template <int kN>
+    template <int kN, bool kScale = true>
     FFPA_DEV void mask(float (&s)[Cfg::kSAcc], int nt0, int t, int col0, const ffpa_gpu_fwd_params &p, int lane)
     {
         arch::FragC(&sf)[kN] = *reinterpret_cast<arch::FragC(*)[kN]>(&s[4 * nt0]);
         mc.col0 = (tile0 + t) * Cfg::kBc + col0;
         mc.need_bounds = mc.col0 + 8 * kN > mc.seqlen_k;
         mc.need_diag = crosses_diag(p, mc.row0, mc.row0 + 15, mc.col0, mc.col0 + 8 * kN - 1, diag);
-        mask_scores<kN, !Cfg::kPlain>(sf, p, mc, lane);
+        mask_scores<kN, !Cfg::kPlain, kScale>(sf, p, mc, lane);
     }
 
-    /* O *= alpha, dropout over the whole tile, P -> A fragments. */
+    /* O *= alpha (kRescale), dropout over the whole tile, P -> A fragments. */
+    template <bool kRescale = true>
     FFPA_DEV void finish_tile(float (&s)[Cfg::kSAcc], float (&o)[Cfg::kOAcc], uint32_t (&pf)[Cfg::kPSteps][4],
                               const float (&alpha)[2], const ffpa_gpu_fwd_params &p, int lane, int t)
     {
-        OnlineSoftmax::rescale(reinterpret_cast<arch::FragC(&)[Cfg::kOAcc / 4]>(o), alpha);
+        if constexpr (kRescale)
+            OnlineSoftmax::rescale(reinterpret_cast<arch::FragC(&)[Cfg::kOAcc / 4]>(o), alpha);
         if constexpr (!Cfg::kPlain) {
             if (p.has_dropout) {
                 mc.col0 = (tile0 + t) * Cfg::kBc;
@@ -69,27 +71,36 @@ template <class Cfg> struct TileSoftmax {
         }
     }
 
-    /* The full S of key tile t is in s. */
+    /* The full S of key tile t is in s; before_finish runs before O or P
+     * is written (the caller's wait for the PV GEMM still reading them).
+     * The plain kernels leave the scores unscaled (the launch gives them
+     * scale_log2 > 0 only): the row max of the raw scores times the scale
+     * is the scaled max, and the scale rides in the exp2's FFMA; once the
+     * maxima settle, the exp2s take the running max as their reference and
+     * O keeps its scale (FlashAttention-3's folded scale and -4's
+     * conditional rescaling: 96 FMUL and 64 FMUL a thread fewer per
+     * 192-key tile at d128). */
+    template <class BeforeFinish>
     FFPA_DEV void whole_tile(float (&s)[Cfg::kSAcc], float (&o)[Cfg::kOAcc], uint32_t (&pf)[Cfg::kPSteps][4],
-                             const ffpa_gpu_fwd_params &p, int lane, int t)
+                             const ffpa_gpu_fwd_params &p, int lane, int t, BeforeFinish before_finish)
     {
-        mask<Cfg::kNT>(s, 0, t, 0, p, lane);
+        constexpr bool kFold = Cfg::kPlain;
+        mask<Cfg::kNT, !kFold>(s, 0, t, 0, p, lane);
+        arch::FragC(&sf)[Cfg::kNT] = reinterpret_cast<arch::FragC(&)[Cfg::kNT]>(s);
+        const float scale = kFold ? p.scale_log2 : 1.0f;
         float alpha[2] = {1.0f, 1.0f};
         float mx[2];
 #pragma unroll
-        for (int half = 0; half < 2; ++half) {
-            mx[half] = -INFINITY;
-#pragma unroll
-            for (int nt = 0; nt < Cfg::kNT; ++nt)
-                mx[half] = fmaxf(mx[half], fmaxf(s[4 * nt + 2 * half], s[4 * nt + 2 * half + 1]));
-        }
+        for (int half = 0; half < 2; ++half)
+            mx[half] = OnlineSoftmax::lane_max<Cfg::kNT>(sf, half, -INFINITY) * scale;
         /* The variants' kernels always take the new max: with the extra
          * branch ptxas spills the d128 one (0 -> 328 bytes). */
         if (!Cfg::kPlain || arch::warp_any(mx[0] > sm.m[0] + kGrowLog2 || mx[1] > sm.m[1] + kGrowLog2)) {
 #pragma unroll
             for (int half = 0; half < 2; ++half)
-                sm.advance<Cfg::kNT>(reinterpret_cast<arch::FragC(&)[Cfg::kNT]>(s), alpha, half,
-                                     arch::quad_max(fmaxf(sm.m[half], mx[half])), 1.0f);
+                sm.advance<Cfg::kNT>(sf, alpha, half, arch::quad_max(fmaxf(sm.m[half], mx[half])), scale);
+            before_finish();
+            finish_tile(s, o, pf, alpha, p, lane, t);
         } else {
             /* Relative to the running max: no max shuffles, no rescale. */
 #pragma unroll
@@ -101,13 +112,14 @@ template <class Cfg> struct TileSoftmax {
 #pragma unroll
                     for (int e = 0; e < 2; ++e) {
                         float &v = s[4 * nt + 2 * half + e];
-                        v = arch::exp2_fast(v - ref);
+                        v = arch::exp2_fast(fmaf(v, scale, -ref));
                         sum[e] += v;
                     }
                 sm.l[half] += sum[0] + sum[1];
             }
+            before_finish();
+            finish_tile<false>(s, o, pf, alpha, p, lane, t);
         }
-        finish_tile(s, o, pf, alpha, p, lane, t);
     }
 
     /* How far (log2 domain) a score may exceed the running max before a
@@ -265,7 +277,7 @@ template <class Cfg> struct TileSoftmax {
 
     /* before_finish: called before O or P is written (the caller's wait
      * for the PV GEMM still reading them; kOwnFirst: before the
-     * all-gather); the single-CTA kernels' caller has waited already. */
+     * all-gather). */
     template <bool kOwnFirst = false, class BeforeFinish>
     FFPA_DEV void run(float (&s)[Cfg::kSAcc], float (&o)[Cfg::kOAcc], uint32_t (&pf)[Cfg::kPSteps][4],
                       const ClusterExchange<Cfg> &x, const ffpa_gpu_fwd_params &p, int lane, int t,
@@ -274,8 +286,7 @@ template <class Cfg> struct TileSoftmax {
         if constexpr (kC > 1) {
             cluster<kOwnFirst>(s, o, pf, x, p, lane, t, before_finish);
         } else {
-            before_finish();
-            whole_tile(s, o, pf, p, lane, t);
+            whole_tile(s, o, pf, p, lane, t, before_finish);
         }
     }
 };
