@@ -8,24 +8,27 @@
  *   2. all-gather (T): each CTA masks its block, picks the rows' reference
  *      r (the running max while no score outgrows it by much, else the
  *      block's row max) and sends exp2(S - r), rounded to T (P's GEMM type:
- *      the words are P's A fragments as they stand), with r to every peer
- *      (gather_send, gather). Every CTA then holds the same blocks and
- *      references and rescales them (only where the references differ) by
- *      the same arithmetic (sm90_softmax.cuh), so all hold bit-identical P
- *      and row maxima (and row sums, unless the blocks sit own block first:
- *      own_first; then the sums' order differs by the last bit).
+ *      the words are P's A fragments as they stand), with r and the rows'
+ *      sums of exp2(S - r) before the rounding to every peer (gather_send,
+ *      gather). Every CTA then holds the same blocks, references and sums
+ *      and rescales them (only where the references differ) by the same
+ *      arithmetic (sm90_softmax.cuh), so all hold bit-identical P and row
+ *      maxima (and row sums, unless the blocks sit own block first:
+ *      own_first; then the sums' order differs by the last bit). The sums
+ *      are FlashAttention's, of the fp32 probabilities: summing the rounded
+ *      P instead put the LSE up to 2^-9 off on rows a few keys dominate.
  * Why not sum the whole S in every CTA (the butterfly all-reduce of v1-v8):
  * DSMEM moves about 8-11 bytes per cycle per SM on the H100
  * (backends/cuda/sm90/dsmem_probe.cu), and the exchange is on the consumer's critical
  * path. The all-reduce sends 16 KiB per consumer and tile per butterfly step
  * (C=2: 16 KiB, C=4: 32 KiB); this sends (C-1)/C x (16 KiB + 8 KiB) plus the
- * maxima (12.25 / 18.75 KiB), and each CTA computes the exponentials of 1/C
+ * maxima and sums (12.5 / 19.5 KiB), and each CTA computes the exponentials of 1/C
  * of the tile instead of all of it.
  *
  * Slots, per consumer and peer distance d (1..C-1; rank ^ peer in clusters
  * of 2 and 4, (sender - receiver) mod 3 in clusters of 3): one RS slot (64
  * x the largest block, fp32) and one AG slot (the same in T + 64 row
- * references). A cluster of three cuts the tile's 8 n8-blocks 3, 3, 2, so the
+ * references and sums). A cluster of three cuts the tile's 8 n8-blocks 3, 3, 2, so the
  * messages' sizes follow the block (FwdConfig::blocks_of); the
  * receiver's rs_full / ag_full mbarrier counts the bytes of all its peers
  * (one local arrive.expect_tx per tile). No "empty" barriers are needed: a
@@ -78,10 +81,11 @@ template <class Cfg> struct ClusterExchange {
     }
     /* A block of nb n8-blocks: nb / 2 uint4 per thread, then (nb odd) one uint2. */
     FFPA_DEV static uint2 *ag_tail(uint4 *slot, int nb) { return reinterpret_cast<uint2 *>(slot + (nb / 2) * 128); }
-    /* Row maxima after the probabilities: [warp][row in warp's quad rows] (m of row r, r + 8). */
-    FFPA_DEV float2 *ag_max(int d) const
+    /* Row references and sums after the probabilities: [warp][row in the
+     * warp's quad rows] {m of row r, of r + 8, sum of row r, of r + 8}. */
+    FFPA_DEV float4 *ag_max(int d) const
     {
-        return reinterpret_cast<float2 *>(reinterpret_cast<uint8_t *>(ag_slot(d)) + Cfg::kAgSlotBytes - Cfg::kAgMaxBytes);
+        return reinterpret_cast<float4 *>(reinterpret_cast<uint8_t *>(ag_slot(d)) + Cfg::kAgSlotBytes - Cfg::kAgMaxBytes);
     }
 
     /* 1a. Block b of the partial S to CTA b, for every b but our own (b is
@@ -159,8 +163,10 @@ template <class Cfg> struct ClusterExchange {
     }
 
     /* 2a. Our block's probabilities (T pairs, n8-block major; kNb
-     * n8-blocks) and row references to every peer. */
-    template <int kNb> FFPA_DEV void gather_send(const uint32_t (&ph)[2 * kBlockNT], const float (&m)[2]) const
+     * n8-blocks), row references m and row sums l (of the probabilities
+     * before their rounding to T, whole rows: quad-summed) to every peer. */
+    template <int kNb>
+    FFPA_DEV void gather_send(const uint32_t (&ph)[2 * kBlockNT], const float (&m)[2], const float (&l)[2]) const
     {
 #ifndef FFPA_SM90_DIAG_SKIP_EXCHANGE
 #pragma unroll
@@ -178,7 +184,7 @@ template <class Cfg> struct ClusterExchange {
                 st_async_remote_v2(ag_tail(slot, kNb) + tid, ag_full, (uint32_t)b,
                                    __uint_as_float(ph[2 * kNb - 2]), __uint_as_float(ph[2 * kNb - 1]));
             if ((lane & 3) == 0)
-                st_async_remote_v2(ag_max(d) + warp * 8 + lane / 4, ag_full, (uint32_t)b, m[0], m[1]);
+                st_async_remote_v4(ag_max(d) + warp * 8 + lane / 4, ag_full, (uint32_t)b, m[0], m[1], l[0], l[1]);
         }
 #endif
     }
@@ -186,7 +192,10 @@ template <class Cfg> struct ClusterExchange {
     /* 2b. The peers' blocks into s (fp32, exact, each still relative to
      * its own reference) and their references into mb[b]; mb[rank] is left
      * to the caller. kOwnFirst: peer rank ^ d's block goes to block d (see
-     * own_first), its reference to mb[d]. */
+     * own_first), its reference to mb[d]. Their row sums stay in the slots
+     * (peer_sums): the peers write them again only after this consumer's
+     * next scatter, and registers held through the softmax spilled the
+     * variants' kernels (d256x4: 28 -> 320 bytes of loads). */
     template <bool kOwnFirst = false> FFPA_DEV void gather(float (&s)[32], float (&mb)[kC][2], int tile) const
     {
         static_assert(!kOwnFirst || kXor, "own block first: clusters of 2 and 4");
@@ -229,11 +238,24 @@ template <class Cfg> struct ClusterExchange {
                 s[i + 2] = f1.x;
                 s[i + 3] = f1.y;
             }
-            const float2 mm = ag_max(d)[warp * 8 + lane / 4];
+            const float4 mm = ag_max(d)[warp * 8 + lane / 4];
             mb[b][0] = mm.x;
             mb[b][1] = mm.y;
 #endif
         }
+    }
+
+    /* Row half `half`'s sum in block b's message (gather's block order;
+     * not our own block). */
+    template <bool kOwnFirst = false> FFPA_DEV float peer_sum(int b, int half) const
+    {
+#ifdef FFPA_SM90_DIAG_SKIP_EXCHANGE
+        (void)b, (void)half;
+        return 0.0f;
+#else
+        const float4 mm = ag_max(kOwnFirst ? b : dist_here(b))[warp * 8 + lane / 4];
+        return half ? mm.w : mm.z;
+#endif
     }
 };
 

@@ -102,7 +102,7 @@ struct FwdConfig {
     /* Cluster exchange (sm90_exchange.cuh): the key tile's columns are cut
      * into kCluster blocks, one owned by each CTA; per consumer and peer one
      * reduce-scatter slot (64 x block fp32) and one all-gather slot (64 x
-     * block T probabilities + 64 row references). */
+     * block T probabilities + 64 row references and sums). */
     static constexpr int kPeers = kCluster - 1;
     /* n8-blocks of S per column block: CTA b owns [b * kBlockNT, b *
      * kBlockNT + blocks_of(b)); a cluster of three cuts the 8 of a 64-key
@@ -114,7 +114,7 @@ struct FwdConfig {
     }
     static constexpr uint32_t kRsNtBytes = 64 * 8 * 4;  /* one n8-block of a consumer's partial S, fp32 */
     static constexpr uint32_t kAgNtBytes = 64 * 8 * 2;  /* ... of its probabilities, T */
-    static constexpr uint32_t kAgMaxBytes = 64 * 4;     /* the 64 row references of an all-gather message */
+    static constexpr uint32_t kAgMaxBytes = 64 * 8;     /* the 64 row references and sums of an all-gather message */
     static constexpr uint32_t kRsSlotBytes = kBlockNT * kRsNtBytes;
     static constexpr uint32_t kAgSlotBytes = kBlockNT * kAgNtBytes + kAgMaxBytes;
     static constexpr size_t kXBytes = (size_t)kConsumers * kPeers * (kRsSlotBytes + kAgSlotBytes);

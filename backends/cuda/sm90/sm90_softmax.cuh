@@ -135,12 +135,13 @@ template <class Cfg> struct TileSoftmax {
 
     /* Our block b (compile-time) of s holds its full S: mask it, pick the
      * rows' reference r and exponentiate relative to it, rounded to T: the
-     * words ph (what the peers receive) and their values in s. r is the
+     * words ph (what the peers receive) and their values in s; l, the rows'
+     * sums of the probabilities before the rounding (whole rows). r is the
      * running max (the same in every CTA, so the blocks need no rescale)
      * unless a score of the warp's rows exceeds it by more than kGrowLog2;
      * then the block's row max, as a first tile needs. */
     template <int b>
-    FFPA_DEV void own_block(float (&s)[Cfg::kSAcc], uint32_t (&ph)[2 * kBlockNT], float (&r)[2],
+    FFPA_DEV void own_block(float (&s)[Cfg::kSAcc], uint32_t (&ph)[2 * kBlockNT], float (&r)[2], float (&l)[2],
                             const ffpa_gpu_fwd_params &p, int lane, int t, int key_block = b)
     {
         constexpr int kNb = Cfg::blocks_of(b);
@@ -166,16 +167,21 @@ template <class Cfg> struct TileSoftmax {
         for (int half = 0; half < 2; ++half) {
             /* A row with only masked keys so far: reference 0, exp2(-inf) = 0. */
             const float ref = r[half] == -INFINITY ? 0.0f : r[half];
+            float sum[2] = {0.0f, 0.0f};
 #pragma unroll
             for (int j = 0; j < kNb; ++j) {
                 float &a = s[4 * (b * kBlockNT + j) + 2 * half];
                 float &c = s[4 * (b * kBlockNT + j) + 2 * half + 1];
-                const uint32_t w = arch::pack_f32x2<T>(arch::exp2_fast(a - ref), arch::exp2_fast(c - ref));
+                const float pa = arch::exp2_fast(a - ref), pc = arch::exp2_fast(c - ref);
+                sum[0] += pa;
+                sum[1] += pc;
+                const uint32_t w = arch::pack_f32x2<T>(pa, pc);
                 ph[2 * j + half] = w;
                 const float2 f = arch::unpack_f32x2<T>(w);
                 a = f.x;
                 c = f.y;
             }
+            l[half] = arch::quad_sum(sum[0] + sum[1]);
         }
     }
 
@@ -183,16 +189,16 @@ template <class Cfg> struct TileSoftmax {
      * compile-time constant (no run-time register indexing), so one branch
      * per rank, uniform across the CTA. */
     template <int b>
-    FFPA_DEV void own_block_of_rank(float (&s)[Cfg::kSAcc], float (&mb)[kC][2], const ClusterExchange<Cfg> &x,
-                                    const ffpa_gpu_fwd_params &p, int lane, int t)
+    FFPA_DEV void own_block_of_rank(float (&s)[Cfg::kSAcc], float (&mb)[kC][2], float (&l)[2],
+                                    const ClusterExchange<Cfg> &x, const ffpa_gpu_fwd_params &p, int lane, int t)
     {
         if (b == (int)x.rank) {
             uint32_t ph[2 * kBlockNT];
-            own_block<b>(s, ph, mb[b], p, lane, t);
-            x.template gather_send<Cfg::blocks_of(b)>(ph, mb[b]);
+            own_block<b>(s, ph, mb[b], l, p, lane, t);
+            x.template gather_send<Cfg::blocks_of(b)>(ph, mb[b], l);
         }
         if constexpr (b + 1 < kC)
-            own_block_of_rank<b + 1>(s, mb, x, p, lane, t);
+            own_block_of_rank<b + 1>(s, mb, l, x, p, lane, t);
     }
 
     /* Split-D across the cluster: our block of s holds its full S of tile t
@@ -204,75 +210,85 @@ template <class Cfg> struct TileSoftmax {
      * free while the peers' blocks arrive (the QK^T-two-ahead loop holds a
      * second S then; d256x2 spills 36 -> 12 bytes, d256x4 28 -> 0). The
      * row sums then add the blocks in a rank-dependent order: the CTAs'
-     * sums may differ in the last bit; P and the maxima stay identical. */
+     * sums may differ in the last bit; P and the maxima stay identical.
+     * The row sums come whole from the blocks' owners (own_block's l, of
+     * the probabilities before rounding) and live in the first lane of
+     * each quad (OnlineSoftmax::finish sums the quad). Once the maxima
+     * settle, O keeps its scale (no rescale by alpha = 1). */
     template <bool kOwnFirst, class BeforeFinish>
     FFPA_DEV void cluster(float (&s)[Cfg::kSAcc], float (&o)[Cfg::kOAcc], uint32_t (&pf)[Cfg::kPSteps][4],
                           const ClusterExchange<Cfg> &x, const ffpa_gpu_fwd_params &p, int lane, int t,
                           BeforeFinish before_finish)
     {
-        float mb[kC][2];
+        float mb[kC][2], own_l[2];
         if constexpr (kOwnFirst) {
             /* Blocks in ClusterExchange::own_first's order: ours is block 0. */
             static_assert(Cfg::kPlain, "dropout's keep bits follow the key order");
             uint32_t ph[2 * kBlockNT];
-            own_block<0>(s, ph, mb[0], p, lane, t, (int)x.rank);
-            x.template gather_send<kBlockNT>(ph, mb[0]);
+            own_block<0>(s, ph, mb[0], own_l, p, lane, t, (int)x.rank);
+            x.template gather_send<kBlockNT>(ph, mb[0], own_l);
             before_finish();
             x.template gather<true>(s, mb, t);
         } else {
-            own_block_of_rank<0>(s, mb, x, p, lane, t);
+            own_block_of_rank<0>(s, mb, own_l, x, p, lane, t);
             x.gather(s, mb, t);
         }
+        const int own = kOwnFirst ? 0 : (int)x.rank;
+        /* Block b's row sum (whole rows; the quad's first lane adds it). */
+        auto block_sum = [&](int b, int half) {
+            return b == own ? own_l[half] : x.template peer_sum<kOwnFirst>(b, half);
+        };
+        const bool quad_lead = (lane & 3) == 0;
         bool settled = true; /* every block of the warp's rows relative to the running max */
 #pragma unroll
         for (int b = 0; b < kC; ++b)
             settled = settled && mb[b][0] == sm.m[0] && mb[b][1] == sm.m[1];
         float alpha[2] = {1.0f, 1.0f};
-        if (kRunningRef && !arch::warp_any(!settled)) {
-            /* The common case once the maxima settle: P stands as it
-             * arrived; only the row sums (two chains per row half). */
+        const bool rescale = !kRunningRef || arch::warp_any(!settled);
 #pragma unroll
-            for (int half = 0; half < 2; ++half) {
-                float sum[2] = {0.0f, 0.0f};
-#pragma unroll
-                for (int nt = 0; nt < Cfg::kNT; ++nt) {
-                    sum[0] += s[4 * nt + 2 * half];
-                    sum[1] += s[4 * nt + 2 * half + 1];
-                }
-                sm.l[half] += sum[0] + sum[1];
-            }
-        } else {
-            /* Common max; every block rescaled from its reference to it. */
-#pragma unroll
-            for (int half = 0; half < 2; ++half) {
-                float mx = mb[0][half];
+        for (int half = 0; half < 2; ++half) {
+            if (!rescale) {
+                /* The common case once the maxima settle: P stands as it
+                 * arrived; only the row sums. */
+                float sum = block_sum(0, half);
 #pragma unroll
                 for (int b = 1; b < kC; ++b)
-                    mx = fmaxf(mx, mb[b][half]);
-                const float ref = mx == -INFINITY ? 0.0f : mx;
-                alpha[half] = arch::exp2_fast(sm.m[half] - ref);
-                float sum[2] = {0.0f, 0.0f};
-#pragma unroll
-                for (int b = 0; b < kC; ++b) {
-                    const float f = mb[b][half] == -INFINITY ? 0.0f : arch::exp2_fast(mb[b][half] - ref);
-#pragma unroll
-                    for (int j = 0; j < kBlockNT; ++j)
-#pragma unroll
-                        for (int e = 0; e < 2; ++e) {
-                            if (j >= Cfg::blocks_of(b))
-                                continue;
-                            float &v = s[4 * (b * kBlockNT + j) + 2 * half + e];
-                            v *= f;
-                            sum[e] += v;
-                        }
-                }
-                sm.l[half] = sm.l[half] * alpha[half] + (sum[0] + sum[1]);
-                sm.m[half] = mx;
+                    sum += block_sum(b, half);
+                sm.l[half] += quad_lead ? sum : 0.0f;
+                continue;
             }
+            /* Common max; every block rescaled from its reference to it. */
+            float mx = mb[0][half];
+#pragma unroll
+            for (int b = 1; b < kC; ++b)
+                mx = fmaxf(mx, mb[b][half]);
+            const float ref = mx == -INFINITY ? 0.0f : mx;
+            alpha[half] = arch::exp2_fast(sm.m[half] - ref);
+            float sum = 0.0f;
+#pragma unroll
+            for (int b = 0; b < kC; ++b) {
+                const float f = mb[b][half] == -INFINITY ? 0.0f : arch::exp2_fast(mb[b][half] - ref);
+#pragma unroll
+                for (int j = 0; j < kBlockNT; ++j)
+#pragma unroll
+                    for (int e = 0; e < 2; ++e) {
+                        if (j >= Cfg::blocks_of(b))
+                            continue;
+                        s[4 * (b * kBlockNT + j) + 2 * half + e] *= f;
+                    }
+                sum = fmaf(f, block_sum(b, half), sum);
+            }
+            sm.l[half] = sm.l[half] * alpha[half] + (quad_lead ? sum : 0.0f);
+            sm.m[half] = mx;
         }
         if constexpr (!kOwnFirst)
             before_finish();
-        finish_tile(s, o, pf, alpha, p, lane, t);
+        /* The variants' kernels rescale by alpha = 1 too: a second copy of
+         * their dropout code spilled d256x4's (28 -> 320 bytes of loads). */
+        if (!Cfg::kPlain || rescale)
+            finish_tile(s, o, pf, alpha, p, lane, t);
+        else
+            finish_tile<false>(s, o, pf, alpha, p, lane, t);
     }
 
     /* before_finish: called before O or P is written (the caller's wait
