@@ -16,6 +16,10 @@
  * times `reps` launches (CUDA events) and prints TFLOP/s, to be set beside
  * the OpenCL run's.
  *
+ * FFPA_REPLAY_CACHE_MODE=cg|ca JITs the PTX with that default cache policy
+ * for global loads (L2 only / L1 too), FFPA_REPLAY_CARVEOUT=percent and
+ * FFPA_REPLAY_PREFER_L1=1 set the L1 / shared-memory split.
+ *
  * FFPA_REPLAY_OPENCL=1 launches the same PTX through OpenCL instead (the
  * NVIDIA platform's clCreateProgramWithBinary, these arguments and one
  * buffer for q, k and v as here); =2 with q, k and v in three buffers, as
@@ -260,7 +264,20 @@ int main(int argc, char **argv)
     CHECK(cuDeviceGet(&dev, 0));
     CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
     CHECK(cuCtxSetCurrent(ctx));
-    CHECK(cuModuleLoadData(&mod, ptx));
+    /* FFPA_REPLAY_CACHE_MODE=cg|ca: the JIT's default cache policy for
+     * global loads (ptxas -dlcm): cg caches them in L2 only. Does the OpenCL
+     * driver's JIT choose L2-only where the CUDA driver caches in L1? */
+    const char *cache_mode = getenv("FFPA_REPLAY_CACHE_MODE");
+    if (cache_mode) {
+        CUjit_option jo[1] = {CU_JIT_CACHE_MODE};
+        void *jv[1] = {(void *)(uintptr_t)(strcmp(cache_mode, "cg") == 0   ? CU_JIT_CACHE_OPTION_CG
+                                           : strcmp(cache_mode, "ca") == 0 ? CU_JIT_CACHE_OPTION_CA
+                                                                           : CU_JIT_CACHE_OPTION_NONE)};
+        CHECK(cuModuleLoadDataEx(&mod, ptx, 1, jo, jv));
+        printf("JIT cache mode for global loads: %s\n", cache_mode);
+    } else {
+        CHECK(cuModuleLoadData(&mod, ptx));
+    }
     CHECK(cuModuleGetFunction(&fn, mod, kernel));
     /* FFPA_REPLAY_CARVEOUT=percent (the shared-memory share of L1 asked
      * for) and FFPA_REPLAY_PREFER_L1=1: to find which configuration the
