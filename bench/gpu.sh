@@ -169,7 +169,8 @@ if want test; then
     FFPA_CUDA_KERNEL=$k FFPA_TEST_BACKEND=cuda CMOCKA_MESSAGE_OUTPUT=TAP timeout 500 meson test -C "$B" \
       --suite oracle --suite validation --suite unit --print-errorlogs --num-processes 8 >"$OUT/test-$k.log" 2>&1
     note "test suite (cuda, FFPA_CUDA_KERNEL=$k): rc=$? passed/failed/skipped: $(python3 tools/count_tests.py "$B/meson-logs/testlog.json")"
-    grep -E "^not ok" "$B/meson-logs/testlog.txt" | head -5
+    # The failing cmocka cases and their messages (meson's log keeps the TAP lines of each program).
+    grep -E "^not ok|^(▶ .*FAIL)|^ERROR: " "$OUT/test-$k.log" "$B/meson-logs/testlog.txt" | head -10
   done
 fi
 
