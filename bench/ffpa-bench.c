@@ -445,7 +445,10 @@ static int check_against_cpu(ffpa_context *ctx, const shape *s, ffpa_dtype dt, c
                 max_abs = d;
         }
         double rel = den > 0 ? sqrt(num / den) : sqrt(num);
-        double lse_max = 0;
+        /* LSE: the oracle tests' bound, |error| <= tol x max(1, |lse|) (1e-3 for
+         * 16-bit inputs, 1e-4 for fp32): a bound of 1e-2 absolute let a 2^-9
+         * relative error of the Hopper cluster kernels pass (docs/notes/forward.md). */
+        double lse_max = 0, lse_rel = 0;
         size_t lse_bad = 0;
         if (s->lse)
             for (size_t i = 0; i < nl; ++i) {
@@ -461,11 +464,14 @@ static int check_against_cpu(ffpa_context *ctx, const shape *s, ffpa_dtype dt, c
                 double d = fabs((double)lg[i] - lc[i]);
                 if (d > lse_max)
                     lse_max = d;
+                if (d / fmax(1.0, fabs((double)lc[i])) > lse_rel)
+                    lse_rel = d / fmax(1.0, fabs((double)lc[i]));
             }
         double tol = dt == FFPA_BF16 ? 2e-2 : 4e-3;
-        ok = bad == 0 && lse_bad == 0 && rel < tol && lse_max < 1e-2;
-        snprintf(msg, msg_len, "rel %.2e max %.2e nonfinite %zu%s lse_max %.2e lse_bad %zu", rel, max_abs,
-                 bad, bad ? " (first at element)" : "", lse_max, lse_bad);
+        double lse_tol = dt == FFPA_F32 ? 1e-4 : 1e-3;
+        ok = bad == 0 && lse_bad == 0 && rel < tol && lse_rel <= lse_tol;
+        snprintf(msg, msg_len, "rel %.2e max %.2e nonfinite %zu%s lse_max %.2e lse_rel %.2e lse_bad %zu", rel,
+                 max_abs, bad, bad ? " (first at element)" : "", lse_max, lse_rel, lse_bad);
         (void)first_bad;
     }
     free(og), free(oc), free(lg), free(lc);
