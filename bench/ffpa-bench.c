@@ -464,8 +464,7 @@ static int check_against_cpu(ffpa_context *ctx, const shape *s, ffpa_dtype dt, c
                 double d = fabs((double)lg[i] - lc[i]);
                 if (d > lse_max)
                     lse_max = d;
-                if (d / fmax(1.0, fabs((double)lc[i])) > lse_rel)
-                    lse_rel = d / fmax(1.0, fabs((double)lc[i]));
+                lse_rel = fmax(lse_rel, d / fmax(1.0, fabs((double)lc[i])));
             }
         double tol = dt == FFPA_BF16 ? 2e-2 : 4e-3;
         double lse_tol = dt == FFPA_F32 ? 1e-4 : 1e-3;
