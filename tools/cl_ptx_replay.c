@@ -28,6 +28,13 @@
  * that tells NVIDIA's OpenCL with this kernel (1 slow) from ffpa's launch
  * and buffers (1 fast) apart (docs/notes/opencl.md).
  *
+ * FFPA_REPLAY_TRACE=1 instruments the PTX first: work-item 0 of every
+ * work-group counts itself in and out of a per-multiprocessor counter
+ * (%smid, atomics into the otherwise unused ALiBi argument's buffer), and
+ * the check launch's deepest count per multiprocessor is printed for either
+ * launch: how many work-groups each multiprocessor really ran at once,
+ * which no occupancy query of the OpenCL launch can say.
+ *
  * Built as tools/cl-ptx-replay where both the CUDA toolkit and the OpenCL
  * plugin are (GPU machines; tools/meson.build). The params struct is the
  * OpenCL host's (cl_params.h), so it cannot drift from the kernel's layout.
@@ -92,6 +99,115 @@ static int reqntid(const char *ptx, const char *kernel)
     const char *e = strstr(ptx, entry);
     const char *r = e ? strstr(e, ".reqntid") : NULL;
     return r ? atoi(r + strlen(".reqntid")) : 0;
+}
+
+/* FFPA_REPLAY_TRACE: counters after the ALiBi argument's address (unused
+ * here): [0, 256) the groups resident on multiprocessor i now, [256, 512)
+ * the most at once, [512, 768) all it ran. */
+enum { kTraceSms = 256, kTraceBytes = 3 * kTraceSms * 4 };
+static const int kTraceParam = 7; /* ffpa_fwd_{tiled,mma}'s alibib */
+
+static char *trace_append(char *o, const char *text)
+{
+    const size_t n = strlen(text);
+    memcpy(o, text, n);
+    return o + n;
+}
+
+/* The PTX with the count in at the entry body's first instruction and the
+ * count out before each ret (work-item 0 only). NULL if the entry or its
+ * parameter is not found. */
+static char *trace_ptx(const char *ptx, const char *kernel)
+{
+    char entry[128], param[160];
+    snprintf(entry, sizeof entry, ".entry %s(", kernel);
+    snprintf(param, sizeof param, "%s_param_%d", kernel, kTraceParam);
+    const char *e = strstr(ptx, entry);
+    const char *close = e ? strchr(e, ')') : NULL;
+    const char *body = close ? strchr(close, '{') : NULL;
+    if (!body || !strstr(e, param))
+        return NULL;
+    char *out = malloc(strlen(ptx) * 2 + 65536), *o = out;
+    memcpy(o, ptx, (size_t)(body - ptx + 1));
+    o += body - ptx + 1;
+    const char *c = body + 1;
+    int depth = 1, placed = 0, label = 0;
+    char text[1024];
+    while (*c && depth > 0) {
+        const char *eol = strchr(c, '\n');
+        const size_t len = eol ? (size_t)(eol - c + 1) : strlen(c);
+        const char *t = c;
+        while (t < c + len && (*t == ' ' || *t == '\t'))
+            ++t;
+        const int blank = t == c + len || *t == '\n' || *t == '\r';
+        if (!placed && !blank && *t != '.' && *t != '{' && *t != '}' && strncmp(t, "//", 2) != 0) {
+            snprintf(text, sizeof text,
+                     "{\n.reg .b32 %%trw<4>;\n.reg .b64 %%trd<2>;\n.reg .pred %%trq;\nmov.u32 %%trw0, %%tid.x;\n"
+                     "setp.ne.u32 %%trq, %%trw0, 0;\n@%%trq bra TRACE_IN;\nld.param.u64 %%trd0, [%s];\n"
+                     "cvta.to.global.u64 %%trd0, %%trd0;\nmov.u32 %%trw1, %%smid;\nmul.wide.u32 %%trd1, %%trw1, 4;\n"
+                     "add.u64 %%trd1, %%trd0, %%trd1;\natom.global.add.u32 %%trw2, [%%trd1], 1;\n"
+                     "add.u32 %%trw2, %%trw2, 1;\natom.global.max.u32 %%trw3, [%%trd1+%d], %%trw2;\n"
+                     "atom.global.add.u32 %%trw3, [%%trd1+%d], 1;\nTRACE_IN:\n}\n",
+                     param, kTraceSms * 4, 2 * kTraceSms * 4);
+            o = trace_append(o, text);
+            placed = 1;
+        }
+        /* ret; or @%p ret; or @!%p ret; */
+        const char *r = strstr(t, "ret;");
+        if (placed && r && r < c + len && (r == t || *t == '@')) {
+            snprintf(text, sizeof text,
+                     "{\n.reg .b32 %%trx<2>;\n.reg .b64 %%trz<2>;\n.reg .pred %%trp;\nmov.u32 %%trx0, %%tid.x;\n"
+                     "setp.ne.u32 %%trp, %%trx0, 0;\n@%%trp bra TRACE_OUT%d;\nld.param.u64 %%trz0, [%s];\n"
+                     "cvta.to.global.u64 %%trz0, %%trz0;\nmov.u32 %%trx1, %%smid;\nmul.wide.u32 %%trz1, %%trx1, 4;\n"
+                     "add.u64 %%trz1, %%trz0, %%trz1;\nred.global.add.u32 [%%trz1], 4294967295;\nTRACE_OUT%d:\n}\n",
+                     label, param, label);
+            if (*t == '@') { /* the count out only where it returns */
+                char pred[64] = "", skip[128];
+                sscanf(t + 1, "%63[^ \t]", pred);
+                snprintf(skip, sizeof skip, "@%s%s bra TRACE_KEEP%d;\n", pred[0] == '!' ? "" : "!",
+                         pred[0] == '!' ? pred + 1 : pred, label);
+                o = trace_append(o, skip);
+                o = trace_append(o, text);
+                snprintf(skip, sizeof skip, "ret;\nTRACE_KEEP%d:\n", label);
+                o = trace_append(o, skip);
+                ++label;
+                c += len;
+                continue;
+            }
+            o = trace_append(o, text);
+            ++label;
+        }
+        for (const char *k = c; k < c + len; ++k)
+            depth += *k == '{' ? 1 : *k == '}' ? -1 : 0;
+        memcpy(o, c, len);
+        o += len;
+        c += len;
+    }
+    o = trace_append(o, c);
+    *o = 0;
+    return placed ? out : (free(out), NULL);
+}
+
+/* The deepest count per multiprocessor: how many held k groups at once. */
+static void trace_report(const char *launch, const uint32_t *cnt)
+{
+    int hist[65] = {0}, sms = 0;
+    uint32_t lo = UINT32_MAX, hi = 0;
+    for (int i = 0; i < kTraceSms; ++i) {
+        const uint32_t ran = cnt[2 * kTraceSms + i];
+        if (!ran)
+            continue;
+        ++sms;
+        lo = ran < lo ? ran : lo;
+        hi = ran > hi ? ran : hi;
+        const uint32_t m = cnt[kTraceSms + i];
+        ++hist[m > 64 ? 64 : m];
+    }
+    printf("trace (%s): %d multiprocessors ran %u-%u work-groups each; most at once:", launch, sms, lo, hi);
+    for (int k = 0; k <= 64; ++k)
+        if (hist[k])
+            printf(" %d on %d", k, hist[k]);
+    printf("\n");
 }
 
 /* Rows of the first and last head of out against float64; prints and
@@ -198,11 +314,11 @@ static double opencl_replay(const char *ptx, const char *kernel, int wg, size_t 
         p.k_off = p.v_off = 0;
     o = clCreateBuffer(ctx, CL_MEM_READ_WRITE, elems * 2, NULL, &e);
     CL_CHECK(e);
-    dummy = clCreateBuffer(ctx, CL_MEM_READ_WRITE, 256, NULL, &e);
+    dummy = clCreateBuffer(ctx, CL_MEM_READ_WRITE, kTraceBytes, NULL, &e);
     CL_CHECK(e);
     const uint8_t poison = 0xff, zero = 0;
     CL_CHECK(clEnqueueFillBuffer(q, o, &poison, 1, 0, elems * 2, 0, NULL, NULL));
-    CL_CHECK(clEnqueueFillBuffer(q, dummy, &zero, 1, 0, 256, 0, NULL, NULL));
+    CL_CHECK(clEnqueueFillBuffer(q, dummy, &zero, 1, 0, kTraceBytes, 0, NULL, NULL));
     const struct {
         size_t size;
         const void *value;
@@ -217,6 +333,11 @@ static double opencl_replay(const char *ptx, const char *kernel, int wg, size_t 
     CL_CHECK(clEnqueueReadBuffer(q, o, CL_TRUE, 0, elems * 2, out, 0, NULL, NULL));
     const double worst = check_rows(host, out, b, h, n, d, p.scale);
     free(out);
+    if (getenv("FFPA_REPLAY_TRACE")) {
+        uint32_t cnt[3 * kTraceSms];
+        CL_CHECK(clEnqueueReadBuffer(q, dummy, CL_TRUE, 0, kTraceBytes, cnt, 0, NULL, NULL));
+        trace_report("OpenCL", cnt);
+    }
 
     cl_event first = NULL, last = NULL;
     for (int r = 0; r < reps; ++r) {
@@ -250,6 +371,16 @@ int main(int argc, char **argv)
     const int br = atoi(argv[3]), reps = argc > 5 ? atoi(argv[5]) : 10;
     char *ptx = read_text(argv[1]);
     const int wg = reqntid(ptx, kernel);
+    if (getenv("FFPA_REPLAY_TRACE")) {
+        char *traced = trace_ptx(ptx, kernel);
+        if (!traced) {
+            fprintf(stderr, "cl_ptx_replay: cannot instrument %s (no %s_param_%d?)\n", kernel, kernel, kTraceParam);
+            return 1;
+        }
+        free(ptx);
+        ptx = traced;
+        printf("PTX instrumented: work-groups counted per multiprocessor\n");
+    }
     if (wg <= 0 || br <= 0) {
         fprintf(stderr, "cl_ptx_replay: %s has no entry %s with .reqntid (or BR %s is not a row count)\n", argv[1],
                 kernel, argv[3]);
@@ -303,10 +434,10 @@ int main(int argc, char **argv)
     CUdeviceptr qkv, o, dummy;
     CHECK(cuMemAlloc(&qkv, 3 * elems * 2));
     CHECK(cuMemAlloc(&o, elems * 2));
-    CHECK(cuMemAlloc(&dummy, 256));
+    CHECK(cuMemAlloc(&dummy, kTraceBytes));
     CHECK(cuMemcpyHtoD(qkv, host, 3 * elems * 2));
     CHECK(cuMemsetD8(o, 0xff, elems * 2)); /* poison: NaNs where nothing is written */
-    CHECK(cuMemsetD8(dummy, 0, 256));
+    CHECK(cuMemsetD8(dummy, 0, kTraceBytes));
 
     ffpa_cl_fwd_params p;
     ffpa_cl_kv_params kv;
@@ -340,6 +471,11 @@ int main(int argc, char **argv)
     uint16_t *out = malloc(elems * 2);
     CHECK(cuMemcpyDtoH(out, o, elems * 2));
     const double worst = check_rows(host, out, b, h, n, d, p.scale);
+    if (getenv("FFPA_REPLAY_TRACE")) {
+        uint32_t cnt[3 * kTraceSms];
+        CHECK(cuMemcpyDtoH(cnt, dummy, kTraceBytes));
+        trace_report("CUDA driver", cnt);
+    }
 
     CUevent t0, t1;
     CHECK(cuEventCreate(&t0, 0));

@@ -16,7 +16,9 @@
  *      maxima (and row sums, unless the blocks sit own block first:
  *      own_first; then the sums' order differs by the last bit). The sums
  *      are FlashAttention's, of the fp32 probabilities: summing the rounded
- *      P instead put the LSE up to 2^-9 off on rows a few keys dominate.
+ *      P instead put the LSE up to 2^-9 off on rows a few keys dominate
+ *      (the MLA pair sums the rounded P where no LSE is asked for:
+ *      TileSoftmax::exact_sums).
  * Why not sum the whole S in every CTA (the butterfly all-reduce of v1-v8):
  * DSMEM moves about 8-11 bytes per cycle per SM on the H100
  * (backends/cuda/sm90/dsmem_probe.cu), and the exchange is on the consumer's critical

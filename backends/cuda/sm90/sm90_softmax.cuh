@@ -132,6 +132,14 @@ template <class Cfg> struct TileSoftmax {
      * the two extra branches ptxas spills d256x3's consumer (16 -> 68
      * bytes of spill stores; docs/notes/forward.md). */
     static constexpr bool kRunningRef = kC != 3;
+    /* The row sums: of the fp32 probabilities where the call asks for the
+     * LSE (its error bound), else of P as rounded (the denominator that
+     * matches O's rounded numerator). Only the MLA pair (kSliceV < kSlice)
+     * carries both forms: +3.4% there without the LSE; in the square kernels
+     * the second form cost d256x2 four spill registers and 1.8%, so they
+     * always sum the fp32 values (docs/notes/forward.md). */
+    static constexpr bool kExactAlways = Cfg::kSliceV == Cfg::kSlice;
+    FFPA_DEV static bool exact_sums(const ffpa_gpu_fwd_params &p) { return kExactAlways || p.lse != nullptr; }
 
     /* Our block b (compile-time) of s holds its full S: mask it, pick the
      * rows' reference r and exponentiate relative to it, rounded to T: the
@@ -144,6 +152,7 @@ template <class Cfg> struct TileSoftmax {
     FFPA_DEV void own_block(float (&s)[Cfg::kSAcc], uint32_t (&ph)[2 * kBlockNT], float (&r)[2], float (&l)[2],
                             const ffpa_gpu_fwd_params &p, int lane, int t, int key_block = b)
     {
+        const bool exact = exact_sums(p);
         constexpr int kNb = Cfg::blocks_of(b);
         mask<kNb>(s, b * kBlockNT, t, key_block * 8 * kBlockNT, p, lane);
         float mx[2];
@@ -181,7 +190,14 @@ template <class Cfg> struct TileSoftmax {
                 a = f.x;
                 c = f.y;
             }
-            l[half] = arch::quad_sum(sum[0] + sum[1]);
+            /* Whole rows for the peers where the sums are exact. */
+            l[half] = kExactAlways ? arch::quad_sum(sum[0] + sum[1]) : sum[0] + sum[1];
+        }
+        /* The MLA pair adds its quads after the loop (H200 against main:
+         * +3.4% without the LSE, +1.3% with it; in the loop +2.8%, -1.8%). */
+        if (!kExactAlways && exact) {
+            l[0] = arch::quad_sum(l[0]);
+            l[1] = arch::quad_sum(l[1]);
         }
     }
 
@@ -233,6 +249,7 @@ template <class Cfg> struct TileSoftmax {
             own_block_of_rank<0>(s, mb, own_l, x, p, lane, t);
             x.gather(s, mb, t);
         }
+        const bool exact = exact_sums(p);
         const int own = kOwnFirst ? 0 : (int)x.rank;
         /* Block b's row sum (whole rows; the quad's first lane adds it). */
         auto block_sum = [&](int b, int half) {
@@ -250,11 +267,21 @@ template <class Cfg> struct TileSoftmax {
             if (!rescale) {
                 /* The common case once the maxima settle: P stands as it
                  * arrived; only the row sums. */
-                float sum = block_sum(0, half);
+                if (exact) {
+                    float sum = block_sum(0, half);
 #pragma unroll
-                for (int b = 1; b < kC; ++b)
-                    sum += block_sum(b, half);
-                sm.l[half] += quad_lead ? sum : 0.0f;
+                    for (int b = 1; b < kC; ++b)
+                        sum += block_sum(b, half);
+                    sm.l[half] += quad_lead ? sum : 0.0f;
+                } else {
+                    float sum[2] = {0.0f, 0.0f};
+#pragma unroll
+                    for (int nt = 0; nt < Cfg::kNT; ++nt) {
+                        sum[0] += s[4 * nt + 2 * half];
+                        sum[1] += s[4 * nt + 2 * half + 1];
+                    }
+                    sm.l[half] += sum[0] + sum[1];
+                }
                 continue;
             }
             /* Common max; every block rescaled from its reference to it. */
@@ -264,7 +291,7 @@ template <class Cfg> struct TileSoftmax {
                 mx = fmaxf(mx, mb[b][half]);
             const float ref = mx == -INFINITY ? 0.0f : mx;
             alpha[half] = arch::exp2_fast(sm.m[half] - ref);
-            float sum = 0.0f;
+            float sum = 0.0f, sum_p[2] = {0.0f, 0.0f};
 #pragma unroll
             for (int b = 0; b < kC; ++b) {
                 const float f = mb[b][half] == -INFINITY ? 0.0f : arch::exp2_fast(mb[b][half] - ref);
@@ -274,11 +301,13 @@ template <class Cfg> struct TileSoftmax {
                     for (int e = 0; e < 2; ++e) {
                         if (j >= Cfg::blocks_of(b))
                             continue;
-                        s[4 * (b * kBlockNT + j) + 2 * half + e] *= f;
+                        float &v = s[4 * (b * kBlockNT + j) + 2 * half + e];
+                        v *= f;
+                        sum_p[e] += v;
                     }
                 sum = fmaf(f, block_sum(b, half), sum);
             }
-            sm.l[half] = sm.l[half] * alpha[half] + (quad_lead ? sum : 0.0f);
+            sm.l[half] = sm.l[half] * alpha[half] + (exact ? (quad_lead ? sum : 0.0f) : sum_p[0] + sum_p[1]);
             sm.m[half] = mx;
         }
         if constexpr (!kOwnFirst)
