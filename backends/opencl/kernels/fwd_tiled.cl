@@ -14,7 +14,7 @@
  *                   planes of 4 columns (STAGE_PLANES: a work-item's 4 keys
  *                   at fixed offsets from one address, the 16 column groups'
  *                   reads consecutive), rows and keys read 4 columns at a
- *                   time (vload4): TR + 4 reads per 16 TR FMAs, the FMAs
+ *                   time (16-byte reads): TR + 4 reads per 16 TR FMAs, the FMAs
  *                   spelt out (dot() compiled to a multiply, 3 FMAs and an
  *                   add);
  *   score epilogue  cl_score.h's score(), the masks and variants as fwd.cl;
@@ -25,7 +25,7 @@
  *                   the sum (common/philox.h), as every backend;
  *   O = alpha O + P V  P^T in local memory (a work-item's TR rows of a key:
  *                   one read), V in 64-column chunks (its 4 columns: one
- *                   vload4): 2 reads per 4 TR FMAs; O's registers: TR rows x
+ *                   16-byte read): 2 reads per 4 TR FMAs; O's registers: TR rows x
  *                   4 columns of each 64-column chunk up to DVB.
  * O's registers are an array the compiler keeps in memory (a 640-byte stack
  * frame at TR 4, Dv 512: the loops over rows it leaves rolled index it), in L1:
@@ -65,11 +65,27 @@
 #define QK_FLOATS (BR * DC + DC / 4 * KLD)
 #define V_FLOATS (BC * DCV)
 
+/* Local memory in aligned vectors: vload4 / vstore4 promise only a float's
+ * alignment, so their PTX is four 4-byte shared accesses; the CUDA driver's
+ * JIT merges them into one 16-byte access, NVIDIA's OpenCL JIT of the same
+ * PTX does not (its SASS: 800 LDS and 624 STS against 196 LDS.128 and 127
+ * STS.128, and 1.88x the time; docs/notes/opencl.md). Every quad here
+ * starts at a multiple of 4 floats of a 16-byte aligned array. */
+static float4 lq_load(__local const float *at)
+{
+    return *(__local const float4 *)at;
+}
+
+static void lq_store(__local float *at, float4 v)
+{
+    *(__local float4 *)at = v;
+}
+
 #if TR == 4
-#define LOAD_ROWS(at) vload4(0, at)
+#define LOAD_ROWS(at) lq_load(at)
 typedef float4 rowvec;
 #else
-#define LOAD_ROWS(at) vload2(0, at)
+#define LOAD_ROWS(at) (*(__local const float2 *)(at))
 typedef float2 rowvec;
 #endif
 
@@ -105,7 +121,7 @@ static void stage_dense(__local float *dst, int ld, int layout, int rows, int co
 #pragma unroll
     for (int k = 0; k < rows * (cols >> 2) / WG; ++k) {
         const int rr = rr0 + k * step;
-        vstore4(r0 + rr < valid ? load_quad_at(from, dt) : (float4)(0.0f), 0, dst + local_at(rr, c, ld, layout));
+        lq_store(dst + local_at(rr, c, ld, layout), r0 + rr < valid ? load_quad_at(from, dt) : (float4)(0.0f));
         from += from_step;
     }
 }
@@ -141,11 +157,11 @@ ffpa_fwd_tiled(const ffpa_cl_fwd_params p, __global const uchar *qb, __global co
                __global const float *alibib, __global const int *cub, const ffpa_cl_kv_params kv,
                __global const int *btb, __global const int *lensb)
 {
-    __local float slab[QK_FLOATS > V_FLOATS ? QK_FLOATS : V_FLOATS];
+    __local float slab[QK_FLOATS > V_FLOATS ? QK_FLOATS : V_FLOATS] __attribute__((aligned(16)));
     __local float *const qs = slab;           /* Q chunk, row-major */
     __local float *const ks = slab + BR * DC; /* K chunk in planes of 4 columns */
     __local float *const vs = slab;           /* V chunk, row-major */
-    __local float pt[BC * PTLD];              /* P^T of the tile */
+    __local float pt[BC * PTLD] __attribute__((aligned(16))); /* P^T of the tile */
     __local float red[BR * CG]; /* per column group: a row's partial max, at the end its partial sum */
 
     const int tid = (int)get_local_id(0);
@@ -187,9 +203,9 @@ ffpa_fwd_tiled(const ffpa_cl_fwd_params p, __global const uchar *qb, __global co
             for (int cc = 0; cc < DC; cc += 4) {
                 float4 kc[4], qc[TR];
                 for (int u = 0; u < 4; ++u)
-                    kc[u] = vload4(0, ks + local_at(cg + 16 * u, cc, KLD, STAGE_PLANES));
+                    kc[u] = lq_load(ks + local_at(cg + 16 * u, cc, KLD, STAGE_PLANES));
                 for (int t = 0; t < TR; ++t)
-                    qc[t] = vload4(0, qs + (r0 + t) * DC + cc);
+                    qc[t] = lq_load(qs + (r0 + t) * DC + cc);
                 for (int t = 0; t < TR; ++t)
                     for (int u = 0; u < 4; ++u) {
                         s[t][u] = fma(qc[t].s0, kc[u].s0, s[t][u]);
@@ -252,7 +268,7 @@ ffpa_fwd_tiled(const ffpa_cl_fwd_params p, __global const uchar *qb, __global co
                     acc[t][u] = 0.0f;
 #pragma unroll 8
             for (int j = 0; j < BC; ++j) {
-                const float4 vj = vload4(0, vs + j * DCV + c0);
+                const float4 vj = lq_load(vs + j * DCV + c0);
                 const rowvec pj = LOAD_ROWS(pt + j * PTLD + r0);
                 for (int t = 0; t < TR; ++t)
                     for (int u = 0; u < 4; ++u)
