@@ -199,7 +199,8 @@ typedef struct ffpa_portable_tiles {
 ffpa_status ffpa_plan_portable(const ffpa_device_limits *lim, ffpa_portable_tiles *out);
 
 /* The register-tiled forward's tiles (kernels/fwd_tiled.cl: 128 work-items,
- * 64 keys, 32-column Q/K chunks, 64-column V chunks): tr = 4 rows per
+ * 64 keys, Q/K chunks of dc = 64 columns on GPUs and 32 on CPUs, 64-column
+ * V chunks): tr = 4 rows per
  * work-item (32 per work-group) for Dv <= 512, 2 (16) above, so that O's
  * registers stay at 128 per work-item, and 2 where a query head (or, with
  * packed heads, a KV head's query heads together) has at most 16 rows

@@ -363,8 +363,9 @@ static void test_plan_portable_tiled(void **state)
     assert_int_equal(t.wg, 128);
     assert_int_equal(t.br, 32);
     assert_int_equal(t.bc, 64);
-    /* 4 x (max(Q 32 x 32 + K 8 x 65 x 4, V 64 x 64) + P^T 64 x 36 + 32 x 16) */
-    assert_int_equal(t.local_bytes, 27648);
+    assert_int_equal(t.dc, 64);
+    /* 4 x (max(Q 32 x 64 + K 16 x 65 x 4, V 64 x 64) + P^T 64 x 36 + 32 x 16) */
+    assert_int_equal(t.local_bytes, 36096);
     assert_int_equal(ffpa_plan_portable_tiled(&lim, 512, 16, &t), FFPA_OK);
     assert_int_equal(t.tr, 2);
     assert_int_equal(t.br, 16);
@@ -373,10 +374,21 @@ static void test_plan_portable_tiled(void **state)
     assert_int_equal(ffpa_plan_portable_tiled(&lim, 513, 4096, &t), FFPA_OK);
     assert_int_equal(t.tr, 2);
     assert_int_equal(t.br, 16);
-    assert_int_equal(t.local_bytes, 22528); /* 4 x (V 64 x 64 + P^T 64 x 20 + 16 x 16) */
-    lim.smem_per_block = 22527;
+    assert_int_equal(t.local_bytes, 26880); /* 4 x (Q 16 x 64 + K 16 x 65 x 4 + P^T 64 x 20 + 16 x 16) */
+    lim.smem_per_block = 26879;
     assert_int_equal(ffpa_plan_portable_tiled(&lim, 1024, 4096, &t), FFPA_ERR_UNSUPPORTED);
+    assert_int_equal(t.local_bytes, 26880);
+    /* CPUs: 32-column chunks (pocl compiles the unrolled chunk loop per
+     * program); 4 x (max(Q 32 x 32 + K 8 x 65 x 4, V 64 x 64) + ...) and
+     * 4 x (V 64 x 64 + P^T 64 x 20 + 16 x 16). */
+    lim.is_gpu = 0;
+    lim.smem_per_block = 1 << 20;
+    assert_int_equal(ffpa_plan_portable_tiled(&lim, 512, 17, &t), FFPA_OK);
+    assert_int_equal(t.dc, 32);
+    assert_int_equal(t.local_bytes, 27648);
+    assert_int_equal(ffpa_plan_portable_tiled(&lim, 1024, 4096, &t), FFPA_OK);
     assert_int_equal(t.local_bytes, 22528);
+    lim.is_gpu = 1;
     lim.smem_per_block = 1 << 20;
     lim.max_threads_per_block = 64;
     assert_int_equal(ffpa_plan_portable_tiled(&lim, 64, 4096, &t), FFPA_ERR_UNSUPPORTED);

@@ -70,7 +70,8 @@ ffpa_status ffpa_cl_forward_program(const ffpa_cl_device *dev, const ffpa_proble
          * (columns d0 + 4 c) are one vector load each (cl_score.h). GPUs
          * only: a CPU loads unaligned vectors as fast, and each program
          * variant costs pocl ~15 s to compile (CI's time). */
-        snprintf(options, sizeof options, "-DTR=%d -DDT=%d -DDVB=%d%s%s", t->tr, (int)pb->dtype, dvb, unroll,
+        snprintf(options, sizeof options, "-DTR=%d -DDC=%d -DDT=%d -DDVB=%d%s%s", t->tr, t->dc, (int)pb->dtype, dvb,
+                 unroll,
                  dev->is_gpu && rows_aligned(&in->p, 4) ? " -DFFPA_CL_ALIGNED_QUADS" : "");
         return ffpa_cl_program(dev, ffpa_cl_fwd_tiled_source, options, program, err, err_len);
     }

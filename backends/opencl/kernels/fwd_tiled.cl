@@ -10,7 +10,8 @@
  * query heads sharing one KV head (packed heads, kernels/cl_kv.h); work-item
  * (rg, cg) holds rows rg TR.. and, of each key tile of BC = 64, keys
  * cg + 16 u (u < 4):
- *   S = Q K^T       over Dqk in DC = 32-column chunks, Q row-major and K in
+ *   S = Q K^T       over Dqk in DC-column chunks (64 on GPUs, 32 on CPUs: the
+ *                   plan's), Q row-major and K in
  *                   planes of 4 columns (STAGE_PLANES: a work-item's 4 keys
  *                   at fixed offsets from one address, the 16 column groups'
  *                   reads consecutive), rows and keys read 4 columns at a
@@ -53,7 +54,9 @@
 #define RG (WG / CG)
 #define BR (RG * TR)
 #define BC (4 * CG)
-#define DC 32
+#ifndef DC
+#define DC 32 /* Dqk columns a chunk: the host passes its plan's (64 on GPUs) */
+#endif
 #define DCV (4 * CG)
 #define OCH (DVB / DCV)
 /* K's plane pitch: BC 16-byte rows and a spare one, so that the planes a
