@@ -37,6 +37,9 @@
 #                OCL_KERNELS kernels, default mma tiled portable; OCL_DIAG: the matrix kernel's diagnostic
 #                builds, e.g. "1 2 3") beside the cuda backend's generic and default kernels and the fp32
 #                SGEMM ceiling (OCL_PERF shapes); OCL_PERF_ONLY=1 skips the suites and checks
+#   opencl-sass  the OpenCL programs' SASS from NVIDIA's OpenCL JIT beside the CUDA driver's JIT of the same PTX
+#                (bench/py/jit_sass.py): instructions and shared-memory accesses by width per kernel, flagged where
+#                OpenCL's is longer or narrower (the tiled forward's 1.88x gap was that: docs/notes/opencl.md)
 #   hipnv        the HIP backend's sources on this GPU (__HIP_PLATFORM_NVIDIA__, backends/hip/nvidia-check.sh)
 #   ab           same-run A/B: this tree against a fresh build of it with AB_BASE's files laid over
 #                (AB_SHAPES, default the backward rows; AB_FLAGS, default --backward; AB_ROUNDS) in OUT/ab.txt
@@ -521,6 +524,26 @@ for _ in range(10): a @ b
 torch.cuda.synchronize()
 print("ceiling: fp32 SGEMM (no TF32) 8192^3 %.1f TFLOP/s" % (10 * 2 * 8192 ** 3 / (time.perf_counter() - t) / 1e12))
 PY
+    unset OCL_ICD_VENDORS FFPA_OPENCL_CACHE
+  fi
+fi
+
+if want opencl-sass; then
+  if [ ! -x "$B/tools/cl-ptx-replay" ] || ! ldconfig -p | grep -q 'libnvidia-opencl.so.1'; then
+    note "opencl-sass: needs tools/cl-ptx-replay (CUDA toolkit and OpenCL plugin) and NVIDIA's OpenCL"
+  else
+    icd=$(mktemp -d) && echo libnvidia-opencl.so.1 >"$icd/nvidia.icd"
+    cache=$(mktemp -d)
+    export OCL_ICD_VENDORS="$icd" FFPA_OPENCL_CACHE="$cache"
+    SASS_SHAPES=(${SASS_SHAPES:-1,2,2,256,256,128,128 1,2,2,256,256,512,512})
+    for k in mma tiled portable; do
+      FFPA_OPENCL_FORWARD=$k timeout 300 "$BENCH" --backend opencl --reps 1 "${SASS_SHAPES[@]}" >/dev/null 2>&1
+    done
+    timeout 300 "$BENCH" --backend opencl --backward --reps 1 "${SASS_SHAPES[@]}" >/dev/null 2>&1
+    timeout 600 python3 bench/py/jit_sass.py --replay "$B/tools/cl-ptx-replay" --cache "$cache" \
+      >"$OUT/opencl-sass.txt" 2>&1
+    note "opencl-sass: rc=$? $(tail -1 "$OUT/opencl-sass.txt")"
+    grep -B2 FLAG "$OUT/opencl-sass.txt" | head -30
     unset OCL_ICD_VENDORS FFPA_OPENCL_CACHE
   fi
 fi

@@ -28,6 +28,9 @@
  * that tells NVIDIA's OpenCL with this kernel (1 slow) from ffpa's launch
  * and buffers (1 fast) apart (docs/notes/opencl.md).
  *
+ * FFPA_REPLAY_JIT_ONLY=cuda|opencl (PTX the only argument): one JIT, no
+ * launch; its SASS lands in the driver's compute cache (see main).
+ *
  * FFPA_REPLAY_TRACE=1 instruments the PTX first: work-item 0 of every
  * work-group counts itself in and out of a per-multiprocessor counter
  * (%smid, atomics into the otherwise unused ALiBi argument's buffer), and
@@ -248,34 +251,37 @@ static double check_rows(const uint16_t *host, const uint16_t *out, long b, long
 
 /* FFPA_REPLAY_OPENCL: the PTX through NVIDIA's OpenCL, the same arguments;
  * separate: q, k and v in three buffers. Returns the check's error. */
-static double opencl_replay(const char *ptx, const char *kernel, int wg, size_t groups, ffpa_cl_fwd_params p,
-                            const ffpa_cl_kv_params *kv, const uint16_t *host, long b, long h, long n, long d,
-                            int reps, int separate)
+/* NVIDIA's OpenCL platform: its GPU, a context and the PTX built as a
+ * program binary (the driver's JIT runs in clBuildProgram). */
+typedef struct nv_opencl {
+    cl_device_id dev;
+    cl_context ctx;
+    cl_program prog;
+} nv_opencl;
+
+static nv_opencl opencl_build(const char *ptx)
 {
+    nv_opencl o = {0};
     cl_platform_id pl[8];
     cl_uint np = 0;
     CL_CHECK(clGetPlatformIDs(8, pl, &np));
-    cl_device_id dev = 0;
-    for (cl_uint i = 0; i < np && !dev; ++i) {
+    for (cl_uint i = 0; i < np && !o.dev; ++i) {
         char name[256] = "";
         clGetPlatformInfo(pl[i], CL_PLATFORM_NAME, sizeof name, name, NULL);
-        if (!strstr(name, "NVIDIA") || clGetDeviceIDs(pl[i], CL_DEVICE_TYPE_GPU, 1, &dev, NULL) != CL_SUCCESS)
-            dev = 0;
+        if (!strstr(name, "NVIDIA") || clGetDeviceIDs(pl[i], CL_DEVICE_TYPE_GPU, 1, &o.dev, NULL) != CL_SUCCESS)
+            o.dev = 0;
     }
-    if (!dev) {
+    if (!o.dev) {
         fprintf(stderr, "cl_ptx_replay: no NVIDIA OpenCL GPU (an .icd in OCL_ICD_VENDORS?)\n");
         exit(1);
     }
     cl_int e;
-    cl_context ctx = clCreateContext(NULL, 1, &dev, NULL, NULL, &e);
-    CL_CHECK(e);
-    cl_command_queue q = clCreateCommandQueueWithProperties(
-        ctx, dev, (cl_queue_properties[]){CL_QUEUE_PROPERTIES, CL_QUEUE_PROFILING_ENABLE, 0}, &e);
+    o.ctx = clCreateContext(NULL, 1, &o.dev, NULL, NULL, &e);
     CL_CHECK(e);
     const size_t len = strlen(ptx) + 1;
     const unsigned char *bin = (const unsigned char *)ptx;
     cl_int status;
-    cl_program prog = clCreateProgramWithBinary(ctx, 1, &dev, &len, &bin, &status, &e);
+    o.prog = clCreateProgramWithBinary(o.ctx, 1, &o.dev, &len, &bin, &status, &e);
     CL_CHECK(e);
     /* NVIDIA's JIT of the PTX happens here: -cl-nv-verbose makes its build
      * log carry ptxas's registers, stack and spills for the OpenCL build,
@@ -284,11 +290,26 @@ static double opencl_replay(const char *ptx, const char *kernel, int wg, size_t 
     const char *opts = getenv("FFPA_REPLAY_OPENCL_OPTIONS");
     if (!opts)
         opts = "-cl-nv-verbose";
-    const cl_int built = clBuildProgram(prog, 1, &dev, opts, NULL, NULL);
+    const cl_int built = clBuildProgram(o.prog, 1, &o.dev, opts, NULL, NULL);
     char log[4096] = "";
-    clGetProgramBuildInfo(prog, dev, CL_PROGRAM_BUILD_LOG, sizeof log - 1, log, NULL);
+    clGetProgramBuildInfo(o.prog, o.dev, CL_PROGRAM_BUILD_LOG, sizeof log - 1, log, NULL);
     printf("OpenCL build (%s): %s\n", opts, log[0] ? log : "(empty log)");
     CL_CHECK(built);
+    return o;
+}
+
+static double opencl_replay(const char *ptx, const char *kernel, int wg, size_t groups, ffpa_cl_fwd_params p,
+                            const ffpa_cl_kv_params *kv, const uint16_t *host, long b, long h, long n, long d,
+                            int reps, int separate)
+{
+    const nv_opencl nv = opencl_build(ptx);
+    const cl_device_id dev = nv.dev;
+    const cl_context ctx = nv.ctx;
+    const cl_program prog = nv.prog;
+    cl_int e;
+    cl_command_queue q = clCreateCommandQueueWithProperties(
+        ctx, dev, (cl_queue_properties[]){CL_QUEUE_PROPERTIES, CL_QUEUE_PROFILING_ENABLE, 0}, &e);
+    CL_CHECK(e);
     cl_kernel k = clCreateKernel(prog, kernel, &e);
     CL_CHECK(e);
     cl_ulong local_bytes = 0, private_bytes = 0;
@@ -362,6 +383,29 @@ static double opencl_replay(const char *ptx, const char *kernel, int wg, size_t 
 
 int main(int argc, char **argv)
 {
+    /* FFPA_REPLAY_JIT_ONLY=cuda|opencl: only the one JIT of the PTX (any
+     * program of the OpenCL cache), its SASS left in the driver's compute
+     * cache (CUDA_CACHE_PATH, which NVIDIA's OpenCL honours too): bench/gpu.sh's
+     * opencl-sass step sets the two side by side. */
+    const char *jit_only = getenv("FFPA_REPLAY_JIT_ONLY");
+    if (jit_only && argc >= 2) {
+        char *text = read_text(argv[1]);
+        if (strcmp(jit_only, "opencl") == 0) {
+            opencl_build(text);
+        } else {
+            CUdevice jd;
+            CUcontext jc;
+            CUmodule jm;
+            CHECK(cuInit(0));
+            CHECK(cuDeviceGet(&jd, 0));
+            CHECK(cuDevicePrimaryCtxRetain(&jc, jd));
+            CHECK(cuCtxSetCurrent(jc));
+            CHECK(cuModuleLoadData(&jm, text));
+            printf("CUDA driver JIT: done\n");
+        }
+        free(text);
+        return 0;
+    }
     long b, h, n, d;
     if (argc < 5 || sscanf(argv[4], "%ld,%ld,%ld,%ld", &b, &h, &n, &d) != 4) {
         fprintf(stderr, "usage: cl_ptx_replay PTX KERNEL BR B,H,N,D [reps]\n");

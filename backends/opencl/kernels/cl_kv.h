@@ -169,7 +169,7 @@ static void stage_keys(__local float *dst, int ld, int layout, int rows, int col
                 if (row >= 0)
                     x = load_quad(src, row + d0 + cc, dt);
             }
-            vstore4(x, 0, dst + local_at(rr, cc, ld, layout));
+            local_quad_store(dst + local_at(rr, cc, ld, layout), x);
         }
         return;
     }

@@ -44,7 +44,7 @@ static void store_elem(__global uchar *base, long idx, float v, int dt)
 
 /* How stage() lays a tile out and loads it (flags): STAGE_PLANES, the
  * tile's 4-column groups in planes of ld floats, 4 floats a row, so that
- * 4-column reads (vload4) of consecutive rows are consecutive 16-byte
+ * 4-column reads (local_quad_load) of consecutive rows are consecutive 16-byte
  * pieces (kernels/fwd_tiled.cl's K chunk: its work-items read keys
  * cg + 16 u); STAGE_QUADS, 4 contiguous columns per load where the source
  * allows (a load and its index arithmetic per element cost the
@@ -54,6 +54,22 @@ static void store_elem(__global uchar *base, long idx, float v, int dt)
  * (docs/notes/opencl.md). */
 #define STAGE_PLANES 1
 #define STAGE_QUADS 2
+
+/* Four floats of local memory as one 16-byte access, at a 16-byte aligned
+ * address. vload4 / vstore4 promise only a float's alignment, so their PTX
+ * is four 4-byte shared accesses: the CUDA driver's JIT merges them, NVIDIA's
+ * OpenCL JIT of the same PTX does not (800 LDS and 624 STS against 196
+ * LDS.128 and 127 STS.128 in the tiled forward, 1.88x its time on the H200;
+ * docs/notes/opencl.md). */
+static float4 local_quad_load(__local const float *at)
+{
+    return *(__local const float4 *)at;
+}
+
+static void local_quad_store(__local float *at, float4 v)
+{
+    *(__local float4 *)at = v;
+}
 
 /* Where element (rr, cc) of a staged tile lives in local memory: row pitch
  * ld, or with STAGE_PLANES in layout, plane pitch ld. */
@@ -92,8 +108,9 @@ static float4 load_quad(__global const uchar *base, long idx, int dt)
 }
 
 /* Whether a staged chunk goes 4 columns at a time: asked for, unit column
- * stride, whole groups of 4 in 16-byte aligned local rows, none past dim
- * (the last chunk of an odd Dv is not). */
+ * stride, whole groups of 4 in 16-byte aligned local rows (of a 16-byte
+ * aligned tile: local_quad_store), none past dim (the last chunk of an odd
+ * Dv is not). */
 static int quads_fit(int layout, int ld, long sd, int cols, int d0, int dim)
 {
     return (layout & STAGE_QUADS) && sd == 1 && (cols & 3) == 0 && (ld & 3) == 0 && d0 + cols <= dim;
@@ -110,8 +127,9 @@ static void stage(__local float *dst, int ld, int layout, int rows, int cols, __
         const int quads = cols >> 2;
         for (int e = tid; e < rows * quads; e += nthreads) {
             const int rr = e / quads, cc = (e % quads) << 2;
-            vstore4(r0 + rr < valid ? load_quad(src, base + (long)(r0 + rr) * sn + d0 + cc, dt) : (float4)(0.0f), 0,
-                    dst + local_at(rr, cc, ld, layout));
+            local_quad_store(dst + local_at(rr, cc, ld, layout),
+                             r0 + rr < valid ? load_quad(src, base + (long)(r0 + rr) * sn + d0 + cc, dt)
+                                             : (float4)(0.0f));
         }
         return;
     }

@@ -68,24 +68,11 @@
 #define QK_FLOATS (BR * DC + DC / 4 * KLD)
 #define V_FLOATS (BC * DCV)
 
-/* Local memory in aligned vectors: vload4 / vstore4 promise only a float's
- * alignment, so their PTX is four 4-byte shared accesses; the CUDA driver's
- * JIT merges them into one 16-byte access, NVIDIA's OpenCL JIT of the same
- * PTX does not (its SASS: 800 LDS and 624 STS against 196 LDS.128 and 127
- * STS.128, and 1.88x the time; docs/notes/opencl.md). Every quad here
- * starts at a multiple of 4 floats of a 16-byte aligned array. */
-static float4 lq_load(__local const float *at)
-{
-    return *(__local const float4 *)at;
-}
-
-static void lq_store(__local float *at, float4 v)
-{
-    *(__local float4 *)at = v;
-}
-
+/* Local quads as 16-byte accesses (cl_score.h's local_quad_load / store):
+ * every quad here starts at a multiple of 4 floats of a 16-byte aligned
+ * array (K's plane pitch 260, P^T's 36, the Q / V rows DC / 64). */
 #if TR == 4
-#define LOAD_ROWS(at) lq_load(at)
+#define LOAD_ROWS(at) local_quad_load(at)
 typedef float4 rowvec;
 #else
 #define LOAD_ROWS(at) (*(__local const float2 *)(at))
@@ -124,7 +111,7 @@ static void stage_dense(__local float *dst, int ld, int layout, int rows, int co
 #pragma unroll
     for (int k = 0; k < rows * (cols >> 2) / WG; ++k) {
         const int rr = rr0 + k * step;
-        lq_store(dst + local_at(rr, c, ld, layout), r0 + rr < valid ? load_quad_at(from, dt) : (float4)(0.0f));
+        local_quad_store(dst + local_at(rr, c, ld, layout), r0 + rr < valid ? load_quad_at(from, dt) : (float4)(0.0f));
         from += from_step;
     }
 }
@@ -206,9 +193,9 @@ ffpa_fwd_tiled(const ffpa_cl_fwd_params p, __global const uchar *qb, __global co
             for (int cc = 0; cc < DC; cc += 4) {
                 float4 kc[4], qc[TR];
                 for (int u = 0; u < 4; ++u)
-                    kc[u] = lq_load(ks + local_at(cg + 16 * u, cc, KLD, STAGE_PLANES));
+                    kc[u] = local_quad_load(ks + local_at(cg + 16 * u, cc, KLD, STAGE_PLANES));
                 for (int t = 0; t < TR; ++t)
-                    qc[t] = lq_load(qs + (r0 + t) * DC + cc);
+                    qc[t] = local_quad_load(qs + (r0 + t) * DC + cc);
                 for (int t = 0; t < TR; ++t)
                     for (int u = 0; u < 4; ++u) {
                         s[t][u] = fma(qc[t].s0, kc[u].s0, s[t][u]);
@@ -271,7 +258,7 @@ ffpa_fwd_tiled(const ffpa_cl_fwd_params p, __global const uchar *qb, __global co
                     acc[t][u] = 0.0f;
 #pragma unroll 8
             for (int j = 0; j < BC; ++j) {
-                const float4 vj = lq_load(vs + j * DCV + c0);
+                const float4 vj = local_quad_load(vs + j * DCV + c0);
                 const rowvec pj = LOAD_ROWS(pt + j * PTLD + r0);
                 for (int t = 0; t < TR; ++t)
                     for (int u = 0; u < 4; ++u)
