@@ -381,6 +381,17 @@ static double opencl_replay(const char *ptx, const char *kernel, int wg, size_t 
     return worst;
 }
 
+/* Device 0's primary context, made current. */
+static void cuda_context(void)
+{
+    CUdevice dev;
+    CUcontext ctx;
+    CHECK(cuInit(0));
+    CHECK(cuDeviceGet(&dev, 0));
+    CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
+    CHECK(cuCtxSetCurrent(ctx));
+}
+
 int main(int argc, char **argv)
 {
     /* FFPA_REPLAY_JIT_ONLY=cuda|opencl: only the one JIT of the PTX (any
@@ -393,13 +404,8 @@ int main(int argc, char **argv)
         if (strcmp(jit_only, "opencl") == 0) {
             opencl_build(text);
         } else {
-            CUdevice jd;
-            CUcontext jc;
             CUmodule jm;
-            CHECK(cuInit(0));
-            CHECK(cuDeviceGet(&jd, 0));
-            CHECK(cuDevicePrimaryCtxRetain(&jc, jd));
-            CHECK(cuCtxSetCurrent(jc));
+            cuda_context();
             CHECK(cuModuleLoadData(&jm, text));
             printf("CUDA driver JIT: done\n");
         }
@@ -431,14 +437,9 @@ int main(int argc, char **argv)
         return 1;
     }
 
-    CUdevice dev;
-    CUcontext ctx;
     CUmodule mod;
     CUfunction fn;
-    CHECK(cuInit(0));
-    CHECK(cuDeviceGet(&dev, 0));
-    CHECK(cuDevicePrimaryCtxRetain(&ctx, dev));
-    CHECK(cuCtxSetCurrent(ctx));
+    cuda_context();
     /* FFPA_REPLAY_CACHE_MODE=cg|ca: the JIT's default cache policy for
      * global loads (ptxas -dlcm): cg caches them in L2 only. Does the OpenCL
      * driver's JIT choose L2-only where the CUDA driver caches in L1? */
